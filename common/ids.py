@@ -1,0 +1,65 @@
+"""Identifiers. Every id is a 32-character lowercase hex string (128 random bits).
+
+They are plain ``str`` at run time (cheap to hash, to log and to put on the wire) and distinct
+``NewType``s for the type checker, so an AllocationID cannot be passed where a JobID is expected.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import NewType
+
+JobID = NewType("JobID", str)
+AllocationID = NewType("AllocationID", str)
+ExecutionAttemptID = NewType("ExecutionAttemptID", str)
+ResourceID = NewType("ResourceID", str)  # identifies a task executor process
+InstanceID = NewType("InstanceID", str)  # one registration of a task executor at an RM
+JobVertexID = NewType("JobVertexID", str)
+IntermediateDataSetID = NewType("IntermediateDataSetID", str)
+SlotRequestID = NewType("SlotRequestID", str)
+LeaderSessionID = NewType("LeaderSessionID", str)
+
+
+def _new() -> str:
+    return secrets.token_hex(16)
+
+
+def new_job_id() -> JobID:
+    return JobID(_new())
+
+
+def new_allocation_id() -> AllocationID:
+    return AllocationID(_new())
+
+
+def new_attempt_id() -> ExecutionAttemptID:
+    return ExecutionAttemptID(_new())
+
+
+def new_resource_id() -> ResourceID:
+    return ResourceID(_new())
+
+
+def new_instance_id() -> InstanceID:
+    return InstanceID(_new())
+
+
+def new_vertex_id() -> JobVertexID:
+    return JobVertexID(_new())
+
+
+def new_dataset_id() -> IntermediateDataSetID:
+    return IntermediateDataSetID(_new())
+
+
+def new_slot_request_id() -> SlotRequestID:
+    return SlotRequestID(_new())
+
+
+def new_leader_session_id() -> LeaderSessionID:
+    return LeaderSessionID(_new())
+
+
+def short(identifier: str) -> str:
+    """The first 8 characters, for log lines and progress displays."""
+    return identifier[:8]
