@@ -1,0 +1,1 @@
+"""sparkmill's RPC over ZeroMQ: :mod:`.framing` (wire format), :mod:`.server`, :mod:`.client`."""

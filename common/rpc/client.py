@@ -1,0 +1,150 @@
+"""The RPC client: one ZeroMQ DEALER socket per target address, shared by every caller.
+
+A call sends ``[MAGIC, header, payload]`` and waits for the reply with the same request id, up
+to its timeout; a reply that arrives later is dropped. Errors come back as the typed exceptions
+of :mod:`common.errors`; a call that gets no answer in time raises
+:class:`~common.errors.DeadlineExceededError`, whose message names the method and the target.
+
+ZeroMQ reconnects by itself, so a client outlives restarts of its target; whether a target is
+*gone* is decided above this layer (heartbeats, consecutive failures), not here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+import zmq
+import zmq.asyncio
+from google.protobuf.message import Message
+
+from common.errors import DeadlineExceededError, ErrorCode, UnavailableError, error_from_code
+from common.rpc import framing
+from common.rpc.framing import FrameError, MethodSpec
+from sparkmill.v1 import envelope_pb2
+
+log = logging.getLogger(__name__)
+
+
+class RpcClient:
+    def __init__(
+        self,
+        address: str,
+        *,
+        caller: str = "",
+        max_message_bytes: int = framing.DEFAULT_MAX_MESSAGE_BYTES,
+        context: zmq.asyncio.Context | None = None,
+    ) -> None:
+        self.address = address
+        self.caller = caller
+        self._max_bytes = max_message_bytes
+        self._context = context or zmq.asyncio.Context.instance()
+        self._socket: zmq.asyncio.Socket | None = None
+        self._receiver: asyncio.Task[None] | None = None
+        self._pending: dict[int, asyncio.Future[tuple[envelope_pb2.ResponseHeader, bytes]]] = {}
+        self._ids = itertools.count(1)
+        self._closed = False
+
+    def _ensure_connected(self) -> zmq.asyncio.Socket:
+        if self._closed:
+            raise UnavailableError(f"RPC client for {self.address} is closed")
+        if self._socket is None:
+            sock = self._context.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RECONNECT_IVL, 100)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
+            sock.setsockopt(zmq.SNDHWM, 100_000)
+            sock.setsockopt(zmq.RCVHWM, 100_000)
+            sock.connect(self.address)
+            self._socket = sock
+            self._receiver = asyncio.create_task(self._receive_loop(sock))
+        return self._socket
+
+    async def call(
+        self,
+        service: str,
+        spec: MethodSpec,
+        request: Message,
+        *,
+        timeout: float,
+        fencing_token: str = "",
+    ) -> Message:
+        sock = self._ensure_connected()
+        request_id = next(self._ids)
+        header = envelope_pb2.RequestHeader(
+            request_id=request_id,
+            service=service,
+            method=spec.name,
+            timeout_ms=max(1, int(timeout * 1000)),
+            fencing_token=fencing_token,
+            caller=self.caller,
+        )
+        future: asyncio.Future[tuple[envelope_pb2.ResponseHeader, bytes]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._pending[request_id] = future
+        try:
+            await sock.send_multipart(framing.encode_request(header, request))
+            reply_header, payload = await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"{spec.name} to {self.address} got no reply within {timeout:g}s"
+            ) from None
+        finally:
+            self._pending.pop(request_id, None)
+        if int(reply_header.code) != ErrorCode.OK:
+            raise error_from_code(reply_header.code, reply_header.message, reply_header.details)
+        response: Message = spec.response_type()
+        response.ParseFromString(payload)
+        return response
+
+    async def _receive_loop(self, sock: zmq.asyncio.Socket) -> None:
+        while True:
+            try:
+                frames = await sock.recv_multipart()
+            except asyncio.CancelledError:
+                raise
+            except zmq.ZMQError:
+                return
+            try:
+                header, payload = framing.decode_response(list(frames), self._max_bytes)
+            except FrameError as exc:
+                log.warning("dropped a malformed reply from %s: %s", self.address, exc.reason)
+                continue
+            future = self._pending.get(header.request_id)
+            if future is not None and not future.done():
+                future.set_result((header, payload))
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._receiver is not None:
+            self._receiver.cancel()
+            await asyncio.gather(self._receiver, return_exceptions=True)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(UnavailableError(f"RPC client for {self.address} closed"))
+        if self._socket is not None:
+            self._socket.close(linger=0)
+            self._socket = None
+
+
+class RpcClientPool:
+    """One :class:`RpcClient` per address for a whole service process."""
+
+    def __init__(self, caller: str, **kwargs: Any) -> None:
+        self._caller = caller
+        self._kwargs = kwargs
+        self._clients: dict[str, RpcClient] = {}
+
+    def get(self, address: str) -> RpcClient:
+        client = self._clients.get(address)
+        if client is None:
+            client = RpcClient(address, caller=self._caller, **self._kwargs)
+            self._clients[address] = client
+        return client
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)

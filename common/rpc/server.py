@@ -1,0 +1,297 @@
+"""The RPC server: a ZeroMQ ROUTER socket served by the owning service's asyncio event loop.
+
+Each request is dispatched to the :class:`Servicer` registered for its service, by method name,
+using the :class:`~common.rpc.framing.MethodSpec` table generated from the proto descriptors.
+Before the handler runs, the server
+
+1. drops requests whose deadline already passed while they were queued (the caller gave up);
+2. for methods declared ``fenced`` checks the request's fencing token against the one the
+   servicer expects (its leader session id): a stale leader's message is refused with
+   ``FENCING_MISMATCH``, never obeyed.
+
+Handlers run as tasks on the event loop, so a slow handler does not stop others; they must not
+block (blocking work goes to an executor, see :mod:`common.actor`). A handler's
+:class:`~common.errors.RpcError` crosses the wire as its code; any other exception is a bug in
+the service and is answered with ``INTERNAL`` (and logged with its traceback).
+
+Malformed input never stops the server: it is counted, logged (rate-limited) and answered with
+``INVALID_ARGUMENT`` when a request id can be recovered, dropped otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import traceback
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NoReturn, Protocol
+
+import zmq
+import zmq.asyncio
+from google.protobuf.message import Message
+
+from common.errors import (
+    FencingMismatchError,
+    InternalError,
+    InvalidArgumentError,
+    RpcError,
+    UnimplementedError,
+)
+from common.rpc import framing
+from common.rpc.framing import FrameError, MethodSpec
+from sparkmill.v1 import envelope_pb2
+
+__all__ = ["CallContext", "MethodSpec", "RpcObserver", "RpcServer", "Servicer"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class CallContext:
+    """What a handler may want to know about the call besides the request itself."""
+
+    header: envelope_pb2.RequestHeader
+    received_at: float  # loop time
+    deadline: float  # loop time
+
+    @property
+    def caller(self) -> str:
+        return self.header.caller
+
+    @property
+    def fencing_token(self) -> str:
+        return self.header.fencing_token
+
+
+class RpcObserver(Protocol):
+    """Hook for metrics: called once per finished request and per malformed message."""
+
+    def on_request(self, service: str, method: str, code: str, seconds: float) -> None: ...
+
+    def on_malformed(self, reason: str) -> None: ...
+
+
+class _NullObserver:
+    def on_request(self, service: str, method: str, code: str, seconds: float) -> None:
+        pass
+
+    def on_malformed(self, reason: str) -> None:
+        pass
+
+
+class Servicer:
+    """Base of every generated ``XxxServicer``; services override the RPC methods."""
+
+    SERVICE: ClassVar[str] = ""
+    METHODS: ClassVar[dict[str, MethodSpec]] = {}
+
+    def expected_fencing_token(self, spec: MethodSpec, request: Any) -> str:
+        """The token a fenced request must carry (normally this leader's session id).
+
+        Raise :class:`~common.errors.NotLeaderError` when this process does not lead now.
+        """
+        raise InternalError(f"{type(self).__name__} serves fenced methods but defines no token")
+
+    async def _unimplemented(self, method: str) -> NoReturn:
+        raise UnimplementedError(f"{self.SERVICE}.{method} is not implemented by this service")
+
+
+@dataclass
+class ServerStats:
+    requests: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    malformed: Counter[str] = field(default_factory=Counter)
+    expired: int = 0
+
+
+class RpcServer:
+    def __init__(
+        self,
+        bind_address: str,
+        *,
+        name: str = "rpc",
+        max_message_bytes: int = framing.DEFAULT_MAX_MESSAGE_BYTES,
+        observer: RpcObserver | None = None,
+        context: zmq.asyncio.Context | None = None,
+    ) -> None:
+        self._bind_address = bind_address
+        self._name = name
+        self._max_bytes = max_message_bytes
+        self._observer: RpcObserver = observer or _NullObserver()
+        self._context = context or zmq.asyncio.Context.instance()
+        self._servicers: dict[str, Servicer] = {}
+        self._socket: zmq.asyncio.Socket | None = None
+        self._receiver: asyncio.Task[None] | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._last_malformed_log = 0.0
+        self.address = ""
+        self.stats = ServerStats()
+
+    def add_servicer(self, servicer: Servicer) -> None:
+        if servicer.SERVICE in self._servicers:
+            raise ValueError(f"a servicer for {servicer.SERVICE} is already registered")
+        self._servicers[servicer.SERVICE] = servicer
+
+    async def start(self) -> str:
+        """Bind and start serving; returns the bound address (resolving port 0)."""
+        sock = self._context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # replies to vanished peers are dropped
+        # A hard cap in libzmq as well, so a huge frame cannot exhaust memory before we look.
+        sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes + 1024 * 1024)
+        sock.setsockopt(zmq.RCVHWM, 100_000)
+        sock.setsockopt(zmq.SNDHWM, 100_000)
+        host, _, port = self._bind_address.rpartition(":")
+        if port in ("0", "*"):
+            bound = sock.bind_to_random_port(host)
+            self.address = f"{host}:{bound}"
+        else:
+            sock.bind(self._bind_address)
+            self.address = self._bind_address
+        self._socket = sock
+        self._receiver = asyncio.create_task(self._receive_loop(), name=f"{self._name}-rpc-recv")
+        log.info("%s serving %s on %s", self._name, sorted(self._servicers), self.address)
+        return self.address
+
+    async def stop(self) -> None:
+        if self._receiver is not None:
+            self._receiver.cancel()
+            await asyncio.gather(self._receiver, return_exceptions=True)
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._socket is not None:
+            self._socket.close(linger=0)
+            self._socket = None
+
+    async def _receive_loop(self) -> None:
+        assert self._socket is not None
+        while True:
+            try:
+                frames = await self._socket.recv_multipart(copy=True)
+            except asyncio.CancelledError:
+                raise
+            except zmq.ZMQError as exc:  # e.g. the socket was closed under us
+                log.warning("%s: receive failed: %s", self._name, exc)
+                await asyncio.sleep(0.01)
+                continue
+            if len(frames) < 2:
+                self._malformed("message without a peer identity")
+                continue
+            identity, body = frames[0], list(frames[1:])
+            try:
+                header, payload = framing.decode_request(body, self._max_bytes)
+            except FrameError as exc:
+                self._malformed(exc.reason)
+                if exc.request_id:
+                    await self._send(
+                        identity,
+                        framing.encode_error(exc.request_id, InvalidArgumentError(exc.reason)),
+                    )
+                continue
+            received_at = asyncio.get_running_loop().time()
+            task = asyncio.create_task(self._handle(identity, header, payload, received_at))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+
+    def _malformed(self, reason: str) -> None:
+        self.stats.malformed[reason.split(":")[0]] += 1
+        self._observer.on_malformed(reason)
+        now = time.monotonic()
+        if now - self._last_malformed_log > 5.0:  # rate-limited: garbage must not flood the log
+            self._last_malformed_log = now
+            total = sum(self.stats.malformed.values())
+            log.warning(
+                "%s: dropped a malformed message (%s); %d so far", self._name, reason, total
+            )
+
+    async def _handle(
+        self,
+        identity: bytes,
+        header: envelope_pb2.RequestHeader,
+        payload: bytes,
+        started: float,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        code = "OK"
+        reply: list[bytes] | None
+        try:
+            response = await self._dispatch(header, payload, started)
+            reply = None if header.one_way else framing.encode_response(header.request_id, response)
+        except _Expired:
+            self.stats.expired += 1
+            code, reply = "TIMEOUT", None
+        except RpcError as exc:
+            code = exc.code.name
+            reply = framing.encode_error(header.request_id, exc)
+        except FrameError as exc:
+            self._malformed(exc.reason)
+            code = "INVALID_ARGUMENT"
+            reply = framing.encode_error(header.request_id, InvalidArgumentError(exc.reason))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug in the handler: answer, log loudly, keep serving
+            log.exception(
+                "%s: %s.%s failed unexpectedly", self._name, header.service, header.method
+            )
+            code = "INTERNAL"
+            error = InternalError(
+                f"{header.method} failed inside {self._name}: {type(exc).__name__}: {exc}",
+                details=traceback.format_exc(),
+            )
+            reply = framing.encode_error(header.request_id, error)
+        self.stats.requests[header.method] += 1
+        if code != "OK":
+            self.stats.errors[f"{header.method}:{code}"] += 1
+        self._observer.on_request(header.service, header.method, code, loop.time() - started)
+        if reply is not None and not header.one_way:
+            await self._send(identity, reply)
+
+    async def _dispatch(
+        self, header: envelope_pb2.RequestHeader, payload: bytes, received_at: float
+    ) -> Message:
+        servicer = self._servicers.get(header.service)
+        if servicer is None:
+            raise UnimplementedError(f"{self._name} does not serve {header.service}")
+        spec = servicer.METHODS.get(header.method)
+        if spec is None:
+            raise UnimplementedError(f"{header.service} has no method {header.method!r}")
+        timeout = header.timeout_ms / 1000 if header.timeout_ms else spec.default_timeout_s
+        context = CallContext(header, received_at, received_at + timeout)
+        if asyncio.get_running_loop().time() > context.deadline:
+            raise _Expired  # the caller has given up already; doing the work would be wasted
+        request = framing.decode_payload(payload, spec.request_type, header.request_id)
+        if spec.fenced:
+            expected = servicer.expected_fencing_token(spec, request)
+            if header.fencing_token != expected:
+                raise FencingMismatchError(
+                    f"{header.method} refused: fencing token {header.fencing_token[:8] or '(none)'}"
+                    f" is not the current leader session {expected[:8] or '(none)'}"
+                    f" (caller: {header.caller or 'unknown'})"
+                )
+        handler: Callable[[Any, CallContext], Awaitable[Message]] = getattr(
+            servicer, spec.handler_name
+        )
+        response: Message = await handler(request, context)
+        expected_type: type[Message] = spec.response_type
+        if not isinstance(response, expected_type):
+            raise InternalError(
+                f"{header.method} returned {type(response).__name__}, "
+                f"expected {spec.response_type.DESCRIPTOR.full_name}"
+            )
+        return response
+
+    async def _send(self, identity: bytes, frames: list[bytes]) -> None:
+        if self._socket is None:
+            return
+        try:
+            await self._socket.send_multipart([identity, *frames])
+        except zmq.ZMQError as exc:
+            log.debug("%s: reply to a vanished peer dropped: %s", self._name, exc)
+
+
+class _Expired(Exception):
+    pass

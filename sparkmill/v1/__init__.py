@@ -1,0 +1,1 @@
+"""Generated protobuf messages and gateway stubs (scripts/gen_protos.py)."""

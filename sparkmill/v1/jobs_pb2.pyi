@@ -1,0 +1,88 @@
+from sparkmill.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class VertexDetails(_message.Message):
+    __slots__ = ("vertex_id", "name", "parallelism", "tasks_by_state")
+    class TasksByStateEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    VERTEX_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
+    TASKS_BY_STATE_FIELD_NUMBER: _ClassVar[int]
+    vertex_id: str
+    name: str
+    parallelism: int
+    tasks_by_state: _containers.ScalarMap[int, int]
+    def __init__(self, vertex_id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., tasks_by_state: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class TaskFailure(_message.Message):
+    __slots__ = ("timestamp", "vertex_name", "subtask_index", "attempt_number", "task_executor", "error")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    VERTEX_NAME_FIELD_NUMBER: _ClassVar[int]
+    SUBTASK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    TASK_EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    timestamp: float
+    vertex_name: str
+    subtask_index: int
+    attempt_number: int
+    task_executor: str
+    error: _common_pb2.ErrorInfo
+    def __init__(self, timestamp: _Optional[float] = ..., vertex_name: _Optional[str] = ..., subtask_index: _Optional[int] = ..., attempt_number: _Optional[int] = ..., task_executor: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ...) -> None: ...
+
+class JobDetails(_message.Message):
+    __slots__ = ("job_id", "name", "status", "submitted_at", "ended_at", "vertices", "failure", "job_master_address", "restarts", "exceptions")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    VERTICES_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    EXCEPTIONS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    status: _common_pb2.JobStatus
+    submitted_at: float
+    ended_at: float
+    vertices: _containers.RepeatedCompositeFieldContainer[VertexDetails]
+    failure: _common_pb2.ErrorInfo
+    job_master_address: str
+    restarts: int
+    exceptions: _containers.RepeatedCompositeFieldContainer[TaskFailure]
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., submitted_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., vertices: _Optional[_Iterable[_Union[VertexDetails, _Mapping]]] = ..., failure: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., job_master_address: _Optional[str] = ..., restarts: _Optional[int] = ..., exceptions: _Optional[_Iterable[_Union[TaskFailure, _Mapping]]] = ...) -> None: ...
+
+class JobResult(_message.Message):
+    __slots__ = ("job_id", "status", "failure", "details", "accumulators")
+    class AccumulatorsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    ACCUMULATORS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    status: _common_pb2.JobStatus
+    failure: _common_pb2.ErrorInfo
+    details: JobDetails
+    accumulators: _containers.ScalarMap[str, bytes]
+    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., failure: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., details: _Optional[_Union[JobDetails, _Mapping]] = ..., accumulators: _Optional[_Mapping[str, bytes]] = ...) -> None: ...

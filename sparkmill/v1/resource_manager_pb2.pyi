@@ -1,0 +1,153 @@
+from sparkmill.v1 import common_pb2 as _common_pb2
+from sparkmill.v1 import options_pb2 as _options_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RegisterTaskExecutorRequest(_message.Message):
+    __slots__ = ("resource_id", "address", "total_resources", "default_slot_profile", "number_slots", "info")
+    RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_SLOT_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    resource_id: str
+    address: str
+    total_resources: _common_pb2.ResourceProfile
+    default_slot_profile: _common_pb2.ResourceProfile
+    number_slots: int
+    info: _common_pb2.ServiceInfo
+    def __init__(self, resource_id: _Optional[str] = ..., address: _Optional[str] = ..., total_resources: _Optional[_Union[_common_pb2.ResourceProfile, _Mapping]] = ..., default_slot_profile: _Optional[_Union[_common_pb2.ResourceProfile, _Mapping]] = ..., number_slots: _Optional[int] = ..., info: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ...) -> None: ...
+
+class RegisterTaskExecutorResponse(_message.Message):
+    __slots__ = ("instance_id", "resource_manager_id", "heartbeat_interval_ms")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_MANAGER_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    resource_manager_id: str
+    heartbeat_interval_ms: int
+    def __init__(self, instance_id: _Optional[str] = ..., resource_manager_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class SendSlotReportRequest(_message.Message):
+    __slots__ = ("instance_id", "slot_report")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    SLOT_REPORT_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    slot_report: _common_pb2.SlotReport
+    def __init__(self, instance_id: _Optional[str] = ..., slot_report: _Optional[_Union[_common_pb2.SlotReport, _Mapping]] = ...) -> None: ...
+
+class NotifySlotAvailableRequest(_message.Message):
+    __slots__ = ("instance_id", "slot_index", "allocation_id")
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    SLOT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    instance_id: str
+    slot_index: int
+    allocation_id: str
+    def __init__(self, instance_id: _Optional[str] = ..., slot_index: _Optional[int] = ..., allocation_id: _Optional[str] = ...) -> None: ...
+
+class DisconnectTaskExecutorRequest(_message.Message):
+    __slots__ = ("resource_id", "cause")
+    RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    resource_id: str
+    cause: str
+    def __init__(self, resource_id: _Optional[str] = ..., cause: _Optional[str] = ...) -> None: ...
+
+class RegisterJobMasterRequest(_message.Message):
+    __slots__ = ("job_id", "job_master_address", "job_master_session_id", "job_master_resource_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_master_address: str
+    job_master_session_id: str
+    job_master_resource_id: str
+    def __init__(self, job_id: _Optional[str] = ..., job_master_address: _Optional[str] = ..., job_master_session_id: _Optional[str] = ..., job_master_resource_id: _Optional[str] = ...) -> None: ...
+
+class RegisterJobMasterResponse(_message.Message):
+    __slots__ = ("resource_manager_id", "heartbeat_interval_ms")
+    RESOURCE_MANAGER_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    resource_manager_id: str
+    heartbeat_interval_ms: int
+    def __init__(self, resource_manager_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+
+class DisconnectJobMasterRequest(_message.Message):
+    __slots__ = ("job_id", "job_master_session_id", "cause")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_master_session_id: str
+    cause: str
+    def __init__(self, job_id: _Optional[str] = ..., job_master_session_id: _Optional[str] = ..., cause: _Optional[str] = ...) -> None: ...
+
+class RequestSlotRequest(_message.Message):
+    __slots__ = ("job_id", "allocation_id", "resource_profile", "job_master_address")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    allocation_id: str
+    resource_profile: _common_pb2.ResourceProfile
+    job_master_address: str
+    def __init__(self, job_id: _Optional[str] = ..., allocation_id: _Optional[str] = ..., resource_profile: _Optional[_Union[_common_pb2.ResourceProfile, _Mapping]] = ..., job_master_address: _Optional[str] = ...) -> None: ...
+
+class CancelSlotRequestRequest(_message.Message):
+    __slots__ = ("allocation_id",)
+    ALLOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    allocation_id: str
+    def __init__(self, allocation_id: _Optional[str] = ...) -> None: ...
+
+class GetClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TaskExecutorStatus(_message.Message):
+    __slots__ = ("resource_id", "instance_id", "address", "total_resources", "slots", "info", "registered_at", "last_heartbeat_at")
+    RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_AT_FIELD_NUMBER: _ClassVar[int]
+    resource_id: str
+    instance_id: str
+    address: str
+    total_resources: _common_pb2.ResourceProfile
+    slots: _containers.RepeatedCompositeFieldContainer[_common_pb2.SlotStatus]
+    info: _common_pb2.ServiceInfo
+    registered_at: float
+    last_heartbeat_at: float
+    def __init__(self, resource_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., address: _Optional[str] = ..., total_resources: _Optional[_Union[_common_pb2.ResourceProfile, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[_common_pb2.SlotStatus, _Mapping]]] = ..., info: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., registered_at: _Optional[float] = ..., last_heartbeat_at: _Optional[float] = ...) -> None: ...
+
+class ClusterStatus(_message.Message):
+    __slots__ = ("resource_manager", "task_executors", "slots_total", "slots_free", "slots_allocated", "slots_pending", "pending_slot_requests", "registered_jobs")
+    RESOURCE_MANAGER_FIELD_NUMBER: _ClassVar[int]
+    TASK_EXECUTORS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FREE_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_PENDING_FIELD_NUMBER: _ClassVar[int]
+    PENDING_SLOT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    resource_manager: _common_pb2.ServiceInfo
+    task_executors: _containers.RepeatedCompositeFieldContainer[TaskExecutorStatus]
+    slots_total: int
+    slots_free: int
+    slots_allocated: int
+    slots_pending: int
+    pending_slot_requests: int
+    registered_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, resource_manager: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., task_executors: _Optional[_Iterable[_Union[TaskExecutorStatus, _Mapping]]] = ..., slots_total: _Optional[int] = ..., slots_free: _Optional[int] = ..., slots_allocated: _Optional[int] = ..., slots_pending: _Optional[int] = ..., pending_slot_requests: _Optional[int] = ..., registered_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
