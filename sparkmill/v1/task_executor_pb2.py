@@ -26,7 +26,7 @@ from sparkmill.v1 import common_pb2 as sparkmill_dot_v1_dot_common__pb2
 from sparkmill.v1 import options_pb2 as sparkmill_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n sparkmill/v1/task_executor.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\x1a\x1asparkmill/v1/options.proto\"\xcd\x01\n\x1eTaskExecutorRequestSlotRequest\x12\x12\n\nslot_index\x18\x01 \x01(\x05\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x15\n\rallocation_id\x18\x03 \x01(\t\x12\x37\n\x10resource_profile\x18\x04 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\x12\x1a\n\x12job_master_address\x18\x05 \x01(\t\x12\x1b\n\x13resource_manager_id\x18\x06 \x01(\t\"y\n\x0eInputPartition\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x18\n\x10partition_number\x18\x02 \x01(\x05\x12\x1b\n\x13producer_attempt_id\x18\x03 \x01(\t\x12\x1c\n\x14producer_resource_id\x18\x04 \x01(\t\"\xb8\x01\n\tInputGate\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x32\n\x07pattern\x18\x02 \x01(\x0e\x32!.sparkmill.v1.DistributionPattern\x12\x13\n\x0bpartitioner\x18\x03 \x01(\t\x12\x30\n\npartitions\x18\x04 \x03(\x0b\x32\x1c.sparkmill.v1.InputPartition\x12\x1c\n\x14producer_parallelism\x18\x05 \x01(\x05\"\xdd\x03\n\x18TaskDeploymentDescriptor\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x11\n\tvertex_id\x18\x03 \x01(\t\x12\x13\n\x0bvertex_name\x18\x04 \x01(\t\x12\x15\n\rsubtask_index\x18\x05 \x01(\x05\x12\x13\n\x0bparallelism\x18\x06 \x01(\x05\x12\x12\n\nattempt_id\x18\x07 \x01(\t\x12\x16\n\x0e\x61ttempt_number\x18\x08 \x01(\x05\x12\x15\n\rallocation_id\x18\t \x01(\t\x12,\n\x08operator\x18\n \x01(\x0b\x32\x1a.sparkmill.v1.OperatorSpec\x12\'\n\x06inputs\x18\x0b \x03(\x0b\x32\x17.sparkmill.v1.InputGate\x12\x1c\n\x14produced_dataset_ids\x18\x0c \x03(\t\x12\x16\n\x0evertex_version\x18\r \x01(\x05\x12I\n\njob_config\x18\x0e \x03(\x0b\x32\x35.sparkmill.v1.TaskDeploymentDescriptor.JobConfigEntry\x1a\x30\n\x0eJobConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"d\n\x11SubmitTaskRequest\x12\x33\n\x03tdd\x18\x01 \x01(\x0b\x32&.sparkmill.v1.TaskDeploymentDescriptor\x12\x1a\n\x12job_master_address\x18\x02 \x01(\t\"7\n\x11\x43\x61ncelTaskRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\"G\n\x0f\x46reeSlotRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rallocation_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\"D\n\x1fTaskExecutorJobHeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tsender_id\x18\x02 \x01(\t\"S\n\x13\x41llocatedSlotReport\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\x12\'\n\x05slots\x18\x02 \x03(\x0b\x32\x18.sparkmill.v1.SlotStatus\"K\n*DisconnectJobMasterFromTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x63\x61use\x18\x02 \x01(\t\"=\n,TaskExecutorDisconnectResourceManagerRequest\x12\r\n\x05\x63\x61use\x18\x01 \x01(\t2\xcb\x06\n\x13TaskExecutorGateway\x12V\n\x0bRequestSlot\x12,.sparkmill.v1.TaskExecutorRequestSlotRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12H\n\nSubmitTask\x12\x1f.sparkmill.v1.SubmitTaskRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12H\n\nCancelTask\x12\x1f.sparkmill.v1.CancelTaskRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12\x44\n\x08\x46reeSlot\x12\x1d.sparkmill.v1.FreeSlotRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12^\n\x1cHeartbeatFromResourceManager\x12\x1e.sparkmill.v1.HeartbeatRequest\x1a\x18.sparkmill.v1.SlotReport\"\x04\x88\xb5\x18\x01\x12p\n\x16HeartbeatFromJobMaster\x12-.sparkmill.v1.TaskExecutorJobHeartbeatRequest\x1a!.sparkmill.v1.AllocatedSlotReport\"\x04\x88\xb5\x18\x01\x12j\n\x13\x44isconnectJobMaster\x12\x38.sparkmill.v1.DisconnectJobMasterFromTaskExecutorRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12r\n\x19\x44isconnectResourceManager\x12:.sparkmill.v1.TaskExecutorDisconnectResourceManagerRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12P\n\x0eGetServiceInfo\x12#.sparkmill.v1.GetServiceInfoRequest\x1a\x19.sparkmill.v1.ServiceInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n sparkmill/v1/task_executor.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\x1a\x1asparkmill/v1/options.proto\"\xec\x01\n\x1eTaskExecutorRequestSlotRequest\x12\x12\n\nslot_index\x18\x01 \x01(\x05\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x15\n\rallocation_id\x18\x03 \x01(\t\x12\x37\n\x10resource_profile\x18\x04 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\x12\x1a\n\x12job_master_address\x18\x05 \x01(\t\x12\x1b\n\x13resource_manager_id\x18\x06 \x01(\t\x12\x1d\n\x15job_master_session_id\x18\x07 \x01(\t\"y\n\x0eInputPartition\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x18\n\x10partition_number\x18\x02 \x01(\x05\x12\x1b\n\x13producer_attempt_id\x18\x03 \x01(\t\x12\x1c\n\x14producer_resource_id\x18\x04 \x01(\t\"\xb8\x01\n\tInputGate\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x32\n\x07pattern\x18\x02 \x01(\x0e\x32!.sparkmill.v1.DistributionPattern\x12\x13\n\x0bpartitioner\x18\x03 \x01(\t\x12\x30\n\npartitions\x18\x04 \x03(\x0b\x32\x1c.sparkmill.v1.InputPartition\x12\x1c\n\x14producer_parallelism\x18\x05 \x01(\x05\"\xdd\x03\n\x18TaskDeploymentDescriptor\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x11\n\tvertex_id\x18\x03 \x01(\t\x12\x13\n\x0bvertex_name\x18\x04 \x01(\t\x12\x15\n\rsubtask_index\x18\x05 \x01(\x05\x12\x13\n\x0bparallelism\x18\x06 \x01(\x05\x12\x12\n\nattempt_id\x18\x07 \x01(\t\x12\x16\n\x0e\x61ttempt_number\x18\x08 \x01(\x05\x12\x15\n\rallocation_id\x18\t \x01(\t\x12,\n\x08operator\x18\n \x01(\x0b\x32\x1a.sparkmill.v1.OperatorSpec\x12\'\n\x06inputs\x18\x0b \x03(\x0b\x32\x17.sparkmill.v1.InputGate\x12\x1c\n\x14produced_dataset_ids\x18\x0c \x03(\t\x12\x16\n\x0evertex_version\x18\r \x01(\x05\x12I\n\njob_config\x18\x0e \x03(\x0b\x32\x35.sparkmill.v1.TaskDeploymentDescriptor.JobConfigEntry\x1a\x30\n\x0eJobConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"d\n\x11SubmitTaskRequest\x12\x33\n\x03tdd\x18\x01 \x01(\x0b\x32&.sparkmill.v1.TaskDeploymentDescriptor\x12\x1a\n\x12job_master_address\x18\x02 \x01(\t\"7\n\x11\x43\x61ncelTaskRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\"G\n\x0f\x46reeSlotRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rallocation_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\"D\n\x1fTaskExecutorJobHeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tsender_id\x18\x02 \x01(\t\"S\n\x13\x41llocatedSlotReport\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\x12\'\n\x05slots\x18\x02 \x03(\x0b\x32\x18.sparkmill.v1.SlotStatus\"K\n*DisconnectJobMasterFromTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x63\x61use\x18\x02 \x01(\t\"=\n,TaskExecutorDisconnectResourceManagerRequest\x12\r\n\x05\x63\x61use\x18\x01 \x01(\t2\xcb\x06\n\x13TaskExecutorGateway\x12V\n\x0bRequestSlot\x12,.sparkmill.v1.TaskExecutorRequestSlotRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12H\n\nSubmitTask\x12\x1f.sparkmill.v1.SubmitTaskRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12H\n\nCancelTask\x12\x1f.sparkmill.v1.CancelTaskRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12\x44\n\x08\x46reeSlot\x12\x1d.sparkmill.v1.FreeSlotRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12^\n\x1cHeartbeatFromResourceManager\x12\x1e.sparkmill.v1.HeartbeatRequest\x1a\x18.sparkmill.v1.SlotReport\"\x04\x88\xb5\x18\x01\x12p\n\x16HeartbeatFromJobMaster\x12-.sparkmill.v1.TaskExecutorJobHeartbeatRequest\x1a!.sparkmill.v1.AllocatedSlotReport\"\x04\x88\xb5\x18\x01\x12j\n\x13\x44isconnectJobMaster\x12\x38.sparkmill.v1.DisconnectJobMasterFromTaskExecutorRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12r\n\x19\x44isconnectResourceManager\x12:.sparkmill.v1.TaskExecutorDisconnectResourceManagerRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12P\n\x0eGetServiceInfo\x12#.sparkmill.v1.GetServiceInfoRequest\x1a\x19.sparkmill.v1.ServiceInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -52,29 +52,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKEXECUTORGATEWAY'].methods_by_name['DisconnectResourceManager']._loaded_options = None
   _globals['_TASKEXECUTORGATEWAY'].methods_by_name['DisconnectResourceManager']._serialized_options = b'\210\265\030\001'
   _globals['_TASKEXECUTORREQUESTSLOTREQUEST']._serialized_start=106
-  _globals['_TASKEXECUTORREQUESTSLOTREQUEST']._serialized_end=311
-  _globals['_INPUTPARTITION']._serialized_start=313
-  _globals['_INPUTPARTITION']._serialized_end=434
-  _globals['_INPUTGATE']._serialized_start=437
-  _globals['_INPUTGATE']._serialized_end=621
-  _globals['_TASKDEPLOYMENTDESCRIPTOR']._serialized_start=624
-  _globals['_TASKDEPLOYMENTDESCRIPTOR']._serialized_end=1101
-  _globals['_TASKDEPLOYMENTDESCRIPTOR_JOBCONFIGENTRY']._serialized_start=1053
-  _globals['_TASKDEPLOYMENTDESCRIPTOR_JOBCONFIGENTRY']._serialized_end=1101
-  _globals['_SUBMITTASKREQUEST']._serialized_start=1103
-  _globals['_SUBMITTASKREQUEST']._serialized_end=1203
-  _globals['_CANCELTASKREQUEST']._serialized_start=1205
-  _globals['_CANCELTASKREQUEST']._serialized_end=1260
-  _globals['_FREESLOTREQUEST']._serialized_start=1262
-  _globals['_FREESLOTREQUEST']._serialized_end=1333
-  _globals['_TASKEXECUTORJOBHEARTBEATREQUEST']._serialized_start=1335
-  _globals['_TASKEXECUTORJOBHEARTBEATREQUEST']._serialized_end=1403
-  _globals['_ALLOCATEDSLOTREPORT']._serialized_start=1405
-  _globals['_ALLOCATEDSLOTREPORT']._serialized_end=1488
-  _globals['_DISCONNECTJOBMASTERFROMTASKEXECUTORREQUEST']._serialized_start=1490
-  _globals['_DISCONNECTJOBMASTERFROMTASKEXECUTORREQUEST']._serialized_end=1565
-  _globals['_TASKEXECUTORDISCONNECTRESOURCEMANAGERREQUEST']._serialized_start=1567
-  _globals['_TASKEXECUTORDISCONNECTRESOURCEMANAGERREQUEST']._serialized_end=1628
-  _globals['_TASKEXECUTORGATEWAY']._serialized_start=1631
-  _globals['_TASKEXECUTORGATEWAY']._serialized_end=2474
+  _globals['_TASKEXECUTORREQUESTSLOTREQUEST']._serialized_end=342
+  _globals['_INPUTPARTITION']._serialized_start=344
+  _globals['_INPUTPARTITION']._serialized_end=465
+  _globals['_INPUTGATE']._serialized_start=468
+  _globals['_INPUTGATE']._serialized_end=652
+  _globals['_TASKDEPLOYMENTDESCRIPTOR']._serialized_start=655
+  _globals['_TASKDEPLOYMENTDESCRIPTOR']._serialized_end=1132
+  _globals['_TASKDEPLOYMENTDESCRIPTOR_JOBCONFIGENTRY']._serialized_start=1084
+  _globals['_TASKDEPLOYMENTDESCRIPTOR_JOBCONFIGENTRY']._serialized_end=1132
+  _globals['_SUBMITTASKREQUEST']._serialized_start=1134
+  _globals['_SUBMITTASKREQUEST']._serialized_end=1234
+  _globals['_CANCELTASKREQUEST']._serialized_start=1236
+  _globals['_CANCELTASKREQUEST']._serialized_end=1291
+  _globals['_FREESLOTREQUEST']._serialized_start=1293
+  _globals['_FREESLOTREQUEST']._serialized_end=1364
+  _globals['_TASKEXECUTORJOBHEARTBEATREQUEST']._serialized_start=1366
+  _globals['_TASKEXECUTORJOBHEARTBEATREQUEST']._serialized_end=1434
+  _globals['_ALLOCATEDSLOTREPORT']._serialized_start=1436
+  _globals['_ALLOCATEDSLOTREPORT']._serialized_end=1519
+  _globals['_DISCONNECTJOBMASTERFROMTASKEXECUTORREQUEST']._serialized_start=1521
+  _globals['_DISCONNECTJOBMASTERFROMTASKEXECUTORREQUEST']._serialized_end=1596
+  _globals['_TASKEXECUTORDISCONNECTRESOURCEMANAGERREQUEST']._serialized_start=1598
+  _globals['_TASKEXECUTORDISCONNECTRESOURCEMANAGERREQUEST']._serialized_end=1659
+  _globals['_TASKEXECUTORGATEWAY']._serialized_start=1662
+  _globals['_TASKEXECUTORGATEWAY']._serialized_end=2505
 # @@protoc_insertion_point(module_scope)

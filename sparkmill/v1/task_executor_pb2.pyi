@@ -9,20 +9,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TaskExecutorRequestSlotRequest(_message.Message):
-    __slots__ = ("slot_index", "job_id", "allocation_id", "resource_profile", "job_master_address", "resource_manager_id")
+    __slots__ = ("slot_index", "job_id", "allocation_id", "resource_profile", "job_master_address", "resource_manager_id", "job_master_session_id")
     SLOT_INDEX_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ALLOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_PROFILE_FIELD_NUMBER: _ClassVar[int]
     JOB_MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_MANAGER_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     slot_index: int
     job_id: str
     allocation_id: str
     resource_profile: _common_pb2.ResourceProfile
     job_master_address: str
     resource_manager_id: str
-    def __init__(self, slot_index: _Optional[int] = ..., job_id: _Optional[str] = ..., allocation_id: _Optional[str] = ..., resource_profile: _Optional[_Union[_common_pb2.ResourceProfile, _Mapping]] = ..., job_master_address: _Optional[str] = ..., resource_manager_id: _Optional[str] = ...) -> None: ...
+    job_master_session_id: str
+    def __init__(self, slot_index: _Optional[int] = ..., job_id: _Optional[str] = ..., allocation_id: _Optional[str] = ..., resource_profile: _Optional[_Union[_common_pb2.ResourceProfile, _Mapping]] = ..., job_master_address: _Optional[str] = ..., resource_manager_id: _Optional[str] = ..., job_master_session_id: _Optional[str] = ...) -> None: ...
 
 class InputPartition(_message.Message):
     __slots__ = ("dataset_id", "partition_number", "producer_attempt_id", "producer_resource_id")
