@@ -19,6 +19,14 @@ from common.ids import IntermediateDataSetID, JobID, JobVertexID
 from common.resources import UNKNOWN_PROFILE, ResourceProfile
 
 DEFAULT_MAX_PARALLELISM = 32768
+
+NOOP_OPERATOR_KIND = "noop"
+"""The built-in test operator (services/taskexecutor/operators.py)."""
+
+SPARK_OPERATOR_KIND = "spark"
+"""A chain of PySpark operators (the data plane)."""
+
+KNOWN_OPERATOR_KINDS = frozenset({NOOP_OPERATOR_KIND, SPARK_OPERATOR_KIND})
 DEFAULT_SLOT_SHARING_GROUP = "default"
 
 

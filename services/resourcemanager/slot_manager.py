@@ -46,23 +46,9 @@ from common.errors import (
 )
 from common.ids import AllocationID, InstanceID, JobID, ResourceID, short
 from common.resources import ResourceProfile
-from common.slots import SlotID, SlotReport, SlotStatus
+from common.slots import SlotID, SlotReport
 from common.state_machine import TransitionTable
 from common.timers import TimerService
-
-__all__ = [
-    "SLOT_STATE_TRANSITIONS",
-    "AllocationInfo",
-    "AllocationStatus",
-    "ResourceActions",
-    "SlotID",
-    "SlotInfo",
-    "SlotManager",
-    "SlotReport",
-    "SlotRequest",
-    "SlotState",
-    "SlotStatus",
-]
 
 log = logging.getLogger(__name__)
 
@@ -189,13 +175,12 @@ class SlotManager:
         spread_out: bool = True,
         allocation_timeout_s: float = 10.0,
     ) -> None:
-        for name, value in (
-            ("slot_request_timeout_s", slot_request_timeout_s),
-            ("task_manager_idle_timeout_s", task_manager_idle_timeout_s),
-            ("allocation_timeout_s", allocation_timeout_s),
-        ):
-            if value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+        timeouts = (slot_request_timeout_s, task_manager_idle_timeout_s, allocation_timeout_s)
+        if min(timeouts) <= 0:
+            raise ValueError(
+                "slot_request_timeout_s, task_manager_idle_timeout_s and allocation_timeout_s "
+                f"must be positive, got {timeouts}"
+            )
         self._timers = timer_service
         self._actions = actions
         self._request_timeout_s = slot_request_timeout_s
@@ -258,12 +243,7 @@ class SlotManager:
                 self._mark_reported_allocated(
                     te.slots[status.slot_index], status.allocation_id, status.job_id
                 )
-        log.info(
-            "registered task executor %s (%s) with %d slots",
-            short(instance_id),
-            short(resource_id),
-            len(te.slots),
-        )
+        log.info("registered task executor %s with %d slots", short(instance_id), len(te.slots))
         self._serve_waiting()
         return True
 
@@ -299,13 +279,7 @@ class SlotManager:
                 self._count_free_profile(slot.profile, -1)
             self._counts[slot.state] -= 1
             del self._slots[slot.slot_id]
-        log.info(
-            "unregistered task executor %s (%s): %d allocation(s) lost, %d retried",
-            short(instance_id),
-            cause,
-            len(lost),
-            len(retry),
-        )
+        log.info("unregistered task executor %s (%s)", short(instance_id), cause)
         for request in retry:
             self._retry(request, exclude=None)
         return lost
@@ -343,12 +317,7 @@ class SlotManager:
         entry = _Request(request, next(self._seq), self._timers.now() + self._request_timeout_s)
         self._requests[allocation_id] = entry
         if not self._try_place(entry, exclude=None):
-            log.info(
-                "slot request %s of job %s for %s waits for a slot",
-                short(allocation_id),
-                short(request.job_id),
-                request.resource_profile,
-            )
+            log.info("slot request %s waits for a slot", short(allocation_id))
             self._enqueue(entry)
         return True
 
@@ -454,27 +423,29 @@ class SlotManager:
     # ---------------------------------------------------------------- internals: matching
 
     def _find_slot(self, required: ResourceProfile, exclude: _Slot | None) -> _Slot | None:
-        """A free slot for ``required``: spread out, the least loaded task executor (earliest
-        registered on ties); packed, the earliest registered one. Within a task executor the
-        smallest fitting slot profile wins. O(distinct free profiles + task executors)."""
+        """A free slot for ``required``, preferring the smallest fitting slot profile. Spread
+        out: the least loaded task executor first, then the smaller slot; packed: the smaller
+        slot, then the earliest registered task executor. Ties go to registration order.
+        O(distinct free profiles + task executors)."""
         if self._counts[SlotState.FREE] == 0:
             return None
-        profiles = sorted(
-            (p for p in self._free_by_profile if p.is_matching(required)), key=_size
-        )
+        profiles = sorted((p for p in self._free_by_profile if p.is_matching(required)), key=_size)
         if not profiles:
             return None
         best: _Slot | None = None
-        best_load = 2.0
+        best_key: tuple[float, ...] = ()
         for te in self._tes.values():
             slot = te.first_free(profiles, exclude)
             if slot is None:
                 continue
-            if not self._spread_out:
-                return slot
-            load = te.used / len(te.slots)
-            if load < best_load:
-                best, best_load = slot, load
+            if self._spread_out:
+                key: tuple[float, ...] = (te.used / len(te.slots), *_size(slot.profile))
+            elif slot.profile == profiles[0]:
+                return slot  # cannot do better than the smallest fitting profile
+            else:
+                key = _size(slot.profile)
+            if best is None or key < best_key:
+                best, best_key = slot, key
         return best
 
     def _try_place(self, entry: _Request, exclude: _Slot | None) -> bool:
@@ -516,10 +487,8 @@ class SlotManager:
         request = entry.request
         if error is None:
             self._set_state(slot, SlotState.ALLOCATED)
+            self._absorb(request.allocation_id)
             self._assign(slot, request.allocation_id, request.job_id, request)
-            if entry.live:
-                entry.live = False
-                del self._requests[request.allocation_id]
             return
         log.info(
             "allocation %s on slot %s failed: %s", short(request.allocation_id), slot.slot_id, error
@@ -557,14 +526,17 @@ class SlotManager:
             self._set_state(slot, SlotState.ALLOCATED)
         else:
             self._unassign(slot)
+        self._assign(slot, allocation_id, job_id, self._absorb(allocation_id))
+
+    def _absorb(self, allocation_id: AllocationID) -> SlotRequest | None:
+        """A slot now holds ``allocation_id``: its live request (if any) is served."""
         entry = self._requests.pop(allocation_id, None)
-        origin = None
-        if entry is not None:
-            entry.live = False
-            origin = entry.request
-            if self._waiting.pop(allocation_id, None) is not None:
-                self._timers.cancel(self._key("request", allocation_id))
-        self._assign(slot, allocation_id, job_id, origin)
+        if entry is None:
+            return None
+        entry.live = False
+        if self._waiting.pop(allocation_id, None) is not None:
+            self._timers.cancel(self._key("request", allocation_id))
+        return entry.request
 
     # ---------------------------------------------------------------- internals: timeouts
 

@@ -68,12 +68,14 @@ class GetJobResultRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class RegisterJobMasterProcessRequest(_message.Message):
-    __slots__ = ("process_id", "address")
+    __slots__ = ("process_id", "address", "info")
     PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
     process_id: str
     address: str
-    def __init__(self, process_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
+    info: _common_pb2.ServiceInfo
+    def __init__(self, process_id: _Optional[str] = ..., address: _Optional[str] = ..., info: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ...) -> None: ...
 
 class RegisterJobMasterProcessResponse(_message.Message):
     __slots__ = ("dispatcher_id",)
@@ -94,3 +96,15 @@ class JobStatusReport(_message.Message):
     details: _jobs_pb2.JobDetails
     result: _jobs_pb2.JobResult
     def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., job_master_session_id: _Optional[str] = ..., details: _Optional[_Union[_jobs_pb2.JobDetails, _Mapping]] = ..., result: _Optional[_Union[_jobs_pb2.JobResult, _Mapping]] = ...) -> None: ...
+
+class GetClusterServicesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClusterServices(_message.Message):
+    __slots__ = ("dispatcher", "job_master_processes")
+    DISPATCHER_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    dispatcher: _common_pb2.ServiceInfo
+    job_master_processes: _containers.RepeatedCompositeFieldContainer[_common_pb2.ServiceInfo]
+    def __init__(self, dispatcher: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., job_master_processes: _Optional[_Iterable[_Union[_common_pb2.ServiceInfo, _Mapping]]] = ...) -> None: ...

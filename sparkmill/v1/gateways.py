@@ -27,6 +27,7 @@ DISPATCHERGATEWAY_METHODS: dict[str, MethodSpec] = {
     "GetJobResult": MethodSpec("GetJobResult", "get_job_result", dispatcher_pb2.GetJobResultRequest, jobs_pb2.JobResult, fenced=True, default_timeout_s=10.0),
     "RegisterJobMasterProcess": MethodSpec("RegisterJobMasterProcess", "register_job_master_process", dispatcher_pb2.RegisterJobMasterProcessRequest, dispatcher_pb2.RegisterJobMasterProcessResponse, fenced=True, default_timeout_s=10.0),
     "ReportJobStatus": MethodSpec("ReportJobStatus", "report_job_status", dispatcher_pb2.JobStatusReport, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
+    "GetClusterServices": MethodSpec("GetClusterServices", "get_cluster_services", dispatcher_pb2.GetClusterServicesRequest, dispatcher_pb2.ClusterServices, fenced=True, default_timeout_s=10.0),
     "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0),
 }
 
@@ -109,6 +110,14 @@ class DispatcherClient:
         reply = await self._call(spec, request, timeout, fencing_token)
         return cast(common_pb2.Empty, reply)
 
+    async def get_cluster_services(
+        self, request: dispatcher_pb2.GetClusterServicesRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> dispatcher_pb2.ClusterServices:
+        spec = self.METHODS["GetClusterServices"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(dispatcher_pb2.ClusterServices, reply)
+
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, *, timeout: float | None = None,
         fencing_token: str | None = None,
@@ -144,6 +153,9 @@ class DispatcherServicer(Servicer):
 
     async def report_job_status(self, request: dispatcher_pb2.JobStatusReport, context: CallContext) -> common_pb2.Empty:
         return await self._unimplemented("ReportJobStatus")
+
+    async def get_cluster_services(self, request: dispatcher_pb2.GetClusterServicesRequest, context: CallContext) -> dispatcher_pb2.ClusterServices:
+        return await self._unimplemented("GetClusterServices")
 
     async def get_service_info(self, request: common_pb2.GetServiceInfoRequest, context: CallContext) -> common_pb2.ServiceInfo:
         return await self._unimplemented("GetServiceInfo")

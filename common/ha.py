@@ -1,0 +1,63 @@
+"""High-availability services: where each role finds its leader (Flink's
+``HighAvailabilityServices``).
+
+With ``high-availability.mode: none`` (:class:`StandaloneHaServices`) the dispatcher and the
+resource manager are at the static addresses of the configuration and always lead with the
+fixed standalone session id; each JobMaster is its own job's leader with a session id of its own.
+The ZooKeeper form implements the same interface with elections and watches.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from common.ids import JobID, new_leader_session_id
+from common.leader import (
+    LeaderElectionService,
+    LeaderRetrievalService,
+    StandaloneLeaderElectionService,
+    StandaloneLeaderRetrievalService,
+)
+from common.settings import ClusterSettings
+
+
+class HighAvailabilityServices(abc.ABC):
+    @abc.abstractmethod
+    def dispatcher_election(self) -> LeaderElectionService: ...
+
+    @abc.abstractmethod
+    def resource_manager_election(self) -> LeaderElectionService: ...
+
+    @abc.abstractmethod
+    def job_master_election(self, job_id: JobID) -> LeaderElectionService: ...
+
+    @abc.abstractmethod
+    def dispatcher_retrieval(self) -> LeaderRetrievalService: ...
+
+    @abc.abstractmethod
+    def resource_manager_retrieval(self) -> LeaderRetrievalService: ...
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Release connections (ZooKeeper sessions); the standalone form has none."""
+
+
+class StandaloneHaServices(HighAvailabilityServices):
+    def __init__(self, settings: ClusterSettings) -> None:
+        self._settings = settings
+
+    def dispatcher_election(self) -> LeaderElectionService:
+        return StandaloneLeaderElectionService()
+
+    def resource_manager_election(self) -> LeaderElectionService:
+        return StandaloneLeaderElectionService()
+
+    def job_master_election(self, job_id: JobID) -> LeaderElectionService:
+        # Each JobMaster gets a fresh session id, so a TaskExecutor or RM still holding the id
+        # of an earlier JobMaster of the same job is refused by fencing.
+        return StandaloneLeaderElectionService(new_leader_session_id())
+
+    def dispatcher_retrieval(self) -> LeaderRetrievalService:
+        return StandaloneLeaderRetrievalService(self._settings.dispatcher_address)
+
+    def resource_manager_retrieval(self) -> LeaderRetrievalService:
+        return StandaloneLeaderRetrievalService(self._settings.resource_manager_address)

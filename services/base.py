@@ -1,0 +1,40 @@
+"""Pieces every service process shares: its identity card and fencing helpers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+from common.errors import NotLeaderError
+from sparkmill.v1 import common_pb2
+
+
+@dataclass
+class ServiceIdentity:
+    role: str
+    id: str
+    address: str = ""
+    metrics_url: str = ""
+    started_at: float = field(default_factory=time.time)
+
+    def info(self, *, is_leader: bool = False, session_id: str = "") -> common_pb2.ServiceInfo:
+        return common_pb2.ServiceInfo(
+            role=self.role,
+            id=self.id,
+            address=self.address,
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+            is_leader=is_leader,
+            leader_session_id=session_id,
+            metrics_url=self.metrics_url,
+            started_at=self.started_at,
+        )
+
+
+def require_leader(session_id: str | None, role: str) -> str:
+    """The fencing token of a leader, or NOT_LEADER when this process does not lead now."""
+    if session_id is None:
+        raise NotLeaderError(f"this {role} is not the leader (it is a standby or lost leadership)")
+    return session_id

@@ -1,0 +1,516 @@
+"""The resource manager service: the cluster's slot broker (Flink's ``ResourceManager``).
+
+It serves :class:`ResourceManagerGateway` while it leads. Task executors register (with
+retries) and report their slots; JobMasters register and request slots. The bookkeeping is the
+:class:`~services.resourcemanager.slot_manager.SlotManager`; this class is its I/O: it asks task
+executors for slots (``TaskExecutor.RequestSlot``), tells JobMasters when a request failed, and
+runs heartbeats to every task executor and JobMaster. A heartbeat reply carries the task
+executor's slot report, from which the SlotManager reconciles its view.
+
+All state is owned by the service's event loop; RPC results come back to it as coroutines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+from common.actor import ServiceRuntime
+from common.errors import FailedPreconditionError, NotFoundError, RpcError
+from common.heartbeat import HeartbeatManager, TimeoutListener
+from common.ids import AllocationID, InstanceID, JobID, ResourceID, new_instance_id, short
+from common.leader import LeaderElectionService
+from common.proto_convert import (
+    error_to_proto,
+    profile_from_proto,
+    profile_to_proto,
+    slot_report_from_proto,
+    slot_status_to_proto,
+)
+from common.rpc.client import RpcClientPool
+from common.rpc.server import CallContext, MethodSpec
+from common.settings import ClusterSettings
+from common.slots import SlotID, SlotStatus
+from common.timers import AsyncioTimerService
+from services.base import ServiceIdentity, require_leader
+from services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
+from sparkmill.v1 import (
+    common_pb2,
+    job_master_pb2,
+    resource_manager_pb2,
+    task_executor_pb2,
+)
+from sparkmill.v1.gateways import (
+    JobMasterClient,
+    ResourceManagerServicer,
+    TaskExecutorClient,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _TaskExecutorRecord:
+    resource_id: ResourceID
+    instance_id: InstanceID
+    address: str
+    client: TaskExecutorClient
+    request: resource_manager_pb2.RegisterTaskExecutorRequest
+    registered_at: float = field(default_factory=time.time)
+    slot_manager_registered: bool = False
+
+
+@dataclass
+class _JobMasterRecord:
+    job_id: JobID
+    address: str
+    session_id: str
+    client: JobMasterClient
+
+
+class ResourceManager(ResourceManagerServicer):
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        runtime: ServiceRuntime,
+        election: LeaderElectionService,
+        clients: RpcClientPool,
+        identity: ServiceIdentity,
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.election = election
+        self.clients = clients
+        self.identity = identity
+        self.session_id: str | None = None
+        self.task_executors: dict[ResourceID, _TaskExecutorRecord] = {}
+        self._by_instance: dict[InstanceID, ResourceID] = {}
+        self.job_masters: dict[JobID, _JobMasterRecord] = {}
+        self.slot_manager: SlotManager | None = None
+        self._timers: AsyncioTimerService | None = None
+        self.te_heartbeats = self._heartbeats("rm->te", self._on_task_executor_timeout)
+        self.jm_heartbeats = self._heartbeats("rm->jm", self._on_job_master_timeout)
+
+    def _heartbeats(self, name: str, on_timeout: TimeoutListener) -> HeartbeatManager:
+        return HeartbeatManager(
+            name,
+            interval_s=self.settings.heartbeat_interval_s,
+            timeout_s=self.settings.heartbeat_timeout_s,
+            rpc_failure_threshold=self.settings.heartbeat_rpc_failure_threshold,
+            on_timeout=on_timeout,
+        )
+
+    # -- lifecycle and leadership ----------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._timers = AsyncioTimerService()
+        self.te_heartbeats.start()
+        self.jm_heartbeats.start()
+        await self.election.start(self)
+
+    async def stop(self) -> None:
+        await self.election.stop()
+        await self.te_heartbeats.stop()
+        await self.jm_heartbeats.stop()
+        if self._timers is not None:
+            self._timers.cancel_all()
+
+    async def grant_leadership(self, session_id: str) -> None:
+        assert self._timers is not None
+        self.slot_manager = SlotManager(
+            self._timers,
+            self,
+            slot_request_timeout_s=self.settings.slot_request_timeout_s,
+            task_manager_idle_timeout_s=self.settings.task_manager_idle_timeout_s,
+            spread_out=self.settings.evenly_spread_out_slots,
+            allocation_timeout_s=self.settings.rpc_timeout_s,
+        )
+        self.session_id = session_id
+        log.info(
+            "resource manager %s leads with session %s", short(self.identity.id), short(session_id)
+        )
+        await self.election.confirm_leadership(session_id, self.identity.address)
+
+    async def revoke_leadership(self) -> None:
+        log.warning("resource manager %s lost leadership", short(self.identity.id))
+        self.session_id = None
+        if self.slot_manager is not None:
+            self.slot_manager.suspend()
+        self.slot_manager = None
+        for resource_id in list(self.task_executors):
+            self._close_task_executor(
+                resource_id, "the resource manager lost leadership", notify=False
+            )
+        for job_id in list(self.job_masters):
+            self._close_job_master(job_id, "the resource manager lost leadership")
+
+    def expected_fencing_token(self, spec: MethodSpec, request: object) -> str:
+        return require_leader(self.session_id, "resource manager")
+
+    def _slots(self) -> SlotManager:
+        if self.slot_manager is None:
+            require_leader(None, "resource manager")
+        assert self.slot_manager is not None
+        return self.slot_manager
+
+    # -- task executors --------------------------------------------------------------------------
+
+    async def register_task_executor(
+        self, request: resource_manager_pb2.RegisterTaskExecutorRequest, context: CallContext
+    ) -> resource_manager_pb2.RegisterTaskExecutorResponse:
+        self._slots()
+        resource_id = ResourceID(request.resource_id)
+        if resource_id in self.task_executors:
+            # A re-registration (e.g. it restarted, or missed our heartbeats): the old
+            # registration's slots are gone; its slot report will rebuild the new one.
+            self._close_task_executor(
+                resource_id, "the task executor registered again", notify=False
+            )
+        instance_id = new_instance_id()
+        client = TaskExecutorClient(
+            self.clients.get(request.address), fencing_token=self.session_id or ""
+        )
+        self.task_executors[resource_id] = _TaskExecutorRecord(
+            resource_id, instance_id, request.address, client, request
+        )
+        self._by_instance[instance_id] = resource_id
+        self.te_heartbeats.monitor(resource_id, lambda: self._heartbeat_task_executor(resource_id))
+        log.info(
+            "task executor %s registered from %s with %d slots (instance %s)",
+            short(resource_id),
+            request.address,
+            request.number_slots,
+            short(instance_id),
+        )
+        return resource_manager_pb2.RegisterTaskExecutorResponse(
+            instance_id=instance_id,
+            resource_manager_id=self.identity.id,
+            heartbeat_interval_ms=int(self.settings.heartbeat_interval_s * 1000),
+        )
+
+    async def send_slot_report(
+        self, request: resource_manager_pb2.SendSlotReportRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        record = self._task_executor_by_instance(InstanceID(request.instance_id))
+        self._apply_slot_report(record, request.slot_report)
+        return common_pb2.Empty()
+
+    def _apply_slot_report(
+        self, record: _TaskExecutorRecord, message: common_pb2.SlotReport
+    ) -> None:
+        slots = self._slots()
+        report = slot_report_from_proto(message)
+        if not record.slot_manager_registered:
+            slots.register_task_executor(
+                record.instance_id,
+                record.resource_id,
+                report,
+                profile_from_proto(record.request.total_resources),
+                profile_from_proto(record.request.default_slot_profile),
+            )
+            record.slot_manager_registered = True
+        else:
+            slots.report_slot_status(record.instance_id, report)
+
+    def _task_executor_by_instance(self, instance_id: InstanceID) -> _TaskExecutorRecord:
+        resource_id = self._by_instance.get(instance_id)
+        if resource_id is None:
+            raise NotFoundError(
+                f"task executor instance {short(instance_id)} is not registered "
+                f"(it must register again)"
+            )
+        return self.task_executors[resource_id]
+
+    async def notify_slot_available(
+        self, request: resource_manager_pb2.NotifySlotAvailableRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        record = self._task_executor_by_instance(InstanceID(request.instance_id))
+        self._slots().free_slot(
+            SlotID(record.resource_id, request.slot_index), AllocationID(request.allocation_id)
+        )
+        return common_pb2.Empty()
+
+    async def disconnect_task_executor(
+        self, request: resource_manager_pb2.DisconnectTaskExecutorRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        self._close_task_executor(
+            ResourceID(request.resource_id),
+            f"the task executor disconnected: {request.cause}",
+            notify=False,
+        )
+        return common_pb2.Empty()
+
+    async def _heartbeat_task_executor(self, resource_id: ResourceID) -> None:
+        record = self.task_executors.get(resource_id)
+        if record is None:
+            return
+        report = await record.client.heartbeat_from_resource_manager(
+            common_pb2.HeartbeatRequest(sender_id=self.identity.id),
+            timeout=self.settings.heartbeat_interval_s,
+        )
+        current = self.task_executors.get(resource_id)
+        if current is record and record.slot_manager_registered and self.slot_manager:
+            self._apply_slot_report(record, report)
+
+    def _on_task_executor_timeout(self, resource_id: str, reason: str) -> None:
+        self._close_task_executor(
+            ResourceID(resource_id), f"heartbeat timeout: {reason}", notify=True
+        )
+
+    def _close_task_executor(self, resource_id: ResourceID, cause: str, *, notify: bool) -> None:
+        record = self.task_executors.pop(resource_id, None)
+        if record is None:
+            return
+        self._by_instance.pop(record.instance_id, None)
+        self.te_heartbeats.unmonitor(resource_id)
+        lost: list[SlotRequest] = []
+        if record.slot_manager_registered and self.slot_manager is not None:
+            lost = self.slot_manager.unregister_task_executor(record.instance_id, cause)
+        log.warning(
+            "task executor %s removed: %s (%d allocations lost)",
+            short(resource_id),
+            cause,
+            len(lost),
+        )
+        # Tell each affected JobMaster at once instead of waiting for its own heartbeat timeout.
+        for job_id in {r.job_id for r in lost}:
+            jm = self.job_masters.get(job_id)
+            if jm is not None:
+                self.runtime.spawn(
+                    self._tell_job_master_te_lost(jm, resource_id, cause), "jm-te-lost"
+                )
+        if notify:
+            self.runtime.spawn(self._tell_task_executor_disconnect(record, cause), "te-disconnect")
+
+    async def _tell_job_master_te_lost(
+        self, jm: _JobMasterRecord, resource_id: ResourceID, cause: str
+    ) -> None:
+        try:
+            await jm.client.disconnect_task_executor(
+                job_master_pb2.JobMasterDisconnectTaskExecutorRequest(
+                    job_id=jm.job_id, resource_id=resource_id, cause=cause
+                ),
+                fencing_token=jm.session_id,
+            )
+        except RpcError as exc:
+            log.info(
+                "could not tell the JobMaster of %s about %s: %s",
+                short(jm.job_id),
+                short(resource_id),
+                exc,
+            )
+
+    async def _tell_task_executor_disconnect(self, record: _TaskExecutorRecord, cause: str) -> None:
+        # It is probably dead; if not, it re-registers when it notices our silence.
+        with contextlib.suppress(RpcError):
+            await record.client.disconnect_resource_manager(
+                task_executor_pb2.TaskExecutorDisconnectResourceManagerRequest(cause=cause),
+                timeout=2.0,
+            )
+
+    # -- job masters -----------------------------------------------------------------------------
+
+    async def register_job_master(
+        self, request: resource_manager_pb2.RegisterJobMasterRequest, context: CallContext
+    ) -> resource_manager_pb2.RegisterJobMasterResponse:
+        self._slots()
+        job_id = JobID(request.job_id)
+        old = self.job_masters.get(job_id)
+        if old is not None and old.session_id != request.job_master_session_id:
+            self._close_job_master(job_id, "a new JobMaster registered for the job")
+        client = JobMasterClient(self.clients.get(request.job_master_address))
+        self.job_masters[job_id] = _JobMasterRecord(
+            job_id, request.job_master_address, request.job_master_session_id, client
+        )
+        self.jm_heartbeats.monitor(job_id, lambda: self._heartbeat_job_master(job_id))
+        log.info(
+            "JobMaster of job %s registered from %s", short(job_id), request.job_master_address
+        )
+        return resource_manager_pb2.RegisterJobMasterResponse(
+            resource_manager_id=self.identity.id,
+            heartbeat_interval_ms=int(self.settings.heartbeat_interval_s * 1000),
+        )
+
+    async def disconnect_job_master(
+        self, request: resource_manager_pb2.DisconnectJobMasterRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        record = self.job_masters.get(JobID(request.job_id))
+        if record is not None and record.session_id == request.job_master_session_id:
+            self._close_job_master(record.job_id, request.cause or "the JobMaster disconnected")
+        return common_pb2.Empty()
+
+    async def _heartbeat_job_master(self, job_id: JobID) -> None:
+        record = self.job_masters.get(job_id)
+        if record is None:
+            return
+        await record.client.heartbeat_from_resource_manager(
+            job_master_pb2.JobMasterHeartbeatRequest(job_id=job_id, sender_id=self.identity.id),
+            timeout=self.settings.heartbeat_interval_s,
+            fencing_token=record.session_id,
+        )
+
+    def _on_job_master_timeout(self, job_id: str, reason: str) -> None:
+        self._close_job_master(JobID(job_id), f"heartbeat timeout: {reason}")
+
+    def _close_job_master(self, job_id: JobID, cause: str) -> None:
+        record = self.job_masters.pop(job_id, None)
+        if record is None:
+            return
+        self.jm_heartbeats.unmonitor(job_id)
+        if self.slot_manager is not None:
+            for request in self.slot_manager.pending_requests():
+                if request.job_id == job_id:
+                    self.slot_manager.unregister_slot_request(request.allocation_id)
+        log.info("JobMaster of job %s closed: %s", short(job_id), cause)
+
+    # -- slot requests ---------------------------------------------------------------------------
+
+    async def request_slot(
+        self, request: resource_manager_pb2.RequestSlotRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        slots = self._slots()
+        job_id = JobID(request.job_id)
+        if job_id not in self.job_masters:
+            raise FailedPreconditionError(
+                f"slot request {short(request.allocation_id)} refused: no JobMaster of job "
+                f"{short(job_id)} is registered (register first)"
+            )
+        slots.register_slot_request(
+            SlotRequest(
+                job_id=job_id,
+                allocation_id=AllocationID(request.allocation_id),
+                resource_profile=profile_from_proto(request.resource_profile),
+                job_master_address=request.job_master_address,
+            )
+        )
+        return common_pb2.Empty()
+
+    async def cancel_slot_request(
+        self, request: resource_manager_pb2.CancelSlotRequestRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        self._slots().unregister_slot_request(AllocationID(request.allocation_id))
+        return common_pb2.Empty()
+
+    # ResourceActions (called by the SlotManager, on the loop) ------------------------------------
+
+    def allocate_slot(self, instance_id: InstanceID, slot_id: SlotID, request: SlotRequest) -> None:
+        self.runtime.spawn(self._allocate_slot(instance_id, slot_id, request), "allocate-slot")
+
+    async def _allocate_slot(
+        self, instance_id: InstanceID, slot_id: SlotID, request: SlotRequest
+    ) -> None:
+        error: RpcError | None = None
+        resource_id = self._by_instance.get(instance_id)
+        jm = self.job_masters.get(request.job_id)
+        if resource_id is None:
+            error = NotFoundError(f"task executor instance {short(instance_id)} is gone")
+        elif jm is None:
+            error = FailedPreconditionError(f"the JobMaster of {short(request.job_id)} is gone")
+        else:
+            record = self.task_executors[resource_id]
+            try:
+                await record.client.request_slot(
+                    task_executor_pb2.TaskExecutorRequestSlotRequest(
+                        slot_index=slot_id.slot_index,
+                        job_id=request.job_id,
+                        allocation_id=request.allocation_id,
+                        resource_profile=profile_to_proto(request.resource_profile),
+                        job_master_address=jm.address,
+                        resource_manager_id=self.identity.id,
+                        job_master_session_id=jm.session_id,
+                    ),
+                    timeout=self.settings.rpc_timeout_s,
+                )
+            except RpcError as exc:
+                error = exc
+                log.info(
+                    "task executor %s refused slot %s for %s: %s",
+                    short(resource_id),
+                    slot_id,
+                    short(request.allocation_id),
+                    exc,
+                )
+        if self.slot_manager is not None:
+            self.slot_manager.on_allocation_result(request.allocation_id, slot_id, error)
+
+    def notify_allocation_failure(
+        self, job_id: JobID, allocation_id: AllocationID, cause: RpcError
+    ) -> None:
+        jm = self.job_masters.get(job_id)
+        if jm is None:
+            return
+        self.runtime.spawn(
+            self._notify_allocation_failure(jm, allocation_id, cause), "allocation-failure"
+        )
+
+    async def _notify_allocation_failure(
+        self, jm: _JobMasterRecord, allocation_id: AllocationID, cause: RpcError
+    ) -> None:
+        try:
+            await jm.client.notify_slot_allocation_failure(
+                job_master_pb2.NotifySlotAllocationFailureRequest(
+                    job_id=jm.job_id, allocation_id=allocation_id, error=error_to_proto(cause)
+                ),
+                fencing_token=jm.session_id,
+            )
+        except RpcError as exc:
+            log.info(
+                "could not report failed allocation %s to job %s: %s",
+                short(allocation_id),
+                short(jm.job_id),
+                exc,
+            )
+
+    def notify_idle_task_executor(self, instance_id: InstanceID) -> None:
+        resource_id = self._by_instance.get(instance_id)
+        if resource_id is not None:
+            # Standalone clusters keep idle task executors: there is nobody to start new ones.
+            log.debug("task executor %s is idle", short(resource_id))
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    async def get_cluster_status(
+        self, request: resource_manager_pb2.GetClusterStatusRequest, context: CallContext
+    ) -> resource_manager_pb2.ClusterStatus:
+        slots = self._slots()
+        status = resource_manager_pb2.ClusterStatus(
+            resource_manager=self.identity.info(is_leader=True, session_id=self.session_id or ""),
+            registered_jobs=sorted(self.job_masters),
+            pending_slot_requests=slots.number_pending_requests(),
+        )
+        counts = slots.slot_counts()
+        status.slots_free = counts.get(SlotState.FREE, 0)
+        status.slots_pending = counts.get(SlotState.PENDING, 0)
+        status.slots_allocated = counts.get(SlotState.ALLOCATED, 0)
+        status.slots_total = status.slots_free + status.slots_pending + status.slots_allocated
+        for record in self.task_executors.values():
+            te = status.task_executors.add(
+                resource_id=record.resource_id,
+                instance_id=record.instance_id,
+                address=record.address,
+                total_resources=record.request.total_resources,
+                info=record.request.info,
+                registered_at=record.registered_at,
+            )
+            if record.slot_manager_registered:
+                for info in slots.task_executor_slots(record.instance_id):
+                    te.slots.append(
+                        slot_status_to_proto(
+                            SlotStatus(
+                                info.slot_id.slot_index,
+                                info.resource_profile,
+                                info.allocation_id,
+                                info.job_id,
+                            )
+                        )
+                    )
+        return status
+
+    async def get_service_info(
+        self, request: common_pb2.GetServiceInfoRequest, context: CallContext
+    ) -> common_pb2.ServiceInfo:
+        return self.identity.info(
+            is_leader=self.session_id is not None, session_id=self.session_id or ""
+        )

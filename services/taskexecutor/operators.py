@@ -1,0 +1,116 @@
+"""What a task runs: operator kinds and their invokables (Flink's ``AbstractInvokable``).
+
+A vertex's :class:`~common.jobgraph.OperatorSpec` names a ``kind`` and carries an opaque
+``payload``. The task executor looks the kind up in :data:`OPERATOR_KINDS` and runs the
+invokable's :meth:`Invokable.invoke` on the task's own thread, never on the event loop.
+
+Built in:
+
+* ``noop`` - the **test operator** (like Flink's ``NoOpInvokable``): optionally sleeps, and can
+  fail its first N attempts. Used by tests and benchmarks to exercise the control plane alone.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from common.jobgraph import NOOP_OPERATOR_KIND
+
+NOOP_KIND = NOOP_OPERATOR_KIND
+
+
+@dataclass(slots=True)
+class TaskContext:
+    """What an invokable knows about the attempt it runs."""
+
+    job_id: str
+    job_name: str
+    vertex_id: str
+    vertex_name: str
+    subtask_index: int
+    parallelism: int
+    attempt_id: str
+    attempt_number: int
+    payload: bytes
+    job_config: dict[str, str] = field(default_factory=dict)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(slots=True)
+class TaskOutcome:
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    accumulator: bytes = b""
+
+
+class Invokable(Protocol):
+    def invoke(self, context: TaskContext) -> TaskOutcome:
+        """Run the task to completion on the calling (task) thread; raise to fail it."""
+        ...
+
+    def cancel(self) -> None:
+        """Called from another thread: make :meth:`invoke` return or raise soon."""
+        ...
+
+
+class TaskCancelledError(Exception):
+    """Raised inside a task thread when it notices it was cancelled."""
+
+
+class TestOperatorFailure(Exception):
+    """The deliberate failure of a ``noop`` test operator configured with ``fail_attempts``."""
+
+
+class NoOpInvokable:
+    """Sleeps ``sleep_s`` (interruptibly) and fails its first ``fail_attempts`` attempts."""
+
+    def __init__(self) -> None:
+        self._cancel = threading.Event()
+
+    def invoke(self, context: TaskContext) -> TaskOutcome:
+        options = decode_noop_payload(context.payload)
+        if context.attempt_number < options.fail_attempts:
+            raise TestOperatorFailure(
+                f"test operator '{context.vertex_name}' subtask {context.subtask_index} fails "
+                f"attempt {context.attempt_number} as configured "
+                f"(fail_attempts={options.fail_attempts})"
+            )
+        if options.sleep_s > 0 and (
+            self._cancel.wait(options.sleep_s) or context.cancelled.is_set()
+        ):
+            raise TaskCancelledError("cancelled while sleeping")
+        return TaskOutcome(records_in=0, records_out=0)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+
+@dataclass(frozen=True, slots=True)
+class NoOpOptions:
+    sleep_s: float = 0.0
+    fail_attempts: int = 0
+
+
+def encode_noop_payload(options: NoOpOptions) -> bytes:
+    return json.dumps({"sleep_s": options.sleep_s, "fail_attempts": options.fail_attempts}).encode()
+
+
+def decode_noop_payload(payload: bytes) -> NoOpOptions:
+    if not payload:
+        return NoOpOptions()
+    raw = json.loads(payload)
+    return NoOpOptions(float(raw.get("sleep_s", 0.0)), int(raw.get("fail_attempts", 0)))
+
+
+OPERATOR_KINDS: dict[str, Callable[[], Invokable]] = {NOOP_KIND: NoOpInvokable}
+"""Operator kind → factory of a fresh invokable per attempt. The data plane registers more."""
+
+
+def known_operator_kinds() -> frozenset[str]:
+    return frozenset(OPERATOR_KINDS)

@@ -1,0 +1,180 @@
+"""One execution attempt of one subtask on a task executor (Flink's ``Task``).
+
+The task's work runs on its own thread; its *state* belongs to the task executor's event loop.
+The thread never touches state: it posts each transition to the loop
+(``loop.call_soon_threadsafe``), where :meth:`Task._apply` checks it against the execution state
+table and hands it to the task executor, which records it and reports it to the JobMaster.
+
+Lifecycle: DEPLOYING (on submission) → INITIALIZING → RUNNING → FINISHED | FAILED | CANCELED.
+``cancel()`` and ``fail_externally()`` may come at any point; the thread notices and the attempt
+ends CANCELED (cancel) or FAILED with the external cause (e.g. its slot was freed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from common.errors import ErrorCode
+from common.ids import AllocationID, ExecutionAttemptID, JobID
+from services.jobmaster.states import EXECUTION_TRANSITIONS, ExecutionState
+from services.taskexecutor.operators import (
+    Invokable,
+    TaskCancelledError,
+    TaskContext,
+    TaskOutcome,
+)
+from sparkmill.v1 import task_executor_pb2
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskFailureInfo:
+    code: ErrorCode
+    exception_type: str
+    message: str
+    details: str
+
+
+StateListener = Callable[["Task", ExecutionState, TaskFailureInfo | None, TaskOutcome | None], None]
+
+
+class Task:
+    def __init__(
+        self,
+        tdd: task_executor_pb2.TaskDeploymentDescriptor,
+        invokable_factory: Callable[[], Invokable],
+        listener: StateListener,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.tdd = tdd
+        self._factory = invokable_factory
+        self._listener = listener
+        self._loop = loop
+        self.state = ExecutionState.DEPLOYING
+        self.context = TaskContext(
+            job_id=tdd.job_id,
+            job_name=tdd.job_name,
+            vertex_id=tdd.vertex_id,
+            vertex_name=tdd.vertex_name,
+            subtask_index=tdd.subtask_index,
+            parallelism=tdd.parallelism,
+            attempt_id=tdd.attempt_id,
+            attempt_number=tdd.attempt_number,
+            payload=tdd.operator.payload,
+            job_config=dict(tdd.job_config),
+        )
+        self._invokable: Invokable | None = None
+        self._lock = threading.Lock()  # guards _invokable between the loop and the task thread
+        self._external_failure: TaskFailureInfo | None = None
+        self._thread: threading.Thread | None = None
+
+    # SlotTask protocol (used by the TaskSlotTable)
+    @property
+    def attempt_id(self) -> ExecutionAttemptID:
+        return ExecutionAttemptID(self.tdd.attempt_id)
+
+    @property
+    def job_id(self) -> JobID:
+        return JobID(self.tdd.job_id)
+
+    @property
+    def allocation_id(self) -> AllocationID:
+        return AllocationID(self.tdd.allocation_id)
+
+    @property
+    def name(self) -> str:
+        return (
+            f"{self.tdd.vertex_name} ({self.tdd.subtask_index + 1}/{self.tdd.parallelism})"
+            f" attempt #{self.tdd.attempt_number}"
+        )
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run,
+            name=f"task-{self.tdd.vertex_name}-{self.tdd.subtask_index}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def cancel(self) -> None:
+        """Ask the attempt to stop; it ends CANCELED (unless it finishes first)."""
+        self.context.cancelled.set()
+        with self._lock:
+            invokable = self._invokable
+        if invokable is not None:
+            try:
+                invokable.cancel()
+            except Exception:
+                log.exception("cancelling %s failed", self.name)
+
+    def fail_externally(self, cause: BaseException) -> None:
+        """Fail the attempt for a reason outside it (slot freed, JobMaster lost...)."""
+        if self._external_failure is None:
+            self._external_failure = TaskFailureInfo(
+                ErrorCode.FAILED_PRECONDITION, type(cause).__name__, str(cause), ""
+            )
+        self.cancel()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- task thread ------------------------------------------------------------------------
+
+    def _post(
+        self,
+        state: ExecutionState,
+        failure: TaskFailureInfo | None = None,
+        outcome: TaskOutcome | None = None,
+    ) -> None:
+        # A closed loop means the process is shutting down: nobody is left to tell.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._apply, state, failure, outcome)
+
+    def _run(self) -> None:
+        try:
+            self._post(ExecutionState.INITIALIZING)
+            invokable = self._factory()
+            with self._lock:
+                self._invokable = invokable
+            if self.context.cancelled.is_set():
+                raise TaskCancelledError("cancelled before it started running")
+            self._post(ExecutionState.RUNNING)
+            outcome = invokable.invoke(self.context)
+            if self.context.cancelled.is_set():
+                raise TaskCancelledError("cancelled while running")
+            self._post(ExecutionState.FINISHED, outcome=outcome)
+        except BaseException as exc:
+            if self.context.cancelled.is_set():
+                self._post(ExecutionState.CANCELED)
+            else:
+                failure = TaskFailureInfo(
+                    ErrorCode.INTERNAL, type(exc).__name__, str(exc), traceback.format_exc()
+                )
+                self._post(ExecutionState.FAILED, failure=failure)
+
+    # -- event loop -------------------------------------------------------------------------
+
+    def _apply(
+        self,
+        state: ExecutionState,
+        failure: TaskFailureInfo | None,
+        outcome: TaskOutcome | None,
+    ) -> None:
+        if state is ExecutionState.CANCELED and self._external_failure is not None:
+            state, failure = ExecutionState.FAILED, self._external_failure
+        if self.state.is_terminal:
+            return
+        if not EXECUTION_TRANSITIONS.can_transition(self.state, state):
+            # e.g. RUNNING arrives after cancel already moved us on: keep the later state.
+            log.debug("%s: ignoring %s -> %s", self.name, self.state.name, state.name)
+            return
+        self.state = state
+        self._listener(self, state, failure, outcome)

@@ -1,0 +1,603 @@
+"""The task executor service: a worker with a fixed number of slots (Flink's ``TaskExecutor``).
+
+It registers at the resource manager leader (retrying with back-off, again whenever the leader
+changes or stops heartbeating), reports its slots, and then follows the slot protocol of the
+seeds:
+
+1. the RM asks for a slot (``RequestSlot``) → the TaskSlotTable allocates it (inactive);
+2. the task executor connects to the job's JobMaster and *offers* its allocated slots
+   (batched per job) → accepted slots become ACTIVE, rejected ones are freed;
+3. the JobMaster deploys tasks (``SubmitTask``) into active slots; each task runs on its own
+   thread and every state change is reported back, batched per job;
+4. ``FreeSlot`` / heartbeat loss / disconnect free slots; the RM is told.
+
+Fencing: RM-originated calls must carry the session id of the RM this executor is registered
+with; JobMaster-originated calls the session id of that job's JobMaster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from common.actor import ServiceRuntime
+from common.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    NotLeaderError,
+    RpcError,
+)
+from common.heartbeat import HeartbeatManager
+from common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
+from common.leader import LeaderInfo, LeaderRetrievalService
+from common.proto_convert import (
+    profile_from_proto,
+    profile_to_proto,
+    slot_report_to_proto,
+    slot_status_to_proto,
+)
+from common.resources import ResourceProfile
+from common.retry import retry_registration
+from common.rpc.client import RpcClientPool
+from common.rpc.server import CallContext, MethodSpec
+from common.settings import ClusterSettings
+from common.slots import SlotStatus
+from common.timers import AsyncioTimerService
+from services.base import ServiceIdentity
+from services.jobmaster.states import ExecutionState
+from services.taskexecutor.operators import OPERATOR_KINDS, TaskOutcome
+from services.taskexecutor.slot_table import TaskSlotTable
+from services.taskexecutor.task import Task, TaskFailureInfo
+from sparkmill.v1 import (
+    common_pb2,
+    job_master_pb2,
+    resource_manager_pb2,
+    task_executor_pb2,
+)
+from sparkmill.v1.gateways import (
+    JobMasterClient,
+    ResourceManagerClient,
+    TaskExecutorServicer,
+)
+
+log = logging.getLogger(__name__)
+
+_RM_METHODS = frozenset(
+    {"RequestSlot", "HeartbeatFromResourceManager", "DisconnectResourceManager"}
+)
+OFFER_RETRIES = 3
+
+
+@dataclass
+class _ResourceManagerConnection:
+    leader: LeaderInfo
+    client: ResourceManagerClient
+    instance_id: str = ""
+    registration: asyncio.Task[None] | None = None
+
+    @property
+    def established(self) -> bool:
+        return bool(self.instance_id)
+
+
+@dataclass
+class _JobConnection:
+    job_id: JobID
+    address: str
+    session_id: str
+    client: JobMasterClient
+    registered: bool = False
+    pending_offers: set[AllocationID] = field(default_factory=set)
+    offer_task: asyncio.Task[None] | None = None
+    updates: list[job_master_pb2.TaskExecutionState] = field(default_factory=list)
+    flush_task: asyncio.Task[None] | None = None
+
+
+class TaskExecutor(TaskExecutorServicer):
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        runtime: ServiceRuntime,
+        rm_retrieval: LeaderRetrievalService,
+        clients: RpcClientPool,
+        identity: ServiceIdentity,
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.rm_retrieval = rm_retrieval
+        self.clients = clients
+        self.identity = identity
+        self.resource_id = ResourceID(identity.id)
+        slots = settings.number_of_slots
+        cores = settings.task_executor_cpu_cores or float(slots)
+        self.total_resources = ResourceProfile(cores, settings.task_executor_memory_mb)
+        self.default_slot_profile = ResourceProfile(
+            cores / slots, settings.task_executor_memory_mb // slots
+        )
+        self.slot_table: TaskSlotTable[Task] | None = None
+        self.rm: _ResourceManagerConnection | None = None
+        self.jobs: dict[JobID, _JobConnection] = {}
+        self.tasks_started = 0
+        self.heartbeats = HeartbeatManager(
+            "te",
+            interval_s=settings.heartbeat_interval_s,
+            timeout_s=settings.heartbeat_timeout_s,
+            rpc_failure_threshold=0,  # the receiving side has no RPCs to count
+            on_timeout=self._on_heartbeat_timeout,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        timers = AsyncioTimerService()
+        self.slot_table = TaskSlotTable(
+            self.settings.number_of_slots, self.total_resources, self.default_slot_profile, timers
+        )
+        self.slot_table.start(_TableActions(self))
+        self.heartbeats.start()
+        await self.rm_retrieval.start(self._on_rm_leader)
+
+    async def stop(self) -> None:
+        await self.rm_retrieval.stop()
+        table = self._table()
+        tasks = [table.get_task(a) for a in list(_all_attempts(table))]
+        table.close(FailedPreconditionError("the task executor is shutting down"))
+        for task in tasks:
+            if task is not None:
+                await self.runtime.run_blocking(task.join, 5.0)
+        rm = self.rm
+        if rm is not None and rm.established:
+            try:
+                await rm.client.disconnect_task_executor(
+                    resource_manager_pb2.DisconnectTaskExecutorRequest(
+                        resource_id=self.resource_id, cause="task executor shut down"
+                    ),
+                    timeout=2.0,
+                )
+            except RpcError as exc:
+                log.info("could not say goodbye to the resource manager: %s", exc)
+        if rm is not None and rm.registration is not None:
+            rm.registration.cancel()
+        await self.heartbeats.stop()
+
+    def _table(self) -> TaskSlotTable[Task]:
+        assert self.slot_table is not None, "task executor not started"
+        return self.slot_table
+
+    def expected_fencing_token(self, spec: MethodSpec, request: object) -> str:
+        if spec.name in _RM_METHODS:
+            if self.rm is None or not self.rm.established:
+                raise NotLeaderError("this task executor is not registered at a resource manager")
+            return self.rm.leader.session_id
+        job_id = _job_id_of(request)
+        connection = self.jobs.get(job_id)
+        if connection is None:
+            raise NotFoundError(f"this task executor has no connection to job {short(job_id)}")
+        return connection.session_id
+
+    # -- resource manager connection -------------------------------------------------------------
+
+    async def _on_rm_leader(self, leader: LeaderInfo | None) -> None:
+        old = self.rm
+        if old is not None:
+            if old.registration is not None:
+                old.registration.cancel()
+            self.heartbeats.unmonitor("rm")
+        self.rm = None
+        if leader is None:
+            log.warning("no resource manager leader known; waiting")
+            return
+        client = ResourceManagerClient(
+            self.clients.get(leader.address), fencing_token=leader.session_id
+        )
+        connection = _ResourceManagerConnection(leader, client)
+        self.rm = connection
+        connection.registration = self.runtime.spawn(
+            self._register_at_rm(connection), "rm-registration"
+        )
+
+    async def _register_at_rm(self, connection: _ResourceManagerConnection) -> None:
+        request = resource_manager_pb2.RegisterTaskExecutorRequest(
+            resource_id=self.resource_id,
+            address=self.identity.address,
+            total_resources=profile_to_proto(self.total_resources),
+            default_slot_profile=profile_to_proto(self.default_slot_profile),
+            number_slots=self.settings.number_of_slots,
+            info=self.identity.info(),
+        )
+
+        async def attempt(timeout: float) -> str:
+            reply = await connection.client.register_task_executor(request, timeout=timeout)
+            await connection.client.send_slot_report(
+                resource_manager_pb2.SendSlotReportRequest(
+                    instance_id=reply.instance_id, slot_report=self._slot_report()
+                ),
+                timeout=self.settings.rpc_timeout_s,
+            )
+            return reply.instance_id
+
+        instance_id = await retry_registration(
+            f"registration at resource manager {connection.leader.address}",
+            attempt,
+            self.settings.registration,
+        )
+        if self.rm is not connection:
+            return
+        connection.instance_id = instance_id
+        self.heartbeats.monitor("rm")
+        log.info(
+            "registered at resource manager %s as instance %s",
+            connection.leader.address,
+            short(instance_id),
+        )
+
+    def _reconnect_rm(self, reason: str) -> None:
+        if self.rm is None:
+            return
+        log.warning("reconnecting to the resource manager: %s", reason)
+        self.runtime.spawn(self._on_rm_leader(self.rm.leader), "rm-reconnect")
+
+    def _slot_report(self) -> common_pb2.SlotReport:
+        return slot_report_to_proto(
+            self.resource_id, self._table().create_slot_report(self.resource_id)
+        )
+
+    async def heartbeat_from_resource_manager(
+        self, request: common_pb2.HeartbeatRequest, context: CallContext
+    ) -> common_pb2.SlotReport:
+        self.heartbeats.receive_heartbeat("rm")
+        return self._slot_report()
+
+    async def disconnect_resource_manager(
+        self,
+        request: task_executor_pb2.TaskExecutorDisconnectResourceManagerRequest,
+        context: CallContext,
+    ) -> common_pb2.Empty:
+        self._reconnect_rm(f"the resource manager disconnected us: {request.cause}")
+        return common_pb2.Empty()
+
+    def _notify_rm_slot_free(self, index: int, allocation_id: AllocationID) -> None:
+        rm = self.rm
+        if rm is None or not rm.established or index < 0:
+            return  # the slot report of the next (re-)registration or heartbeat carries it
+
+        async def notify() -> None:
+            try:
+                await rm.client.notify_slot_available(
+                    resource_manager_pb2.NotifySlotAvailableRequest(
+                        instance_id=rm.instance_id, slot_index=index, allocation_id=allocation_id
+                    )
+                )
+            except RpcError as exc:
+                log.info("could not tell the RM slot %d is free: %s", index, exc)
+
+        self.runtime.spawn(notify(), "notify-slot-free")
+
+    # -- slots -------------------------------------------------------------------------------
+
+    async def request_slot(
+        self, request: task_executor_pb2.TaskExecutorRequestSlotRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        table = self._table()
+        job_id = JobID(request.job_id)
+        allocation_id = AllocationID(request.allocation_id)
+        index = request.slot_index if request.slot_index >= 0 else None
+        if index is not None and index >= table.number_slots:
+            raise InvalidArgumentError(
+                f"slot index {index} does not exist (this executor has {table.number_slots})"
+            )
+        allocated = table.allocate_slot(
+            index,
+            job_id,
+            allocation_id,
+            profile_from_proto(request.resource_profile),
+            self.settings.slot_timeout_s,
+        )
+        if not allocated:
+            holder = table.current_allocation(index) if index is not None else None
+            if holder is not None and holder != allocation_id:
+                raise AlreadyExistsError(
+                    f"slot {index} is already allocated to {short(holder)}, "
+                    f"cannot allocate it to {short(allocation_id)}"
+                )
+            raise FailedPreconditionError(
+                f"cannot allocate slot {request.slot_index} for {short(allocation_id)}: "
+                f"not enough resources left ({table.available_resources})"
+            )
+        connection = self._job_connection(
+            job_id, request.job_master_address, request.job_master_session_id
+        )
+        connection.pending_offers.add(allocation_id)
+        if connection.offer_task is None or connection.offer_task.done():
+            connection.offer_task = self.runtime.spawn(self._offer_slots(connection), "offer")
+        return common_pb2.Empty()
+
+    def _job_connection(self, job_id: JobID, address: str, session_id: str) -> _JobConnection:
+        connection = self.jobs.get(job_id)
+        if connection is not None and connection.session_id != session_id:
+            # A new JobMaster leads the job: whatever the old one had here is void.
+            self._close_job(job_id, "a new JobMaster took over the job")
+            connection = None
+        if connection is None:
+            client = JobMasterClient(self.clients.get(address), fencing_token=session_id)
+            connection = _JobConnection(job_id, address, session_id, client)
+            self.jobs[job_id] = connection
+            self.heartbeats.monitor(job_id)
+        return connection
+
+    async def _offer_slots(self, connection: _JobConnection) -> None:
+        # Yield once so that slot requests arriving together are offered in one RPC.
+        await asyncio.sleep(0)
+        table = self._table()
+        try:
+            if not connection.registered:
+                await connection.client.register_task_executor(
+                    job_master_pb2.JobMasterRegisterTaskExecutorRequest(
+                        job_id=connection.job_id,
+                        resource_id=self.resource_id,
+                        address=self.identity.address,
+                    )
+                )
+                connection.registered = True
+            while connection.pending_offers and self.jobs.get(connection.job_id) is connection:
+                batch = list(connection.pending_offers)
+                connection.pending_offers.clear()
+                offers = []
+                for allocation_id in batch:
+                    info = table.slot_info(allocation_id)
+                    if info is not None:
+                        offers.append(
+                            job_master_pb2.SlotOffer(
+                                allocation_id=allocation_id,
+                                slot_index=info.index,
+                                resource_profile=profile_to_proto(info.resource_profile),
+                            )
+                        )
+                if offers:
+                    await self._offer_batch(connection, offers)
+        except RpcError as exc:
+            log.warning(
+                "could not offer slots to the JobMaster of %s: %s", short(connection.job_id), exc
+            )
+            for allocation_id in list(connection.pending_offers):
+                self._free_slot(allocation_id, f"offering it to the JobMaster failed: {exc}")
+            connection.pending_offers.clear()
+
+    async def _offer_batch(
+        self, connection: _JobConnection, offers: list[job_master_pb2.SlotOffer]
+    ) -> None:
+        request = job_master_pb2.OfferSlotsRequest(
+            job_id=connection.job_id,
+            resource_id=self.resource_id,
+            address=self.identity.address,
+            offers=offers,
+        )
+        reply = None
+        for attempt in range(OFFER_RETRIES):
+            try:
+                reply = await connection.client.offer_slots(request)
+                break
+            except RpcError as exc:
+                if attempt == OFFER_RETRIES - 1 or not isinstance(exc, type(exc)):
+                    for offer in offers:
+                        self._free_slot(
+                            AllocationID(offer.allocation_id),
+                            f"the JobMaster did not take the offer: {exc}",
+                        )
+                    return
+        assert reply is not None
+        accepted = {o.allocation_id for o in reply.accepted}
+        table = self._table()
+        for offer in offers:
+            allocation_id = AllocationID(offer.allocation_id)
+            if allocation_id in accepted:
+                if table.slot_info(allocation_id) is not None:
+                    table.mark_slot_active(allocation_id)
+            else:
+                self._free_slot(allocation_id, "the JobMaster rejected the slot offer")
+
+    async def free_slot(
+        self, request: task_executor_pb2.FreeSlotRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        self._free_slot(
+            AllocationID(request.allocation_id), request.cause or "the JobMaster freed the slot"
+        )
+        return common_pb2.Empty()
+
+    def _free_slot(self, allocation_id: AllocationID, cause: str) -> None:
+        table = self._table()
+        info = table.slot_info(allocation_id)
+        if info is None:
+            return
+        index = table.free_slot(allocation_id, FailedPreconditionError(cause))
+        if index >= 0 or info.is_dynamic:
+            self._slot_gone(info.job_id, info.index if index >= 0 else -1, allocation_id)
+
+    def _slot_gone(self, job_id: JobID, index: int, allocation_id: AllocationID) -> None:
+        self._notify_rm_slot_free(index, allocation_id)
+        if not self._table().has_allocated_slots(job_id) and job_id in self.jobs:
+            # Nothing of the job is left here: drop the JobMaster connection (Flink's
+            # JobLeaderService does the same), after the last state updates went out.
+            connection = self.jobs[job_id]
+            if not connection.updates and (
+                connection.flush_task is None or connection.flush_task.done()
+            ):
+                self._drop_job_connection(job_id)
+
+    # SlotActions (called by the TaskSlotTable through _TableActions) ----------------------------
+
+    def timeout_slot_action(self, allocation_id: AllocationID, ticket: object) -> None:
+        if self._table().is_valid_timeout(allocation_id, ticket):
+            self._free_slot(
+                allocation_id,
+                "the slot was not activated within "
+                f"taskmanager.slot.timeout ({self.settings.slot_timeout_s:g}s)",
+            )
+
+    def free_slot_action(self, allocation_id: AllocationID) -> None:
+        self._free_slot(allocation_id, "its last task ended while it was being released")
+
+    # -- tasks -----------------------------------------------------------------------------------
+
+    async def submit_task(
+        self, request: task_executor_pb2.SubmitTaskRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        tdd = request.tdd
+        factory = OPERATOR_KINDS.get(tdd.operator.kind)
+        if factory is None:
+            raise InvalidArgumentError(
+                f"unknown operator kind {tdd.operator.kind!r} for task {tdd.vertex_name} "
+                f"(known: {sorted(OPERATOR_KINDS)})"
+            )
+        task = Task(tdd, factory, self._on_task_state, asyncio.get_running_loop())
+        # Raises SlotNotFoundError / SlotNotActiveError: a task is never run in a slot that is
+        # missing, inactive or another job's (seed 000).
+        if not self._table().add_task(task):
+            raise AlreadyExistsError(f"task attempt {short(tdd.attempt_id)} is already deployed")
+        self.tasks_started += 1
+        task.start()
+        return common_pb2.Empty()
+
+    async def cancel_task(
+        self, request: task_executor_pb2.CancelTaskRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        task = self._table().get_task(ExecutionAttemptID(request.attempt_id))
+        if task is None:
+            raise NotFoundError(f"no task attempt {short(request.attempt_id)} runs here")
+        task.cancel()
+        return common_pb2.Empty()
+
+    def _on_task_state(
+        self,
+        task: Task,
+        state: ExecutionState,
+        failure: TaskFailureInfo | None,
+        outcome: TaskOutcome | None,
+    ) -> None:
+        update = job_master_pb2.TaskExecutionState(
+            attempt_id=task.tdd.attempt_id,
+            state=state.value,  # type: ignore[arg-type]
+        )
+        if failure is not None:
+            update.error.code = int(failure.code)  # type: ignore[assignment]
+            update.error.message = failure.message
+            update.error.details = failure.details
+            update.error.exception_type = failure.exception_type
+        if outcome is not None:
+            update.io_metrics.records_in = outcome.records_in
+            update.io_metrics.records_out = outcome.records_out
+            update.io_metrics.bytes_in = outcome.bytes_in
+            update.io_metrics.bytes_out = outcome.bytes_out
+            update.accumulator = outcome.accumulator
+        if state.is_terminal:
+            self._table().remove_task(task.attempt_id)
+        connection = self.jobs.get(task.job_id)
+        if connection is None:
+            return  # the job was disconnected; its JobMaster has written the task off
+        connection.updates.append(update)
+        if connection.flush_task is None or connection.flush_task.done():
+            connection.flush_task = self.runtime.spawn(self._flush_updates(connection), "flush")
+
+    async def _flush_updates(self, connection: _JobConnection) -> None:
+        await asyncio.sleep(0.002)  # coalesce the transitions of many tasks into one RPC
+        delay = 0.1
+        while connection.updates and self.jobs.get(connection.job_id) is connection:
+            batch, connection.updates = connection.updates, []
+            try:
+                await connection.client.update_task_execution_state(
+                    job_master_pb2.UpdateTaskExecutionStateRequest(
+                        job_id=connection.job_id, resource_id=self.resource_id, updates=batch
+                    )
+                )
+            except RpcError as exc:
+                if isinstance(exc, NotFoundError | FailedPreconditionError):
+                    log.info("JobMaster of %s refused updates: %s", short(connection.job_id), exc)
+                    return
+                log.info("state updates to %s failed (%s); retrying", short(connection.job_id), exc)
+                connection.updates[:0] = batch
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        if not self._table().has_allocated_slots(connection.job_id):
+            self._drop_job_connection(connection.job_id)
+
+    # -- job masters -----------------------------------------------------------------------------
+
+    async def heartbeat_from_job_master(
+        self, request: task_executor_pb2.TaskExecutorJobHeartbeatRequest, context: CallContext
+    ) -> task_executor_pb2.AllocatedSlotReport:
+        job_id = JobID(request.job_id)
+        self.heartbeats.receive_heartbeat(job_id)
+        report = task_executor_pb2.AllocatedSlotReport(resource_id=self.resource_id)
+        for info in self._table().slots_of_job(job_id):
+            report.slots.append(
+                slot_status_to_proto(
+                    SlotStatus(info.index, info.resource_profile, info.allocation_id, info.job_id)
+                )
+            )
+        return report
+
+    async def disconnect_job_master(
+        self,
+        request: task_executor_pb2.DisconnectJobMasterFromTaskExecutorRequest,
+        context: CallContext,
+    ) -> common_pb2.Empty:
+        self._close_job(JobID(request.job_id), f"the JobMaster disconnected: {request.cause}")
+        return common_pb2.Empty()
+
+    def _on_heartbeat_timeout(self, target: str, reason: str) -> None:
+        if target == "rm":
+            self._reconnect_rm(f"resource manager heartbeat timeout: {reason}")
+        else:
+            self._close_job(JobID(target), f"lost the JobMaster: {reason}")
+
+    def _close_job(self, job_id: JobID, cause: str) -> None:
+        """Fail the job's tasks and free its slots (seed 002: a TE that loses a JobMaster)."""
+        table = self._table()
+        allocations = table.allocation_ids_of_job(job_id)
+        if allocations:
+            log.warning("job %s: freeing %d slots: %s", short(job_id), len(allocations), cause)
+        self._drop_job_connection(job_id)
+        for allocation_id in allocations:
+            self._free_slot(allocation_id, cause)
+
+    def _drop_job_connection(self, job_id: JobID) -> None:
+        connection = self.jobs.pop(job_id, None)
+        if connection is None:
+            return
+        self.heartbeats.unmonitor(job_id)
+        if connection.offer_task is not None:
+            connection.offer_task.cancel()
+
+    async def get_service_info(
+        self, request: common_pb2.GetServiceInfoRequest, context: CallContext
+    ) -> common_pb2.ServiceInfo:
+        return self.identity.info()
+
+
+class _TableActions:
+    """The TaskSlotTable's view of its owner (its ``free_slot`` is not the RPC of that name)."""
+
+    def __init__(self, owner: TaskExecutor) -> None:
+        self._owner = owner
+
+    def free_slot(self, allocation_id: AllocationID) -> None:
+        self._owner.free_slot_action(allocation_id)
+
+    def timeout_slot(self, allocation_id: AllocationID, ticket: object) -> None:
+        self._owner.timeout_slot_action(allocation_id, ticket)
+
+
+def _job_id_of(request: object) -> JobID:
+    if isinstance(request, task_executor_pb2.SubmitTaskRequest):
+        return JobID(request.tdd.job_id)
+    job_id = getattr(request, "job_id", "")
+    if not job_id:
+        raise InvalidArgumentError(f"{type(request).__name__} names no job")
+    return JobID(job_id)
+
+
+def _all_attempts(table: TaskSlotTable[Task]) -> list[ExecutionAttemptID]:
+    return [task.attempt_id for job in table.job_ids() for task in table.tasks_of_job(job)]

@@ -1,0 +1,235 @@
+"""A local cluster of real service processes on loopback (``sparkmill local-cluster up``).
+
+Starts one dispatcher, one resource manager, one job-master process and N task executors, each
+``python -m sparkmill <role> --config DIR/cluster.yaml`` in the background with its log in
+``DIR/logs/``, and waits until every task executor is registered at the resource manager. The
+process ids are kept in ``DIR/processes.json`` so ``local-cluster down`` can stop them (SIGTERM,
+then SIGKILL after a grace period).
+
+The same class is what ``sparkmill run`` and the integration tests use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_FILE = "cluster.yaml"
+PROCESSES_FILE = "processes.json"
+
+# Short heartbeats and timeouts: a local cluster should notice a dead process in seconds.
+LOCAL_DEFAULTS: dict[str, Any] = {
+    "heartbeat.interval": "1 s",
+    "heartbeat.timeout": "6 s",
+    "cluster.registration.error-delay": "1 s",
+    "cluster.registration.refused-registration-delay": "1 s",
+    "cluster.registration.max-timeout": "2 s",
+    "slot.request.timeout": "60 s",
+    "slot.idle.timeout": "10 s",
+    "spark.session.start": "lazy",
+}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServiceProcess:
+    role: str
+    index: int
+    pid: int
+    log_file: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+@dataclass
+class LocalCluster:
+    directory: Path
+    task_executors: int = 2
+    slots: int = 2
+    extra_config: dict[str, Any] = field(default_factory=dict)
+    processes: list[ServiceProcess] = field(default_factory=list)
+    _popen: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / CONFIG_FILE
+
+    @property
+    def log_dir(self) -> Path:
+        return self.directory / "logs"
+
+    def write_config(self) -> dict[str, Any]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(exist_ok=True)
+        config: dict[str, Any] = {
+            "dispatcher.rpc-address": f"tcp://127.0.0.1:{free_port()}",
+            "resourcemanager.rpc-address": f"tcp://127.0.0.1:{free_port()}",
+            "jobmaster.rpc-address": "tcp://127.0.0.1:0",
+            "taskmanager.rpc-address": "tcp://127.0.0.1:0",
+            "taskmanager.numberOfTaskSlots": self.slots,
+            "exchange.dir": str(self.directory / "exchange"),
+            **LOCAL_DEFAULTS,
+            **self.extra_config,
+        }
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
+        return config
+
+    def _spawn(self, role: str, index: int, extra_env: dict[str, str] | None = None) -> None:
+        log_file = self.log_dir / f"{role}-{index}.log"
+        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(extra_env or {})}
+        with open(log_file, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sparkmill", role, "--config", str(self.config_path)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # a Ctrl-C in the user's terminal is not sent to us
+            )
+        self._popen[proc.pid] = proc
+        self.processes.append(ServiceProcess(role, index, proc.pid, str(log_file)))
+
+    def start(self, *, wait_timeout_s: float = 60.0) -> None:
+        self.write_config()
+        self._spawn("resource-manager", 0)
+        self._spawn("dispatcher", 0)
+        self._spawn("job-master", 0)
+        for index in range(self.task_executors):
+            self._spawn("task-executor", index)
+        self._save()
+        self.wait_until_ready(wait_timeout_s)
+
+    def add_task_executor(self) -> ServiceProcess:
+        index = 1 + max((p.index for p in self.processes if p.role == "task-executor"), default=-1)
+        self._spawn("task-executor", index)
+        self._save()
+        return self.processes[-1]
+
+    def wait_until_ready(self, timeout_s: float) -> None:
+        from sparkmill.client import ClusterClient
+
+        deadline = time.monotonic() + timeout_s
+        expected = sum(1 for p in self.processes if p.role == "task-executor")
+        last_error = "no answer yet"
+        with ClusterClient.from_config_file(self.config_path) as client:
+            while time.monotonic() < deadline:
+                self._check_alive()
+                try:
+                    status = client.cluster_status(timeout=2.0)
+                    registered = len(status.resource_manager.task_executors)
+                    if registered >= expected and status.job_master_processes >= 1:
+                        return
+                    last_error = (
+                        f"{registered}/{expected} task executors and "
+                        f"{status.job_master_processes} job-master processes registered"
+                    )
+                except Exception as exc:
+                    last_error = f"{type(exc).__name__}: {exc}"
+                time.sleep(0.2)
+        raise TimeoutError(
+            f"local cluster in {self.directory} not ready after {timeout_s:g}s: {last_error}; "
+            f"see the logs in {self.log_dir}"
+        )
+
+    def _check_alive(self) -> None:
+        for proc in self.processes:
+            popen = self._popen.get(proc.pid)
+            if popen is not None and popen.poll() is not None:
+                tail = Path(proc.log_file).read_text(errors="replace")[-3000:]
+                raise RuntimeError(
+                    f"{proc.name} exited with code {popen.returncode} during start-up; "
+                    f"the end of {proc.log_file}:\n{tail}"
+                )
+
+    def _save(self) -> None:
+        data = [p.__dict__ for p in self.processes]
+        (self.directory / PROCESSES_FILE).write_text(json.dumps(data, indent=2))
+
+    @classmethod
+    def attach(cls, directory: Path) -> LocalCluster:
+        """The cluster that ``local-cluster up`` started in ``directory``."""
+        path = directory / PROCESSES_FILE
+        if not path.exists():
+            raise FileNotFoundError(f"no local cluster in {directory} ({path} does not exist)")
+        cluster = cls(directory)
+        cluster.processes = [ServiceProcess(**p) for p in json.loads(path.read_text())]
+        return cluster
+
+    def kill(self, proc: ServiceProcess, sig: int = signal.SIGKILL) -> None:
+        try:
+            os.kill(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        popen = self._popen.get(proc.pid)
+        if popen is not None and sig in (signal.SIGKILL, signal.SIGTERM):
+            popen.wait(timeout=30)
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM every process, then SIGKILL what is still alive after ``grace_s``."""
+        for proc in reversed(self.processes):
+            try:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        for proc in self.processes:
+            while _alive(proc.pid, self._popen.get(proc.pid)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _alive(proc.pid, self._popen.get(proc.pid)):
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for popen in self._popen.values():
+            try:
+                popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        path = self.directory / PROCESSES_FILE
+        if path.exists():
+            path.unlink()
+
+    def logs(self) -> str:
+        """Every service log, for a failing test to print."""
+        parts = []
+        for proc in self.processes:
+            text = Path(proc.log_file).read_text(errors="replace") if Path(
+                proc.log_file
+            ).exists() else "(no log)"
+            parts.append(f"===== {proc.name} (pid {proc.pid}) =====\n{text[-20000:]}")
+        return "\n".join(parts)
+
+
+def _alive(pid: int, popen: subprocess.Popen[bytes] | None) -> bool:
+    if popen is not None:
+        return popen.poll() is None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie of a process we did not start is reaped by init; treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,87 @@
+"""Test operators: pipelines that exercise the control plane without touching data.
+
+Like Flink's ``NoOpInvokable``, a ``noop`` vertex does nothing (or sleeps, or fails on purpose),
+so tests and benchmarks can drive scheduling, slots, failover and metrics at scale without Spark.
+These are *test operators*: real pipelines use :class:`sparkmill.Pipeline`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from common.ids import new_dataset_id, new_job_id, new_vertex_id
+from common.jobgraph import (
+    NOOP_OPERATOR_KIND,
+    DistributionPattern,
+    IntermediateDataSet,
+    JobEdge,
+    JobGraph,
+    JobVertex,
+    OperatorSpec,
+)
+from common.resources import UNKNOWN_PROFILE, ResourceProfile
+from services.taskexecutor.operators import NoOpOptions, encode_noop_payload
+
+
+@dataclass
+class TestPipeline:
+    """A chain of ``noop`` vertices; anything with ``build_job_graph()`` can be submitted."""
+
+    __test__ = False  # not a pytest test class
+
+    name: str
+    parallelism: int
+    vertices: int = 1
+    pattern: str = "ALL_TO_ALL"
+    sleep_s: float = 0.0
+    fail_attempts: int = 0
+    config: dict[str, str] = field(default_factory=dict)
+    resource_profile: ResourceProfile = UNKNOWN_PROFILE
+
+    def build_job_graph(self) -> JobGraph:
+        try:
+            pattern = DistributionPattern[self.pattern.upper()]
+        except KeyError:
+            raise ValueError(
+                f"pattern must be one of {[p.name for p in DistributionPattern]}, "
+                f"not {self.pattern!r}"
+            ) from None
+        payload = encode_noop_payload(NoOpOptions(self.sleep_s, self.fail_attempts))
+        graph = JobGraph(new_job_id(), self.name, config=dict(self.config))
+        previous: JobVertex | None = None
+        for index in range(self.vertices):
+            vertex = JobVertex(
+                id=new_vertex_id(),
+                name=f"noop-{index}",
+                parallelism=self.parallelism,
+                operator=OperatorSpec(NOOP_OPERATOR_KIND, payload),
+                resource_profile=self.resource_profile,
+            )
+            if previous is not None:
+                dataset = IntermediateDataSet(new_dataset_id(), previous.id)
+                previous.produced.append(dataset)
+                vertex.inputs.append(JobEdge(dataset.id, vertex.id, pattern))
+            graph.vertices.append(vertex)
+            previous = vertex
+        return graph
+
+
+def noop_pipeline(
+    name: str,
+    parallelism: int,
+    vertices: int = 1,
+    pattern: str = "ALL_TO_ALL",
+    sleep_s: float = 0.0,
+    fail_attempts: int = 0,
+    config: dict[str, str] | None = None,
+    resource_profile: ResourceProfile = UNKNOWN_PROFILE,
+) -> TestPipeline:
+    """A pipeline of ``vertices`` chained test vertices, each with ``parallelism`` subtasks.
+
+    ``fail_attempts``: every subtask fails its first N attempts. ``config``: job-level keys that
+    override the cluster's (e.g. ``restart-strategy.type``).
+    """
+    return TestPipeline(
+        name, parallelism, vertices, pattern, sleep_s, fail_attempts, dict(config or {}),
+        resource_profile,
+    )
