@@ -52,6 +52,9 @@ def _run_protoc(out_root: Path) -> list[str]:
 
 
 def _render_gateways(out_root: Path, protos: list[str]) -> str:
+    # Make the fresh output a regular package, so it wins over a committed ``sparkmill`` that
+    # may be on sys.path too (otherwise the stubs would be rendered from stale descriptors).
+    (out_root / "sparkmill" / "__init__.py").write_text("")
     sys.path.insert(0, str(out_root))
     try:
         for name in list(sys.modules):

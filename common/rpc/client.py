@@ -18,9 +18,15 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
-from common.errors import DeadlineExceededError, ErrorCode, UnavailableError, error_from_code
+from common.errors import (
+    DeadlineExceededError,
+    ErrorCode,
+    InternalError,
+    UnavailableError,
+    error_from_code,
+)
 from common.rpc import framing
 from common.rpc.framing import FrameError, MethodSpec
 from sparkmill.v1 import envelope_pb2
@@ -97,7 +103,13 @@ class RpcClient:
         if int(reply_header.code) != ErrorCode.OK:
             raise error_from_code(reply_header.code, reply_header.message, reply_header.details)
         response: Message = spec.response_type()
-        response.ParseFromString(payload)
+        try:
+            response.ParseFromString(payload)
+        except DecodeError as exc:  # a broken or mismatched peer: still a typed error here
+            raise InternalError(
+                f"{spec.name} to {self.address} got an undecodable "
+                f"{spec.response_type.DESCRIPTOR.full_name} reply: {exc}"
+            ) from None
         return response
 
     async def _receive_loop(self, sock: zmq.asyncio.Socket) -> None:

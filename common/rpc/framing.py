@@ -53,14 +53,25 @@ class MethodSpec:
     default_timeout_s: float
 
 
-def _check_shape(frames: list[bytes], max_bytes: int) -> None:
+# Every FrameError reason starts with a fixed "kind: " prefix (never input data): the server
+# counts malformed messages by that prefix, and garbage must not grow its counters without bound.
+
+
+def _check_shape(frames: list[bytes]) -> None:
     if len(frames) != 3:
-        raise FrameError(f"expected 3 frames [magic, header, payload], got {len(frames)}")
+        raise FrameError(
+            f"wrong frame count: expected 3 frames [magic, header, payload], got {len(frames)}"
+        )
     if frames[0] != MAGIC:
-        raise FrameError(f"bad magic frame {frames[0][:16]!r}, expected {MAGIC!r}")
+        raise FrameError(f"bad magic: first frame {frames[0][:16]!r}, expected {MAGIC!r}")
+
+
+def _check_size(frames: list[bytes], max_bytes: int, request_id: int | None = None) -> None:
     size = len(frames[1]) + len(frames[2])
     if size > max_bytes:
-        raise FrameError(f"message of {size} bytes exceeds the limit of {max_bytes} bytes")
+        raise FrameError(
+            f"message too large: {size} bytes exceed the limit of {max_bytes} bytes", request_id
+        )
 
 
 def encode_request(header: envelope_pb2.RequestHeader, payload: Message) -> list[bytes]:
@@ -71,12 +82,17 @@ def decode_request(
     frames: list[bytes], max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 ) -> tuple[envelope_pb2.RequestHeader, bytes]:
     """Split a request into its header and still-serialized payload, or raise FrameError."""
-    _check_shape(frames, max_bytes)
+    _check_shape(frames)
+    if len(frames[1]) > max_bytes:
+        _check_size(frames, max_bytes)  # not even the header is worth decoding
     header = envelope_pb2.RequestHeader()
     try:
         header.ParseFromString(frames[1])
     except DecodeError as exc:
         raise FrameError(f"undecodable request header: {exc}") from None
+    # An oversized payload behind a readable header is answered (INVALID_ARGUMENT), so the caller
+    # fails fast instead of waiting for its timeout.
+    _check_size(frames, max_bytes, header.request_id or None)
     if not header.request_id or not header.method or not header.service:
         raise FrameError("request header lacks request_id, service or method", header.request_id)
     return header, frames[2]
@@ -98,12 +114,17 @@ def encode_response(request_id: int, payload: Message) -> list[bytes]:
     return [MAGIC, header.SerializeToString(), payload.SerializeToString()]
 
 
+def _wire_text(text: str) -> str:
+    """Protobuf strings must be valid UTF-8; error text may not be (surrogate-escaped paths)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def encode_error(request_id: int, error: RpcError) -> list[bytes]:
     header = envelope_pb2.ResponseHeader(
         request_id=request_id,
         code=cast(Any, int(error.code)),
-        message=error.message,
-        details=error.details,
+        message=_wire_text(error.message),
+        details=_wire_text(error.details),
     )
     return [MAGIC, header.SerializeToString(), b""]
 
@@ -111,7 +132,8 @@ def encode_error(request_id: int, error: RpcError) -> list[bytes]:
 def decode_response(
     frames: list[bytes], max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 ) -> tuple[envelope_pb2.ResponseHeader, bytes]:
-    _check_shape(frames, max_bytes)
+    _check_shape(frames)
+    _check_size(frames, max_bytes)
     header = envelope_pb2.ResponseHeader()
     try:
         header.ParseFromString(frames[1])

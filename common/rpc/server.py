@@ -266,7 +266,7 @@ class RpcServer:
         request = framing.decode_payload(payload, spec.request_type, header.request_id)
         if spec.fenced:
             expected = servicer.expected_fencing_token(spec, request)
-            if header.fencing_token != expected:
+            if not expected or header.fencing_token != expected:
                 raise FencingMismatchError(
                     f"{header.method} refused: fencing token {header.fencing_token[:8] or '(none)'}"
                     f" is not the current leader session {expected[:8] or '(none)'}"
