@@ -1,0 +1,607 @@
+"""Every configuration option of sparkmill, declared once, grouped as in the docs.
+
+Keys and defaults follow Apache Flink's where the concept exists, so a Flink operator finds
+familiar names. ``docs/configuration.md`` is generated from this module by
+``scripts/gen_config_docs.py`` (run it after changing anything here).
+
+Durations are float seconds and memory sizes int bytes (see :mod:`common.config`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from common.config import (
+    ADDRESS,
+    BOOL,
+    DURATION,
+    DURATION_SECONDS,
+    FLOAT,
+    INT,
+    MEMORY,
+    STRING,
+    ConfigOption,
+    Configuration,
+    Constraint,
+    FreeFormPrefix,
+    Kind,
+    OptionGroup,
+    OptionRegistry,
+)
+
+T = TypeVar("T")
+
+_MS = 0.001
+_MIB = 1 << 20
+_GROUPS: list[OptionGroup] = []
+
+
+def _group(title: str, description: str) -> None:
+    """Start a new group: the options declared after this call (with :func:`_option`) join it."""
+    _GROUPS.append(OptionGroup(title, description, ()))
+
+
+def _option(
+    key: str,
+    kind: Kind[T],
+    default: T,
+    description: str,
+    *,
+    job_overridable: bool = False,
+    choices: tuple[T, ...] | None = None,
+    aliases: tuple[tuple[str, T], ...] = (),
+    min: float | None = None,
+    max: float | None = None,
+    default_text: str = "",
+) -> ConfigOption[T]:
+    """Declare an option in the current group (see :class:`ConfigOption` for the fields)."""
+    option = ConfigOption(
+        key, kind, default, description, job_overridable, choices, aliases, min, max, default_text
+    )
+    group = _GROUPS[-1]
+    _GROUPS[-1] = OptionGroup(group.title, group.description, (*group.options, option))
+    return option
+
+
+# --------------------------------------------------------------------------------------------
+_group("RPC and addresses", "How the services find and talk to each other over ZeroMQ.")
+RPC_BIND_HOST = _option(
+    "rpc.bind-host",
+    STRING,
+    "127.0.0.1",
+    "Host or interface the RPC servers of this process bind to ('0.0.0.0' for all).",
+)
+RPC_ASK_TIMEOUT = _option(
+    "rpc.ask-timeout",
+    DURATION,
+    10.0,
+    "Default deadline of an RPC call that does not carry its own timeout.",
+    min=_MS,
+)
+RPC_MAX_MESSAGE_SIZE = _option(
+    "rpc.max-message-size",
+    MEMORY,
+    64 * _MIB,
+    "Largest RPC message a server accepts or a client sends; larger ones are refused.",
+    min=1024,
+)
+DISPATCHER_RPC_ADDRESS = _option(
+    "dispatcher.rpc-address",
+    ADDRESS,
+    "tcp://127.0.0.1:6123",
+    "Where the dispatcher listens; clients submit jobs here when high availability is off.",
+)
+RESOURCE_MANAGER_RPC_ADDRESS = _option(
+    "resourcemanager.rpc-address",
+    ADDRESS,
+    "tcp://127.0.0.1:6124",
+    "Where the resource manager listens; task executors and job masters register here "
+    "when high availability is off.",
+)
+JOB_MASTER_RPC_ADDRESS = _option(
+    "jobmaster.rpc-address",
+    ADDRESS,
+    "tcp://127.0.0.1:0",
+    "Bind address of job masters; port 0 picks a free port, which is then advertised.",
+)
+TASK_MANAGER_RPC_ADDRESS = _option(
+    "taskmanager.rpc-address",
+    ADDRESS,
+    "tcp://127.0.0.1:0",
+    "Bind address of a task executor; port 0 picks a free port, which is then advertised.",
+)
+
+# --------------------------------------------------------------------------------------------
+_group("Task executor", "Resources and lifecycle of a task executor process.")
+TASK_MANAGER_NUM_TASK_SLOTS = _option(
+    "taskmanager.numberOfTaskSlots",
+    INT,
+    1,
+    "Number of slots a task executor offers; each slot runs one task at a time.",
+    min=1,
+)
+TASK_MANAGER_RESOURCE_ID = _option(
+    "taskmanager.resource-id",
+    STRING,
+    "",
+    "Stable identity of the task executor; empty means a random id per start.",
+)
+TASK_MANAGER_CPU_CORES = _option(
+    "taskmanager.cpu.cores",
+    FLOAT,
+    0.0,
+    "CPU cores the task executor announces to the resource manager; 0 means one core per slot.",
+    min=0,
+)
+TASK_MANAGER_MEMORY_PROCESS_SIZE = _option(
+    "taskmanager.memory.process.size",
+    MEMORY,
+    1728 * _MIB,
+    "Total memory the task executor announces, split evenly across its slots.",
+    min=_MIB,
+)
+TASK_MANAGER_SLOT_TIMEOUT = _option(
+    "taskmanager.slot.timeout",
+    DURATION,
+    10.0,
+    "How long an allocated slot may stay unused by its job master before the task executor "
+    "frees it again.",
+    min=_MS,
+)
+TASK_MANAGER_REGISTRATION_TIMEOUT = _option(
+    "taskmanager.registration.timeout",
+    DURATION,
+    300.0,
+    "A task executor that has not registered with a resource manager within this time shuts down.",
+    min=_MS,
+)
+
+# --------------------------------------------------------------------------------------------
+_group(
+    "Heartbeats and registration",
+    "Failure detection between services and how they (re)connect.",
+)
+
+HEARTBEAT_INTERVAL = _option(
+    "heartbeat.interval",
+    DURATION,
+    10.0,
+    "Time between two heartbeat requests to a monitored component.",
+    min=_MS,
+)
+HEARTBEAT_TIMEOUT = _option(
+    "heartbeat.timeout",
+    DURATION,
+    50.0,
+    "A component that has not answered heartbeats for this long is considered lost. Must be "
+    "greater than heartbeat.interval.",
+    min=_MS,
+)
+HEARTBEAT_RPC_FAILURE_THRESHOLD = _option(
+    "heartbeat.rpc-failure-threshold",
+    INT,
+    2,
+    "Consecutive failed heartbeat RPCs after which a target is declared lost without waiting "
+    "for heartbeat.timeout; -1 turns this detection off.",
+    min=-1,
+)
+REGISTRATION_INITIAL_TIMEOUT = _option(
+    "cluster.registration.initial-timeout",
+    DURATION,
+    0.1,
+    "Timeout of the first registration attempt; it doubles with every unanswered attempt.",
+    min=_MS,
+)
+REGISTRATION_MAX_TIMEOUT = _option(
+    "cluster.registration.max-timeout",
+    DURATION,
+    30.0,
+    "Upper bound of the doubling registration timeout.",
+    min=_MS,
+)
+REGISTRATION_ERROR_DELAY = _option(
+    "cluster.registration.error-delay",
+    DURATION,
+    10.0,
+    "Pause before retrying a registration that failed with an error.",
+    min=0,
+)
+REGISTRATION_REFUSED_DELAY = _option(
+    "cluster.registration.refused-registration-delay",
+    DURATION,
+    30.0,
+    "Pause before retrying a registration the target explicitly refused.",
+    min=0,
+)
+
+# --------------------------------------------------------------------------------------------
+_group("Slots", "Slot allocation between job masters, the resource manager and task executors.")
+SLOT_REQUEST_TIMEOUT = _option(
+    "slot.request.timeout",
+    DURATION,
+    300.0,
+    "How long a job master waits for a requested slot before the request fails.",
+    job_overridable=True,
+    min=_MS,
+)
+SLOT_IDLE_TIMEOUT = _option(
+    "slot.idle.timeout",
+    DURATION,
+    50.0,
+    "A slot held by a job master but not used for this long is given back.",
+    min=_MS,
+)
+RESOURCE_MANAGER_TASK_MANAGER_TIMEOUT = _option(
+    "resourcemanager.taskmanager-timeout",
+    DURATION,
+    30.0,
+    "A task executor whose slots have all been free for this long is considered idle and "
+    "may be released.",
+    min=_MS,
+)
+CLUSTER_EVENLY_SPREAD_OUT_SLOTS = _option(
+    "cluster.evenly-spread-out-slots",
+    BOOL,
+    True,
+    "Prefer free slots on the least loaded task executor instead of filling one executor "
+    "first. The default is true in sparkmill (Flink's default is false).",
+)
+
+# --------------------------------------------------------------------------------------------
+_group(
+    "Jobs, failover and restarts",
+    "Finished-job retention and what happens when tasks fail. A job's own configuration may "
+    "override the job-overridable keys.",
+)
+
+JOB_STORE_EXPIRATION_TIME = _option(
+    "jobstore.expiration-time",
+    DURATION_SECONDS,
+    3600.0,
+    "How long the dispatcher keeps a finished job's result; a bare number is seconds here, "
+    "as in Flink.",
+    min=0,
+)
+FAILOVER_STRATEGY = _option(
+    "jobmanager.execution.failover-strategy",
+    STRING,
+    "region",
+    "What a task failure restarts: 'region' only the tasks connected to the failed one by "
+    "data exchanges, 'full' the whole job.",
+    job_overridable=True,
+    choices=("region", "full"),
+)
+RESTART_STRATEGY_TYPE = _option(
+    "restart-strategy.type",
+    STRING,
+    "none",
+    "How a failed job is restarted. 'off' and 'disable' mean 'none'; 'fixeddelay', "
+    "'failurerate' and 'exponentialdelay' are accepted for the hyphenated names.",
+    job_overridable=True,
+    choices=("none", "fixed-delay", "failure-rate", "exponential-delay"),
+    aliases=(
+        ("off", "none"),
+        ("disable", "none"),
+        ("fixeddelay", "fixed-delay"),
+        ("failurerate", "failure-rate"),
+        ("exponentialdelay", "exponential-delay"),
+    ),
+)
+RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS = _option(
+    "restart-strategy.fixed-delay.attempts",
+    INT,
+    1,
+    "fixed-delay: restarts allowed before the job fails for good.",
+    job_overridable=True,
+    min=0,
+)
+RESTART_STRATEGY_FIXED_DELAY_DELAY = _option(
+    "restart-strategy.fixed-delay.delay",
+    DURATION,
+    1.0,
+    "fixed-delay: pause before each restart.",
+    job_overridable=True,
+    min=0,
+)
+RESTART_STRATEGY_FAILURE_RATE_MAX_FAILURES = _option(
+    "restart-strategy.failure-rate.max-failures-per-interval",
+    INT,
+    1,
+    "failure-rate: failures tolerated within one interval before the job fails for good.",
+    job_overridable=True,
+    min=1,
+)
+RESTART_STRATEGY_FAILURE_RATE_INTERVAL = _option(
+    "restart-strategy.failure-rate.failure-rate-interval",
+    DURATION,
+    60.0,
+    "failure-rate: the sliding window in which failures are counted.",
+    job_overridable=True,
+    min=_MS,
+)
+RESTART_STRATEGY_FAILURE_RATE_DELAY = _option(
+    "restart-strategy.failure-rate.delay",
+    DURATION,
+    1.0,
+    "failure-rate: pause before each restart.",
+    job_overridable=True,
+    min=0,
+)
+RESTART_STRATEGY_EXP_INITIAL_BACKOFF = _option(
+    "restart-strategy.exponential-delay.initial-backoff",
+    DURATION,
+    1.0,
+    "exponential-delay: pause before the first restart.",
+    job_overridable=True,
+    min=0,
+)
+RESTART_STRATEGY_EXP_MAX_BACKOFF = _option(
+    "restart-strategy.exponential-delay.max-backoff",
+    DURATION,
+    60.0,
+    "exponential-delay: the growing pause never exceeds this; must be at least the initial "
+    "backoff.",
+    job_overridable=True,
+    min=0,
+)
+RESTART_STRATEGY_EXP_BACKOFF_MULTIPLIER = _option(
+    "restart-strategy.exponential-delay.backoff-multiplier",
+    FLOAT,
+    1.5,
+    "exponential-delay: factor applied to the pause after every restart.",
+    job_overridable=True,
+    min=1.0,
+)
+RESTART_STRATEGY_EXP_RESET_BACKOFF_THRESHOLD = _option(
+    "restart-strategy.exponential-delay.reset-backoff-threshold",
+    DURATION,
+    3600.0,
+    "exponential-delay: a job that runs this long without failing starts over at the "
+    "initial backoff.",
+    job_overridable=True,
+    min=_MS,
+)
+RESTART_STRATEGY_EXP_JITTER_FACTOR = _option(
+    "restart-strategy.exponential-delay.jitter-factor",
+    FLOAT,
+    0.1,
+    "exponential-delay: each pause varies randomly by up to this fraction, so that many jobs "
+    "do not restart in lockstep.",
+    job_overridable=True,
+    min=0.0,
+    max=1.0,
+)
+RESTART_STRATEGY_EXP_ATTEMPTS_BEFORE_RESET = _option(
+    "restart-strategy.exponential-delay.attempts-before-reset-backoff",
+    INT,
+    2**31 - 1,
+    "exponential-delay: restarts allowed before the job fails for good (counted since the "
+    "last backoff reset).",
+    job_overridable=True,
+    min=1,
+)
+
+# --------------------------------------------------------------------------------------------
+_group("High availability", "Leader election, service discovery and recovery through ZooKeeper.")
+HA_MODE = _option(
+    "high-availability.mode",
+    STRING,
+    "none",
+    "'none': one dispatcher and resource manager at fixed addresses; 'zookeeper': leader "
+    "election and service discovery through ZooKeeper (case-insensitive).",
+    choices=("none", "zookeeper"),
+)
+HA_ZOOKEEPER_QUORUM = _option(
+    "high-availability.zookeeper.quorum",
+    STRING,
+    "",
+    "Comma-separated host[:port] list of the ZooKeeper ensemble (port 2181 if omitted); "
+    "required in zookeeper mode.",
+)
+HA_ZOOKEEPER_ROOT = _option(
+    "high-availability.zookeeper.path.root",
+    STRING,
+    "/sparkmill",
+    "ZooKeeper node under which all clusters keep their data; must start with '/'.",
+)
+HA_CLUSTER_ID = _option(
+    "high-availability.cluster-id",
+    STRING,
+    "/default",
+    "Separates the ZooKeeper data of clusters that share one root path.",
+)
+HA_STORAGE_DIR = _option(
+    "high-availability.storageDir",
+    STRING,
+    "",
+    "Durable directory for job graphs and results that ZooKeeper only points to; required "
+    "in zookeeper mode.",
+)
+HA_ZOOKEEPER_SESSION_TIMEOUT = _option(
+    "high-availability.zookeeper.client.session-timeout",
+    DURATION,
+    60.0,
+    "ZooKeeper session timeout; a leader that loses its session loses leadership.",
+    min=_MS,
+)
+HA_ZOOKEEPER_CONNECTION_TIMEOUT = _option(
+    "high-availability.zookeeper.client.connection-timeout",
+    DURATION,
+    15.0,
+    "How long to wait for the ZooKeeper connection when starting.",
+    min=_MS,
+)
+HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS = _option(
+    "high-availability.zookeeper.client.tolerate-suspended-connections",
+    BOOL,
+    False,
+    "Keep leadership while the ZooKeeper connection is only suspended (not yet lost); fewer "
+    "failovers on flaky networks, at the risk of two leaders for a short time.",
+)
+
+# --------------------------------------------------------------------------------------------
+_group(
+    "Metrics",
+    "The Prometheus endpoint. Extra labels come from the free-form metrics.labels.* keys.",
+)
+
+METRICS_ENABLED = _option(
+    "metrics.enabled",
+    BOOL,
+    True,
+    "Serve Prometheus metrics over HTTP from every process.",
+)
+METRICS_BIND_HOST = _option(
+    "metrics.bind-host",
+    STRING,
+    "127.0.0.1",
+    "Host or interface the metrics HTTP endpoint binds to.",
+)
+METRICS_PORT = _option(
+    "metrics.port",
+    INT,
+    0,
+    "Port of the metrics HTTP endpoint; 0 picks a free port, which is written to the log.",
+    min=0,
+    max=65535,
+)
+
+# --------------------------------------------------------------------------------------------
+_group(
+    "Data plane",
+    "The Spark sessions tasks run in, and where they exchange data. Any Spark setting can be "
+    "passed with the free-form spark.conf.* keys.",
+)
+
+SPARK_MASTER = _option(
+    "spark.master",
+    STRING,
+    "local[2]",
+    "Spark master URL of the Spark session each task executor runs its tasks in.",
+)
+SPARK_SESSION_START = _option(
+    "spark.session.start",
+    STRING,
+    "eager",
+    "'eager' starts the Spark session when the task executor starts; 'lazy' when its first "
+    "task runs.",
+    choices=("eager", "lazy"),
+)
+SPARK_UI_ENABLED = _option(
+    "spark.ui.enabled",
+    BOOL,
+    False,
+    "Run Spark's web UI in each task executor's Spark session.",
+)
+EXCHANGE_DIR = _option(
+    "exchange.dir",
+    STRING,
+    str(Path(tempfile.gettempdir()) / "sparkmill-exchange"),
+    "Directory where tasks hand intermediate results to downstream tasks; must be shared by "
+    "all task executors that exchange data. The default is under the system temp directory.",
+    default_text="<temp dir>/sparkmill-exchange",
+)
+
+# --------------------------------------------------------------------------------------------
+_group("Logging", "Process logging.")
+LOG_LEVEL = _option(
+    "log.level",
+    STRING,
+    "INFO",
+    "Level of the process's root logger (case-insensitive; WARN means WARNING).",
+    choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+    aliases=(("WARN", "WARNING"),),
+)
+
+# --------------------------------------------------------------------------------------------
+# Free-form prefixes
+
+SPARK_CONF = FreeFormPrefix(
+    "spark.conf.",
+    "Passed to Spark as-is with the prefix removed, e.g. "
+    "spark.conf.spark.sql.shuffle.partitions: 8.",
+)
+METRICS_LABELS = FreeFormPrefix(
+    "metrics.labels.",
+    "Constant labels added to every metric of the process, e.g. metrics.labels.region: eu.",
+)
+
+# --------------------------------------------------------------------------------------------
+# Cross-key constraints
+
+_CONSTRAINTS: list[Constraint] = []
+_Check = Callable[[Configuration], tuple[str, str] | None]
+
+
+def _constraint(description: str) -> Callable[[_Check], _Check]:
+    def register(check: _Check) -> _Check:
+        _CONSTRAINTS.append(Constraint(description, check))
+        return check
+
+    return register
+
+
+def _ordered(high: ConfigOption[float], low: ConfigOption[float], *, strict: bool) -> None:
+    relation = "greater than" if strict else "at least"
+
+    def check(conf: Configuration) -> tuple[str, str] | None:
+        a, b = conf.get(high), conf.get(low)
+        if a > b or (a == b and not strict):
+            return None
+        return high.key, f"{high.format(a)} must be {relation} {low.key} ({low.format(b)})"
+
+    _constraint(f"{high.key} must be {relation} {low.key}.")(check)
+
+
+_ordered(HEARTBEAT_TIMEOUT, HEARTBEAT_INTERVAL, strict=True)
+_ordered(REGISTRATION_MAX_TIMEOUT, REGISTRATION_INITIAL_TIMEOUT, strict=False)
+_ordered(RESTART_STRATEGY_EXP_MAX_BACKOFF, RESTART_STRATEGY_EXP_INITIAL_BACKOFF, strict=False)
+
+
+@_constraint("heartbeat.rpc-failure-threshold must be positive or -1.")
+def _rpc_failure_threshold(conf: Configuration) -> tuple[str, str] | None:
+    if conf.get(HEARTBEAT_RPC_FAILURE_THRESHOLD) != 0:
+        return None
+    return HEARTBEAT_RPC_FAILURE_THRESHOLD.key, "must be positive, or -1 to turn it off (got 0)"
+
+
+@_constraint(
+    "high-availability.mode zookeeper requires high-availability.zookeeper.quorum and "
+    "high-availability.storageDir."
+)
+def _zookeeper_required(conf: Configuration) -> tuple[str, str] | None:
+    if conf.get(HA_MODE) != "zookeeper":
+        return None
+    for option in (HA_ZOOKEEPER_QUORUM, HA_STORAGE_DIR):
+        if not conf.get(option).strip():
+            return option.key, f"must be set when {HA_MODE.key} is zookeeper"
+    return None
+
+
+@_constraint("high-availability.zookeeper.quorum, when set, is a comma-separated host[:port] list.")
+def _zookeeper_quorum(conf: Configuration) -> tuple[str, str] | None:
+    quorum = conf.get(HA_ZOOKEEPER_QUORUM)
+    for entry in quorum.split(",") if quorum.strip() else ():
+        host, colon, port = entry.strip().rpartition(":")
+        host, port = (host, port) if colon else (port, "2181")
+        if not host or " " in host or not port.isdigit() or not 0 < int(port) <= 65535:
+            return HA_ZOOKEEPER_QUORUM.key, (
+                f"{quorum!r} is not a ZooKeeper quorum (expected 'host[:port],host[:port],...'; "
+                f"bad entry {entry.strip()!r})"
+            )
+    return None
+
+
+@_constraint("high-availability.zookeeper.path.root starts with '/'.")
+def _zookeeper_root(conf: Configuration) -> tuple[str, str] | None:
+    root = conf.get(HA_ZOOKEEPER_ROOT)
+    if root.startswith("/"):
+        return None
+    return HA_ZOOKEEPER_ROOT.key, f"{root!r} is not an absolute ZooKeeper path (start with '/')"
+
+
+REGISTRY = OptionRegistry(_GROUPS, (SPARK_CONF, METRICS_LABELS), _CONSTRAINTS)
+"""The options, prefixes and constraints every :class:`~common.config.Configuration` uses."""

@@ -1,0 +1,176 @@
+"""Job status and execution state: stable values, terminal sets and the allowed transitions."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from common.errors import IllegalStateBug
+from common.state_machine import TransitionTable
+from services.jobmaster.states import (
+    EXECUTION_STATE_TRANSITIONS,
+    JOB_STATUS_TRANSITIONS,
+    ExecutionState,
+    JobStatus,
+)
+
+J = JobStatus
+E = ExecutionState
+
+
+def walk(table: TransitionTable[Any], path: list[Any]) -> None:
+    for current, target in itertools.pairwise(path):
+        table.check(current, target)
+
+
+def test_job_status_values_are_stable_and_in_declaration_order():
+    names = [
+        "INITIALIZING",
+        "CREATED",
+        "RUNNING",
+        "FAILING",
+        "FAILED",
+        "CANCELLING",
+        "CANCELED",
+        "FINISHED",
+        "RESTARTING",
+        "SUSPENDED",
+    ]
+    assert [(s.name, s.value) for s in JobStatus] == [(n, i + 1) for i, n in enumerate(names)]
+
+
+def test_execution_state_values_are_stable_and_in_declaration_order():
+    names = [
+        "CREATED",
+        "SCHEDULED",
+        "DEPLOYING",
+        "INITIALIZING",
+        "RUNNING",
+        "FINISHED",
+        "CANCELING",
+        "CANCELED",
+        "FAILED",
+    ]
+    assert [(s.name, s.value) for s in ExecutionState] == [(n, i + 1) for i, n in enumerate(names)]
+
+
+def test_job_status_terminal_sets():
+    assert {s for s in JobStatus if s.is_globally_terminal} == {J.FINISHED, J.FAILED, J.CANCELED}
+    assert {s for s in JobStatus if s.is_terminal} == {
+        J.FINISHED,
+        J.FAILED,
+        J.CANCELED,
+        J.SUSPENDED,
+    }
+
+
+def test_execution_state_terminal_set():
+    assert {s for s in ExecutionState if s.is_terminal} == {E.FINISHED, E.CANCELED, E.FAILED}
+
+
+@pytest.mark.parametrize(
+    ("table", "enum_type"),
+    [(JOB_STATUS_TRANSITIONS, JobStatus), (EXECUTION_STATE_TRANSITIONS, ExecutionState)],
+)
+def test_tables_cover_every_state_and_agree_with_is_terminal(table, enum_type):
+    assert set(table.states()) == set(enum_type)
+    for state in enum_type:
+        assert table.is_terminal(state) == state.is_terminal, state
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        [J.INITIALIZING, J.CREATED, J.RUNNING, J.FINISHED],
+        [J.RUNNING, J.FAILING, J.RESTARTING, J.RUNNING],
+        [J.RUNNING, J.RESTARTING, J.CREATED, J.RUNNING],
+        [J.RUNNING, J.FAILING, J.FAILED],
+        [J.RUNNING, J.CANCELLING, J.CANCELED],
+        [J.CREATED, J.CANCELLING, J.CANCELED],
+        [J.RESTARTING, J.CANCELED],
+        [J.FAILING, J.CANCELLING, J.CANCELED],
+        [J.INITIALIZING, J.FAILED],
+        [J.INITIALIZING, J.CANCELED],
+    ],
+)
+def test_legal_job_status_paths(path):
+    walk(JOB_STATUS_TRANSITIONS, path)
+
+
+def test_every_non_terminal_job_status_can_be_suspended():
+    for status in JobStatus:
+        if not status.is_terminal:
+            assert JOB_STATUS_TRANSITIONS.can_transition(status, J.SUSPENDED), status
+
+
+@pytest.mark.parametrize(
+    ("current", "target"),
+    [
+        (J.FINISHED, J.RUNNING),
+        (J.FAILED, J.RESTARTING),
+        (J.CANCELED, J.RUNNING),
+        (J.SUSPENDED, J.RUNNING),
+        (J.CREATED, J.FINISHED),
+        (J.RUNNING, J.CANCELED),  # cancelling has to wait for the tasks
+        (J.RUNNING, J.CREATED),
+        (J.CANCELLING, J.RUNNING),
+        (J.INITIALIZING, J.RUNNING),
+    ],
+)
+def test_illegal_job_status_transitions_raise(current, target):
+    assert not JOB_STATUS_TRANSITIONS.can_transition(current, target)
+    with pytest.raises(IllegalStateBug, match=f"{current.name} -> {target.name}"):
+        JOB_STATUS_TRANSITIONS.check(current, target)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        [E.CREATED, E.SCHEDULED, E.DEPLOYING, E.INITIALIZING, E.RUNNING, E.FINISHED],
+        [E.CREATED, E.CANCELED],
+        [E.SCHEDULED, E.CANCELED],
+        [E.DEPLOYING, E.FAILED],
+        [E.DEPLOYING, E.FINISHED],  # a very fast task
+        [E.RUNNING, E.CANCELING, E.CANCELED],
+        [E.RUNNING, E.CANCELED],  # cancelled by the task executor itself
+        [E.SCHEDULED, E.FAILED],
+    ],
+)
+def test_legal_execution_state_paths(path):
+    walk(EXECUTION_STATE_TRANSITIONS, path)
+
+
+def test_active_execution_states_may_fail_or_start_cancelling():
+    for state in ExecutionState:
+        if state.is_terminal or state is E.CANCELING:
+            continue
+        assert EXECUTION_STATE_TRANSITIONS.can_transition(state, E.FAILED), state
+        assert EXECUTION_STATE_TRANSITIONS.can_transition(state, E.CANCELING), state
+
+
+def test_canceling_only_completes_as_canceled():
+    assert EXECUTION_STATE_TRANSITIONS.allowed_from(E.CANCELING) == frozenset({E.CANCELED})
+
+
+@pytest.mark.parametrize(
+    ("current", "target"),
+    [
+        (E.CREATED, E.RUNNING),
+        (E.CREATED, E.DEPLOYING),
+        (E.SCHEDULED, E.RUNNING),
+        (E.DEPLOYING, E.RUNNING),
+        (E.FINISHED, E.FAILED),
+        (E.FINISHED, E.CREATED),
+        (E.FAILED, E.RUNNING),
+        (E.CANCELED, E.CANCELING),
+        (E.CANCELING, E.FAILED),
+        (E.CANCELING, E.RUNNING),
+        (E.RUNNING, E.INITIALIZING),
+    ],
+)
+def test_illegal_execution_state_transitions_raise(current, target):
+    assert not EXECUTION_STATE_TRANSITIONS.can_transition(current, target)
+    with pytest.raises(IllegalStateBug, match=f"{current.name} -> {target.name}"):
+        EXECUTION_STATE_TRANSITIONS.check(current, target)
