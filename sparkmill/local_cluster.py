@@ -11,6 +11,7 @@ The same class is what ``sparkmill run`` and the integration tests use.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -174,10 +175,8 @@ class LocalCluster:
         return cluster
 
     def kill(self, proc: ServiceProcess, sig: int = signal.SIGKILL) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, sig)
-        except ProcessLookupError:
-            pass
         popen = self._popen.get(proc.pid)
         if popen is not None and sig in (signal.SIGKILL, signal.SIGTERM):
             popen.wait(timeout=30)
@@ -185,24 +184,18 @@ class LocalCluster:
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM every process, then SIGKILL what is still alive after ``grace_s``."""
         for proc in reversed(self.processes):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + grace_s
         for proc in self.processes:
             while _alive(proc.pid, self._popen.get(proc.pid)) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if _alive(proc.pid, self._popen.get(proc.pid)):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         for popen in self._popen.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
         path = self.directory / PROCESSES_FILE
         if path.exists():
             path.unlink()
@@ -211,9 +204,11 @@ class LocalCluster:
         """Every service log, for a failing test to print."""
         parts = []
         for proc in self.processes:
-            text = Path(proc.log_file).read_text(errors="replace") if Path(
-                proc.log_file
-            ).exists() else "(no log)"
+            text = (
+                Path(proc.log_file).read_text(errors="replace")
+                if Path(proc.log_file).exists()
+                else "(no log)"
+            )
             parts.append(f"===== {proc.name} (pid {proc.pid}) =====\n{text[-20000:]}")
         return "\n".join(parts)
 

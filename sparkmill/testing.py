@@ -82,6 +82,12 @@ def noop_pipeline(
     override the cluster's (e.g. ``restart-strategy.type``).
     """
     return TestPipeline(
-        name, parallelism, vertices, pattern, sleep_s, fail_attempts, dict(config or {}),
+        name,
+        parallelism,
+        vertices,
+        pattern,
+        sleep_s,
+        fail_attempts,
+        dict(config or {}),
         resource_profile,
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from common.errors import ErrorCode
 from common.ids import AllocationID, ExecutionAttemptID, JobID
-from services.jobmaster.states import EXECUTION_TRANSITIONS, ExecutionState
+from services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from services.taskexecutor.operators import (
     Invokable,
     TaskCancelledError,
@@ -172,7 +172,7 @@ class Task:
             state, failure = ExecutionState.FAILED, self._external_failure
         if self.state.is_terminal:
             return
-        if not EXECUTION_TRANSITIONS.can_transition(self.state, state):
+        if not EXECUTION_STATE_TRANSITIONS.can_transition(self.state, state):
             # e.g. RUNNING arrives after cancel already moved us on: keep the later state.
             log.debug("%s: ignoring %s -> %s", self.name, self.state.name, state.name)
             return

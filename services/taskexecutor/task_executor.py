@@ -418,7 +418,7 @@ class TaskExecutor(TaskExecutorServicer):
 
     def _slot_gone(self, job_id: JobID, index: int, allocation_id: AllocationID) -> None:
         self._notify_rm_slot_free(index, allocation_id)
-        if not self._table().has_allocated_slots(job_id) and job_id in self.jobs:
+        if not self._table().allocation_ids_of_job(job_id) and job_id in self.jobs:
             # Nothing of the job is left here: drop the JobMaster connection (Flink's
             # JobLeaderService does the same), after the last state updates went out.
             connection = self.jobs[job_id]
@@ -452,6 +452,9 @@ class TaskExecutor(TaskExecutorServicer):
                 f"unknown operator kind {tdd.operator.kind!r} for task {tdd.vertex_name} "
                 f"(known: {sorted(OPERATOR_KINDS)})"
             )
+        # The deployment may overtake the reply to our slot offer: the JobMaster (fenced above)
+        # evidently accepted the slot, so activate it for this job (Flink does the same).
+        self._table().try_mark_slot_active(JobID(tdd.job_id), AllocationID(tdd.allocation_id))
         task = Task(tdd, factory, self._on_task_state, asyncio.get_running_loop())
         # Raises SlotNotFoundError / SlotNotActiveError: a task is never run in a slot that is
         # missing, inactive or another job's (seed 000).
@@ -520,7 +523,7 @@ class TaskExecutor(TaskExecutorServicer):
                 connection.updates[:0] = batch
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        if not self._table().has_allocated_slots(connection.job_id):
+        if not self._table().allocation_ids_of_job(connection.job_id):
             self._drop_job_connection(connection.job_id)
 
     # -- job masters -----------------------------------------------------------------------------

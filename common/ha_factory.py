@@ -1,0 +1,68 @@
+"""From a configuration file to what a process runs with: settings and HA services."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from common import config_options as opt
+from common.config import Configuration
+from common.errors import ConfigurationError
+from common.ha import HighAvailabilityServices, StandaloneHaServices
+from common.retry import RetryPolicy
+from common.settings import ClusterSettings
+
+MIB = 1 << 20
+
+
+def settings_from_config(config: Configuration) -> ClusterSettings:
+    threshold = config.get(opt.HEARTBEAT_RPC_FAILURE_THRESHOLD)
+    return ClusterSettings(
+        bind_host=config.get(opt.RPC_BIND_HOST),
+        dispatcher_address=config.get(opt.DISPATCHER_RPC_ADDRESS),
+        resource_manager_address=config.get(opt.RESOURCE_MANAGER_RPC_ADDRESS),
+        job_master_bind_address=config.get(opt.JOB_MASTER_RPC_ADDRESS),
+        task_executor_bind_address=config.get(opt.TASK_MANAGER_RPC_ADDRESS),
+        rpc_timeout_s=config.get(opt.RPC_ASK_TIMEOUT),
+        rpc_max_message_bytes=config.get(opt.RPC_MAX_MESSAGE_SIZE),
+        heartbeat_interval_s=config.get(opt.HEARTBEAT_INTERVAL),
+        heartbeat_timeout_s=config.get(opt.HEARTBEAT_TIMEOUT),
+        # Flink's -1 switches the fast path off; the heartbeat manager spells that 0.
+        heartbeat_rpc_failure_threshold=max(0, threshold),
+        registration=RetryPolicy(
+            initial_timeout_s=config.get(opt.REGISTRATION_INITIAL_TIMEOUT),
+            max_timeout_s=config.get(opt.REGISTRATION_MAX_TIMEOUT),
+            error_delay_s=config.get(opt.REGISTRATION_ERROR_DELAY),
+            refused_delay_s=config.get(opt.REGISTRATION_REFUSED_DELAY),
+        ),
+        number_of_slots=config.get(opt.TASK_MANAGER_NUM_TASK_SLOTS),
+        task_executor_resource_id=config.get(opt.TASK_MANAGER_RESOURCE_ID),
+        task_executor_cpu_cores=config.get(opt.TASK_MANAGER_CPU_CORES),
+        task_executor_memory_mb=config.get(opt.TASK_MANAGER_MEMORY_PROCESS_SIZE) // MIB,
+        slot_timeout_s=config.get(opt.TASK_MANAGER_SLOT_TIMEOUT),
+        slot_request_timeout_s=config.get(opt.SLOT_REQUEST_TIMEOUT),
+        slot_idle_timeout_s=config.get(opt.SLOT_IDLE_TIMEOUT),
+        task_manager_idle_timeout_s=config.get(opt.RESOURCE_MANAGER_TASK_MANAGER_TIMEOUT),
+        evenly_spread_out_slots=config.get(opt.CLUSTER_EVENLY_SPREAD_OUT_SLOTS),
+        job_store_expiration_s=config.get(opt.JOB_STORE_EXPIRATION_TIME),
+        metrics_enabled=config.get(opt.METRICS_ENABLED),
+        metrics_bind_host=config.get(opt.METRICS_BIND_HOST),
+        metrics_port=config.get(opt.METRICS_PORT),
+        exchange_dir=config.get(opt.EXCHANGE_DIR),
+        spark_master=config.get(opt.SPARK_MASTER),
+        spark_session_start=config.get(opt.SPARK_SESSION_START),
+    )
+
+
+def load_cluster_config(path: Path) -> tuple[ClusterSettings, Configuration]:
+    config = Configuration.load(path)
+    return settings_from_config(config), config
+
+
+def create_ha_services(settings: ClusterSettings, config: Any = None) -> HighAvailabilityServices:
+    mode = config.get(opt.HA_MODE) if isinstance(config, Configuration) else "none"
+    if mode == "none":
+        return StandaloneHaServices(settings)
+    raise ConfigurationError(
+        opt.HA_MODE.key, f"mode {mode!r} is not available yet; use 'none' (standalone)"
+    )

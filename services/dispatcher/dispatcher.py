@@ -1,0 +1,436 @@
+"""The dispatcher service: the cluster's front door (Flink's ``Dispatcher``).
+
+While it leads, it
+
+* accepts job submissions: decodes and validates the job graph (a clear error naming every
+  problem otherwise), stores it in the submitted-job-graph store *before* acknowledging (seed
+  003), and hands the job to a job-master process;
+* keeps the registry of job-master processes (they register with back-off and are heartbeated);
+  a job whose process is lost goes back to the queue and is started on another process;
+* answers list / status / cancel / result, and keeps finished jobs' results until they expire
+  (``jobstore.expiration-time``).
+
+Job masters push every job status change (``ReportJobStatus``); live task counts are fetched
+from the JobMaster on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from common.actor import ServiceRuntime
+from common.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    NotFoundError,
+    RpcError,
+)
+from common.heartbeat import HeartbeatManager
+from common.ids import JobID, short
+from common.jobgraph import KNOWN_OPERATOR_KINDS
+from common.jobgraph_codec import job_graph_from_proto
+from common.leader import LeaderElectionService
+from common.rpc.client import RpcClientPool
+from common.rpc.server import CallContext, MethodSpec
+from common.settings import ClusterSettings
+from services.base import ServiceIdentity, require_leader
+from services.dispatcher.job_store import JobGraphStore
+from services.dispatcher.validation import validate_job_graph
+from services.jobmaster.states import JobStatus
+from sparkmill.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
+from sparkmill.v1.gateways import DispatcherServicer, JobMasterClient
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _JobMasterProcess:
+    process_id: str
+    address: str
+    client: JobMasterClient
+    info: common_pb2.ServiceInfo
+    jobs: set[JobID] = field(default_factory=set)
+
+
+@dataclass
+class _Job:
+    job_id: JobID
+    name: str
+    graph: common_pb2.JobGraph
+    submitted_at: float
+    status: JobStatus = JobStatus.INITIALIZING
+    ended_at: float = 0.0
+    process_id: str = ""
+    session_id: str = ""
+    address: str = ""
+    details: jobs_pb2.JobDetails | None = None
+    result: jobs_pb2.JobResult | None = None
+    starting: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.is_globally_terminal
+
+
+class Dispatcher(DispatcherServicer):
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        runtime: ServiceRuntime,
+        election: LeaderElectionService,
+        job_store: JobGraphStore,
+        clients: RpcClientPool,
+        identity: ServiceIdentity,
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.election = election
+        self.job_store = job_store
+        self.clients = clients
+        self.identity = identity
+        self.session_id: str | None = None
+        self.jobs: dict[JobID, _Job] = {}
+        self.processes: dict[str, _JobMasterProcess] = {}
+        self.heartbeats = HeartbeatManager(
+            "dispatcher->jm",
+            interval_s=settings.heartbeat_interval_s,
+            timeout_s=settings.heartbeat_timeout_s,
+            rpc_failure_threshold=settings.heartbeat_rpc_failure_threshold,
+            on_timeout=self._on_process_timeout,
+        )
+        self.submitted_total = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.heartbeats.start()
+        self.runtime.spawn(self._expire_jobs_periodically(), "job-expiry")
+        await self.election.start(self)
+
+    async def stop(self) -> None:
+        await self.election.stop()
+        await self.heartbeats.stop()
+
+    async def grant_leadership(self, session_id: str) -> None:
+        self.session_id = session_id
+        # Recover every job graph a previous leader acknowledged but did not finish.
+        for graph in await self.runtime.run_blocking(self.job_store.recover_all):
+            job_id = JobID(graph.job_id)
+            if job_id not in self.jobs:
+                self.jobs[job_id] = _Job(job_id, graph.name, graph, time.time())
+                log.info(
+                    "recovered job %s (%s) from the job graph store", short(job_id), graph.name
+                )
+        log.info("dispatcher %s leads with session %s", short(self.identity.id), short(session_id))
+        await self.election.confirm_leadership(session_id, self.identity.address)
+        self._schedule_waiting_jobs()
+
+    async def revoke_leadership(self) -> None:
+        log.warning("dispatcher %s lost leadership", short(self.identity.id))
+        self.session_id = None
+        for process_id in list(self.processes):
+            self.heartbeats.unmonitor(process_id)
+        self.processes.clear()
+        self.jobs.clear()
+
+    def expected_fencing_token(self, spec: MethodSpec, request: object) -> str:
+        return require_leader(self.session_id, "dispatcher")
+
+    # -- submission ------------------------------------------------------------------------------
+
+    async def submit_job(
+        self, request: dispatcher_pb2.SubmitJobRequest, context: CallContext
+    ) -> dispatcher_pb2.SubmitJobResponse:
+        graph = job_graph_from_proto(request.job_graph)
+        validate_job_graph(graph, known_operator_kinds=KNOWN_OPERATOR_KINDS)
+        job_id = graph.job_id
+        existing = self.jobs.get(job_id)
+        if existing is not None:
+            raise AlreadyExistsError(
+                f"job {job_id} ('{existing.name}') was already submitted and is "
+                f"{existing.status.name}; submit it with a new job id"
+            )
+        started = time.monotonic()
+        # Persist before acknowledging: once the client hears "submitted", no leader change
+        # may lose the job (seed 003).
+        await self.runtime.run_blocking(self.job_store.put, request.job_graph)
+        self.jobs[job_id] = _Job(job_id, graph.name, request.job_graph, time.time())
+        self.submitted_total += 1
+        log.info(
+            "job %s ('%s') submitted: %d vertices, %d subtasks (stored in %.1f ms)",
+            short(job_id),
+            graph.name,
+            len(graph.vertices),
+            sum(v.parallelism for v in graph.vertices),
+            (time.monotonic() - started) * 1000,
+        )
+        self._schedule_waiting_jobs()
+        return dispatcher_pb2.SubmitJobResponse(job_id=job_id)
+
+    def _schedule_waiting_jobs(self) -> None:
+        if self.session_id is None:
+            return
+        for job in self.jobs.values():
+            if not job.terminal and not job.process_id and not job.starting:
+                process = self._least_loaded_process()
+                if process is None:
+                    log.info("job %s waits for a job-master process to register", short(job.job_id))
+                    return
+                job.starting = True
+                job.process_id = process.process_id
+                process.jobs.add(job.job_id)
+                self.runtime.spawn(self._start_job(job, process), "start-job")
+
+    def _least_loaded_process(self) -> _JobMasterProcess | None:
+        if not self.processes:
+            return None
+        return min(self.processes.values(), key=lambda p: (len(p.jobs), p.process_id))
+
+    async def _start_job(self, job: _Job, process: _JobMasterProcess) -> None:
+        try:
+            reply = await process.client.start_job(
+                job_master_pb2.StartJobRequest(
+                    job_graph=job.graph,
+                    dispatcher_address=self.identity.address,
+                    submitted_at=job.submitted_at,
+                ),
+                fencing_token=self.session_id or "",
+            )
+        except RpcError as exc:
+            log.warning(
+                "could not start job %s on job-master process %s: %s",
+                short(job.job_id),
+                short(process.process_id),
+                exc,
+            )
+            process.jobs.discard(job.job_id)
+            job.process_id = ""
+            job.starting = False
+            if isinstance(exc, AlreadyExistsError):
+                return  # it runs there already (a retried start); its reports will arrive
+            self.runtime.spawn(self._retry_scheduling_later(), "reschedule")
+            return
+        job.starting = False
+        if self.jobs.get(job.job_id) is not job:
+            return
+        job.session_id = reply.job_master_session_id
+        job.address = reply.job_master_address
+        log.info(
+            "job %s runs on job-master process %s (JobMaster session %s)",
+            short(job.job_id),
+            short(process.process_id),
+            short(job.session_id),
+        )
+
+    async def _retry_scheduling_later(self) -> None:
+        import asyncio
+
+        await asyncio.sleep(1.0)
+        self._schedule_waiting_jobs()
+
+    # -- reports from job masters ----------------------------------------------------------------
+
+    async def report_job_status(
+        self, request: dispatcher_pb2.JobStatusReport, context: CallContext
+    ) -> common_pb2.Empty:
+        job = self.jobs.get(JobID(request.job_id))
+        if job is None:
+            raise NotFoundError(f"job {short(request.job_id)} is unknown to this dispatcher")
+        if job.terminal:
+            return common_pb2.Empty()  # a late or repeated report; the result is final
+        if job.session_id and request.job_master_session_id != job.session_id:
+            raise FailedPreconditionError(
+                f"report for job {short(job.job_id)} from JobMaster session "
+                f"{short(request.job_master_session_id)} refused: session "
+                f"{short(job.session_id)} leads the job"
+            )
+        job.session_id = request.job_master_session_id
+        job.status = JobStatus(request.status)
+        job.details = request.details
+        if job.status.is_globally_terminal:
+            job.ended_at = time.time()
+            job.result = request.result
+            process = self.processes.get(job.process_id)
+            if process is not None:
+                process.jobs.discard(job.job_id)
+            await self.runtime.run_blocking(self.job_store.remove, job.job_id)
+            log.info("job %s ('%s') ended %s", short(job.job_id), job.name, job.status.name)
+        return common_pb2.Empty()
+
+    # -- job-master processes --------------------------------------------------------------------
+
+    async def register_job_master_process(
+        self, request: dispatcher_pb2.RegisterJobMasterProcessRequest, context: CallContext
+    ) -> dispatcher_pb2.RegisterJobMasterProcessResponse:
+        if request.process_id in self.processes:
+            self._lose_process(request.process_id, "it registered again")
+        client = JobMasterClient(self.clients.get(request.address))
+        self.processes[request.process_id] = _JobMasterProcess(
+            request.process_id, request.address, client, request.info
+        )
+        self.heartbeats.monitor(
+            request.process_id, lambda: self._heartbeat_process(request.process_id)
+        )
+        log.info(
+            "job-master process %s registered from %s", short(request.process_id), request.address
+        )
+        self._schedule_waiting_jobs()
+        return dispatcher_pb2.RegisterJobMasterProcessResponse(dispatcher_id=self.identity.id)
+
+    async def _heartbeat_process(self, process_id: str) -> None:
+        process = self.processes.get(process_id)
+        if process is None:
+            return
+        await process.client.heartbeat_from_dispatcher(
+            common_pb2.HeartbeatRequest(sender_id=self.identity.id),
+            timeout=self.settings.heartbeat_interval_s,
+        )
+
+    def _on_process_timeout(self, process_id: str, reason: str) -> None:
+        self._lose_process(process_id, reason)
+
+    def _lose_process(self, process_id: str, reason: str) -> None:
+        process = self.processes.pop(process_id, None)
+        if process is None:
+            return
+        self.heartbeats.unmonitor(process_id)
+        orphans = [self.jobs[j] for j in process.jobs if j in self.jobs]
+        log.warning(
+            "job-master process %s lost (%s); %d jobs will start elsewhere",
+            short(process_id),
+            reason,
+            len(orphans),
+        )
+        for job in orphans:
+            if not job.terminal:
+                job.process_id = ""
+                job.session_id = ""
+                job.starting = False
+                job.status = JobStatus.INITIALIZING
+        self._schedule_waiting_jobs()
+
+    # -- queries and control ---------------------------------------------------------------------
+
+    def _job(self, job_id: str) -> _Job:
+        job = self.jobs.get(JobID(job_id))
+        if job is None:
+            raise NotFoundError(
+                f"no job {job_id} (finished jobs are kept for "
+                f"{self.settings.job_store_expiration_s:g}s)"
+            )
+        return job
+
+    async def list_jobs(
+        self, request: dispatcher_pb2.ListJobsRequest, context: CallContext
+    ) -> dispatcher_pb2.ListJobsResponse:
+        reply = dispatcher_pb2.ListJobsResponse()
+        for job in sorted(self.jobs.values(), key=lambda j: j.submitted_at):
+            summary = reply.jobs.add(
+                job_id=job.job_id,
+                name=job.name,
+                status=job.status.value,
+                submitted_at=job.submitted_at,
+                ended_at=job.ended_at,
+            )
+            total = sum(v.parallelism for v in job.graph.vertices)
+            summary.total_tasks = total
+            if job.details is not None:
+                summary.finished_tasks = sum(
+                    v.tasks_by_state.get(6, 0) for v in job.details.vertices
+                )  # FINISHED
+        return reply
+
+    async def get_job_status(
+        self, request: dispatcher_pb2.GetJobStatusRequest, context: CallContext
+    ) -> jobs_pb2.JobDetails:
+        job = self._job(request.job_id)
+        if not job.terminal and job.session_id and job.process_id in self.processes:
+            try:
+                details = await self.processes[job.process_id].client.get_job_details(
+                    job_master_pb2.GetJobDetailsRequest(job_id=job.job_id),
+                    fencing_token=job.session_id,
+                    timeout=5.0,
+                )
+                job.details = details
+            except RpcError as exc:
+                log.debug("live details of %s unavailable: %s", short(job.job_id), exc)
+        return self._details(job)
+
+    def _details(self, job: _Job) -> jobs_pb2.JobDetails:
+        details = jobs_pb2.JobDetails()
+        if job.details is not None:
+            details.CopyFrom(job.details)
+        else:
+            for vertex in job.graph.vertices:
+                details.vertices.add(
+                    vertex_id=vertex.id, name=vertex.name, parallelism=vertex.parallelism
+                )
+        details.job_id = job.job_id
+        details.name = job.name
+        details.status = job.status.value  # type: ignore[assignment]
+        details.submitted_at = job.submitted_at
+        details.ended_at = job.ended_at
+        details.job_master_address = job.address
+        return details
+
+    async def cancel_job(
+        self, request: dispatcher_pb2.CancelJobRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        job = self._job(request.job_id)
+        if job.terminal:
+            raise FailedPreconditionError(
+                f"job {short(job.job_id)} already ended {job.status.name}; nothing to cancel"
+            )
+        if job.session_id and job.process_id in self.processes:
+            await self.processes[job.process_id].client.cancel_job(
+                job_master_pb2.JobMasterCancelJobRequest(job_id=job.job_id),
+                fencing_token=job.session_id,
+            )
+        else:
+            # Not running anywhere yet: cancelling is just recording the outcome.
+            job.status = JobStatus.CANCELED
+            job.ended_at = time.time()
+            job.result = jobs_pb2.JobResult(job_id=job.job_id, status=JobStatus.CANCELED.value)  # type: ignore[arg-type]
+            await self.runtime.run_blocking(self.job_store.remove, job.job_id)
+        return common_pb2.Empty()
+
+    async def get_job_result(
+        self, request: dispatcher_pb2.GetJobResultRequest, context: CallContext
+    ) -> jobs_pb2.JobResult:
+        job = self._job(request.job_id)
+        if not job.terminal or job.result is None:
+            raise FailedPreconditionError(
+                f"job {short(job.job_id)} is {job.status.name}; its result is not ready"
+            )
+        result = jobs_pb2.JobResult()
+        result.CopyFrom(job.result)
+        result.details.CopyFrom(self._details(job))
+        return result
+
+    async def get_cluster_services(
+        self, request: dispatcher_pb2.GetClusterServicesRequest, context: CallContext
+    ) -> dispatcher_pb2.ClusterServices:
+        return dispatcher_pb2.ClusterServices(
+            dispatcher=self.identity.info(is_leader=True, session_id=self.session_id or ""),
+            job_master_processes=[p.info for p in self.processes.values()],
+        )
+
+    async def get_service_info(
+        self, request: common_pb2.GetServiceInfoRequest, context: CallContext
+    ) -> common_pb2.ServiceInfo:
+        return self.identity.info(
+            is_leader=self.session_id is not None, session_id=self.session_id or ""
+        )
+
+    async def _expire_jobs_periodically(self) -> None:
+        import asyncio
+
+        while True:
+            await asyncio.sleep(min(60.0, max(1.0, self.settings.job_store_expiration_s / 10)))
+            horizon = time.time() - self.settings.job_store_expiration_s
+            for job_id in [
+                j.job_id for j in self.jobs.values() if j.terminal and j.ended_at < horizon
+            ]:
+                del self.jobs[job_id]

@@ -1,0 +1,123 @@
+"""Run one service process in the foreground: ``sparkmill <role> --config FILE``.
+
+This is what a systemd unit (or ``local-cluster up``) starts. The configuration is validated
+before anything binds a port; a bad key ends the process with exit code 2 and a message that
+names it. The process then serves until SIGTERM/SIGINT and stops in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from common.actor import ServiceRuntime
+from common.config import Configuration
+from common.errors import ConfigurationError
+from common.ha import HighAvailabilityServices
+from common.ha_factory import create_ha_services, settings_from_config
+from common.ids import new_resource_id
+from common.rpc.client import RpcClientPool
+from common.rpc.server import RpcServer
+from common.settings import ClusterSettings
+from services.base import ServiceIdentity
+from services.dispatcher.dispatcher import Dispatcher
+from services.dispatcher.job_store import InMemoryJobGraphStore
+from services.jobmaster.service import JobMasterProcess
+from services.resourcemanager.resource_manager import ResourceManager
+from services.taskexecutor.task_executor import TaskExecutor
+
+Service = Dispatcher | ResourceManager | JobMasterProcess | TaskExecutor
+
+ROLES = ("dispatcher", "resource-manager", "job-master", "task-executor")
+EXIT_CONFIG_ERROR = 2
+
+log = logging.getLogger("sparkmill")
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("kazoo", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_service(role: str, config_path: Path) -> int:
+    try:
+        config = Configuration.load(config_path)
+        settings = settings_from_config(config)
+    except ConfigurationError as exc:
+        print(f"sparkmill {role}: invalid configuration: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    from common import config_options as opt
+
+    configure_logging(config.get(opt.LOG_LEVEL))
+    try:
+        asyncio.run(_serve(role, settings, config))
+    except ConfigurationError as exc:
+        print(f"sparkmill {role}: invalid configuration: {exc}", file=sys.stderr)
+        return EXIT_CONFIG_ERROR
+    return 0
+
+
+def _bind_address(role: str, settings: ClusterSettings) -> str:
+    return {
+        "dispatcher": settings.dispatcher_address,
+        "resource-manager": settings.resource_manager_address,
+        "job-master": settings.job_master_bind_address,
+        "task-executor": settings.task_executor_bind_address,
+    }[role]
+
+
+def _build(
+    role: str,
+    settings: ClusterSettings,
+    config: Configuration,
+    runtime: ServiceRuntime,
+    ha: HighAvailabilityServices,
+    clients: RpcClientPool,
+    identity: ServiceIdentity,
+) -> Service:
+    if role == "dispatcher":
+        return Dispatcher(
+            settings, runtime, ha.dispatcher_election(), InMemoryJobGraphStore(), clients, identity
+        )
+    if role == "resource-manager":
+        return ResourceManager(settings, runtime, ha.resource_manager_election(), clients, identity)
+    if role == "job-master":
+        return JobMasterProcess(settings, config, runtime, ha, clients, identity)
+    return TaskExecutor(settings, runtime, ha.resource_manager_retrieval(), clients, identity)
+
+
+async def _serve(role: str, settings: ClusterSettings, config: Configuration) -> None:
+    identity_id = (settings.task_executor_resource_id if role == "task-executor" else "") or (
+        new_resource_id()
+    )
+    identity = ServiceIdentity(role, identity_id)
+    runtime = ServiceRuntime(role)
+    ha = create_ha_services(settings, config)
+    clients = RpcClientPool(
+        f"{role} {identity_id[:8]}", max_message_bytes=settings.rpc_max_message_bytes
+    )
+    server = RpcServer(
+        _bind_address(role, settings), name=role, max_message_bytes=settings.rpc_max_message_bytes
+    )
+    servicer = _build(role, settings, config, runtime, ha, clients, identity)
+    server.add_servicer(servicer)
+
+    async def start() -> None:
+        identity.address = await server.start()
+        log.info("%s %s listening on %s", role, identity_id[:8], identity.address)
+        await servicer.start()
+
+    async def stop() -> None:
+        await servicer.stop()
+        await server.stop()
+        await clients.close()
+        await ha.close()
+
+    await runtime.serve(start, stop)

@@ -1,0 +1,541 @@
+"""The JobMaster of one job (Flink's ``JobMaster``).
+
+It owns the job's :class:`ExecutionGraph`, :class:`SlotPool` and :class:`DefaultScheduler`,
+and does their I/O: it registers at the resource manager leader (with back-off, again after a
+leader change) and asks it for slots; it accepts slot offers from task executors, heartbeats
+them, deploys tasks to them and cancels them; it reports every job status change to the
+dispatcher. Its leader session id (from the job's leader election) fences every RPC it serves
+and every call it makes to task executors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from common import config_options as opt
+from common.actor import ServiceRuntime
+from common.config import Configuration
+from common.errors import RpcError, UnavailableError, error_from_code
+from common.heartbeat import HeartbeatManager
+from common.ids import AllocationID, JobID, ResourceID, short
+from common.jobgraph import JobGraph
+from common.leader import LeaderElectionService, LeaderInfo
+from common.proto_convert import profile_from_proto, profile_to_proto
+from common.resources import ResourceProfile
+from common.retry import retry_registration
+from common.rpc.client import RpcClientPool
+from common.settings import ClusterSettings
+from common.timers import AsyncioTimerService
+from services.jobmaster.execution_graph import Execution, ExecutionGraph
+from services.jobmaster.restart_strategy import (
+    ExponentialDelayRestartStrategy,
+    FailureRateRestartStrategy,
+    FixedDelayRestartStrategy,
+    NoRestartStrategy,
+    RestartStrategy,
+)
+from services.jobmaster.scheduler import DefaultScheduler, IOTotals
+from services.jobmaster.slot_pool import PhysicalSlot, SlotOffer, SlotPool, TaskExecutorInfo
+from services.jobmaster.states import ExecutionState, JobStatus
+from sparkmill.v1 import (
+    common_pb2,
+    dispatcher_pb2,
+    job_master_pb2,
+    jobs_pb2,
+    resource_manager_pb2,
+    task_executor_pb2,
+)
+from sparkmill.v1.gateways import ResourceManagerClient, TaskExecutorClient
+
+if TYPE_CHECKING:
+    from services.jobmaster.service import JobMasterProcess
+
+log = logging.getLogger(__name__)
+
+
+def restart_strategy_from_config(config: Configuration) -> RestartStrategy:
+    kind = config.get(opt.RESTART_STRATEGY_TYPE)
+    if kind == "fixed-delay":
+        return FixedDelayRestartStrategy(
+            config.get(opt.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS),
+            config.get(opt.RESTART_STRATEGY_FIXED_DELAY_DELAY),
+        )
+    if kind == "failure-rate":
+        return FailureRateRestartStrategy(
+            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_MAX_FAILURES),
+            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_INTERVAL),
+            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_DELAY),
+        )
+    if kind == "exponential-delay":
+        return ExponentialDelayRestartStrategy(
+            config.get(opt.RESTART_STRATEGY_EXP_INITIAL_BACKOFF),
+            config.get(opt.RESTART_STRATEGY_EXP_MAX_BACKOFF),
+            config.get(opt.RESTART_STRATEGY_EXP_BACKOFF_MULTIPLIER),
+            config.get(opt.RESTART_STRATEGY_EXP_RESET_BACKOFF_THRESHOLD),
+            config.get(opt.RESTART_STRATEGY_EXP_JITTER_FACTOR),
+            config.get(opt.RESTART_STRATEGY_EXP_ATTEMPTS_BEFORE_RESET),
+        )
+    return NoRestartStrategy()
+
+
+@dataclass
+class _TaskExecutorConnection:
+    resource_id: ResourceID
+    address: str
+    client: TaskExecutorClient
+
+
+class JobMaster:
+    def __init__(
+        self,
+        graph: JobGraph,
+        *,
+        settings: ClusterSettings,
+        config: Configuration,
+        runtime: ServiceRuntime,
+        process: JobMasterProcess,
+        election: LeaderElectionService,
+        clients: RpcClientPool,
+        submitted_at: float,
+    ) -> None:
+        self.job_graph = graph
+        self.job_id: JobID = graph.job_id
+        self.settings = settings
+        self.runtime = runtime
+        self.process = process
+        self.election = election
+        self.clients = clients
+        self.submitted_at = submitted_at or time.time()
+        self.session_id = ""
+        self.status = JobStatus.INITIALIZING
+        # Job-level keys override the cluster's (restart strategy, failover, slot timeout).
+        self.config = config.with_overrides(graph.config, job_scope=True)
+        self.graph = ExecutionGraph.build(graph)
+        self.timers = AsyncioTimerService()
+        self.slot_pool = SlotPool(
+            self.job_id,
+            self.timers,
+            self,
+            slot_request_timeout_s=self.config.get(opt.SLOT_REQUEST_TIMEOUT),
+            idle_slot_timeout_s=settings.slot_idle_timeout_s,
+        )
+        self.scheduler = DefaultScheduler(
+            self.graph,
+            self.slot_pool,
+            self,
+            restart_strategy_from_config(self.config),
+            failover_strategy=self.config.get(opt.FAILOVER_STRATEGY),
+        )
+        self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
+        self.rm_leader: LeaderInfo | None = None
+        self.rm_client: ResourceManagerClient | None = None
+        self._rm_registration: asyncio.Task[None] | None = None
+        self.ended_at = 0.0
+        self.heartbeats = HeartbeatManager(
+            f"jm-{short(self.job_id)}",
+            interval_s=settings.heartbeat_interval_s,
+            timeout_s=settings.heartbeat_timeout_s,
+            rpc_failure_threshold=settings.heartbeat_rpc_failure_threshold,
+            on_timeout=self._on_heartbeat_timeout,
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.heartbeats.start()
+        await self.election.start(self)
+
+    async def grant_leadership(self, session_id: str) -> None:
+        self.session_id = session_id
+        await self.election.confirm_leadership(session_id, self.process.identity.address)
+        self.status = JobStatus.CREATED
+        self._report_status(JobStatus.CREATED, "")
+        # Scheduling starts once the call stack that started us has returned.
+        asyncio.get_running_loop().call_soon(self.scheduler.start_scheduling)
+
+    async def revoke_leadership(self) -> None:
+        await self.suspend("the JobMaster lost leadership")
+
+    async def suspend(self, cause: str) -> None:
+        if self.status.is_terminal:
+            return
+        log.warning("job %s suspended: %s", short(self.job_id), cause)
+        self.status = JobStatus.SUSPENDED
+        await self._release_everything(cause)
+
+    def cancel(self) -> None:
+        self.scheduler.cancel()
+
+    # -- SchedulerActions -------------------------------------------------------------------
+
+    def job_status_changed(self, status: JobStatus, cause: str) -> None:
+        self.status = status
+        if status.is_globally_terminal:
+            self.ended_at = time.time()
+            self.runtime.spawn(self._finish(status, cause), "job-finished")
+        else:
+            self._report_status(status, cause)
+
+    async def _finish(self, status: JobStatus, cause: str) -> None:
+        await self._release_everything(f"job {status.name}")
+        result = jobs_pb2.JobResult(
+            job_id=self.job_id, status=cast(Any, status.value), details=self.details()
+        )
+        if cause and status is not JobStatus.FINISHED:
+            result.failure.code = common_pb2.INTERNAL
+            result.failure.message = cause
+        for name, parts in self.scheduler.accumulators.items():
+            result.accumulators[name] = _pack_accumulators(parts)
+        await self.process.report_job_status(
+            dispatcher_pb2.JobStatusReport(
+                job_id=self.job_id,
+                status=cast(Any, status.value),
+                job_master_session_id=self.session_id,
+                details=result.details,
+                result=result,
+            )
+        )
+        self.process.job_master_done(self)
+
+    def _report_status(self, status: JobStatus, cause: str) -> None:
+        report = dispatcher_pb2.JobStatusReport(
+            job_id=self.job_id,
+            status=cast(Any, status.value),
+            job_master_session_id=self.session_id,
+            details=self.details(),
+        )
+        self.runtime.spawn(self.process.report_job_status(report), "report-status")
+
+    async def _release_everything(self, cause: str) -> None:
+        await self.scheduler.close()
+        self.slot_pool.close(UnavailableError(cause))
+        if self._rm_registration is not None:
+            self._rm_registration.cancel()
+        if self.rm_client is not None:
+            try:
+                await self.rm_client.disconnect_job_master(
+                    resource_manager_pb2.DisconnectJobMasterRequest(
+                        job_id=self.job_id, job_master_session_id=self.session_id, cause=cause
+                    ),
+                    timeout=2.0,
+                )
+            except RpcError as exc:
+                log.info("could not disconnect from the resource manager: %s", exc)
+        await self.heartbeats.stop()
+        self.timers.cancel_all()
+        await self.election.stop()
+
+    async def submit_task(self, execution: Execution, slot: PhysicalSlot) -> None:
+        te = self.task_executors.get(slot.task_executor.resource_id)
+        if te is None:
+            raise UnavailableError(
+                f"task executor {short(slot.task_executor.resource_id)} is no longer connected"
+            )
+        await te.client.submit_task(
+            task_executor_pb2.SubmitTaskRequest(
+                tdd=self._deployment_descriptor(execution, slot),
+                job_master_address=self.process.identity.address,
+            ),
+            timeout=self.settings.rpc_timeout_s,
+        )
+
+    async def cancel_task(self, execution: Execution, slot: PhysicalSlot) -> None:
+        te = self.task_executors.get(slot.task_executor.resource_id)
+        if te is None:
+            raise UnavailableError("task executor gone")
+        await te.client.cancel_task(
+            task_executor_pb2.CancelTaskRequest(
+                job_id=self.job_id, attempt_id=execution.attempt_id
+            ),
+            timeout=self.settings.rpc_timeout_s,
+        )
+
+    def _deployment_descriptor(
+        self, execution: Execution, slot: PhysicalSlot
+    ) -> task_executor_pb2.TaskDeploymentDescriptor:
+        vertex = execution.vertex
+        jv = vertex.job_vertex
+        tdd = task_executor_pb2.TaskDeploymentDescriptor(
+            job_id=self.job_id,
+            job_name=self.job_graph.name,
+            vertex_id=jv.id,
+            vertex_name=jv.name,
+            subtask_index=vertex.subtask_index,
+            parallelism=jv.parallelism,
+            attempt_id=execution.attempt_id,
+            attempt_number=execution.attempt_number,
+            allocation_id=slot.allocation_id,
+            operator=common_pb2.OperatorSpec(
+                kind=jv.job_vertex.operator.kind, payload=jv.job_vertex.operator.payload
+            ),
+            produced_dataset_ids=[r.id for r in jv.produced_results],
+            vertex_version=vertex.vertex_version,
+            job_config=dict(self.job_graph.config),
+        )
+        for edge, group in zip(jv.job_vertex.inputs, vertex.consumed_partition_groups, strict=True):
+            gate = tdd.inputs.add(
+                dataset_id=edge.source,
+                pattern=cast(Any, edge.pattern.value),
+                partitioner=edge.partitioner,
+                producer_parallelism=group.result.num_partitions,
+            )
+            for partition in group:
+                producer = partition.producer.current_execution
+                resource = producer.assigned_resource
+                gate.partitions.add(
+                    dataset_id=edge.source,
+                    partition_number=partition.partition_number,
+                    producer_attempt_id=producer.attempt_id,
+                    producer_resource_id=(
+                        resource.task_executor.resource_id
+                        if isinstance(resource, PhysicalSlot)
+                        else ""
+                    ),
+                )
+        return tdd
+
+    # -- SlotPoolActions --------------------------------------------------------------------
+
+    def request_slot_from_resource_manager(
+        self, allocation_id: AllocationID, resource_profile: ResourceProfile
+    ) -> None:
+        client = self.rm_client
+        if client is None:
+            return
+
+        async def request() -> None:
+            try:
+                await client.request_slot(
+                    resource_manager_pb2.RequestSlotRequest(
+                        job_id=self.job_id,
+                        allocation_id=allocation_id,
+                        resource_profile=profile_to_proto(resource_profile),
+                        job_master_address=self.process.identity.address,
+                    )
+                )
+            except RpcError as exc:
+                self.slot_pool.fail_allocation(allocation_id, exc)
+
+        self.runtime.spawn(request(), "request-slot")
+
+    def cancel_slot_request_at_resource_manager(self, allocation_id: AllocationID) -> None:
+        client = self.rm_client
+        if client is None:
+            return
+
+        async def cancel() -> None:
+            try:
+                await client.cancel_slot_request(
+                    resource_manager_pb2.CancelSlotRequestRequest(allocation_id=allocation_id)
+                )
+            except RpcError as exc:
+                log.debug("cancelling slot request %s failed: %s", short(allocation_id), exc)
+
+        self.runtime.spawn(cancel(), "cancel-slot-request")
+
+    def free_slot_at_task_executor(
+        self, task_executor: TaskExecutorInfo, allocation_id: AllocationID, cause: str
+    ) -> None:
+        te = self.task_executors.get(task_executor.resource_id)
+        client = (
+            te.client
+            if te is not None
+            else TaskExecutorClient(
+                self.clients.get(task_executor.address), fencing_token=self.session_id
+            )
+        )
+
+        async def free() -> None:
+            try:
+                await client.free_slot(
+                    task_executor_pb2.FreeSlotRequest(
+                        job_id=self.job_id, allocation_id=allocation_id, cause=cause
+                    ),
+                    timeout=5.0,
+                )
+            except RpcError as exc:
+                log.debug("freeing slot %s failed: %s", short(allocation_id), exc)
+
+        self.runtime.spawn(free(), "free-slot")
+
+    def slot_lost(self, slot: PhysicalSlot, cause: BaseException) -> None:
+        self.scheduler.slot_lost(slot, cause)
+
+    # -- resource manager -------------------------------------------------------------------
+
+    def on_resource_manager_leader(self, leader: LeaderInfo | None) -> None:
+        if self.status.is_terminal or not self.session_id:
+            return
+        if self._rm_registration is not None:
+            self._rm_registration.cancel()
+        self.heartbeats.unmonitor("rm")
+        self.slot_pool.disconnect_resource_manager()
+        self.rm_leader = leader
+        self.rm_client = None
+        if leader is None:
+            return
+        client = ResourceManagerClient(
+            self.clients.get(leader.address), fencing_token=leader.session_id
+        )
+        self._rm_registration = self.runtime.spawn(self._register_at_rm(client), "jm-rm-reg")
+
+    async def _register_at_rm(self, client: ResourceManagerClient) -> None:
+        request = resource_manager_pb2.RegisterJobMasterRequest(
+            job_id=self.job_id,
+            job_master_address=self.process.identity.address,
+            job_master_session_id=self.session_id,
+            job_master_resource_id=self.process.identity.id,
+        )
+
+        async def attempt(timeout: float) -> None:
+            await client.register_job_master(request, timeout=timeout)
+
+        await retry_registration(
+            f"job {short(self.job_id)}: registration at the resource manager",
+            attempt,
+            self.settings.registration,
+        )
+        self.rm_client = client
+        self.heartbeats.monitor("rm")
+        self.slot_pool.connect_to_resource_manager()
+
+    def heartbeat_from_resource_manager(self) -> None:
+        self.heartbeats.receive_heartbeat("rm")
+
+    def slot_allocation_failed(self, allocation_id: str, error: common_pb2.ErrorInfo) -> None:
+        self.slot_pool.fail_allocation(
+            AllocationID(allocation_id), error_from_code(error.code, error.message, error.details)
+        )
+
+    # -- task executors ---------------------------------------------------------------------
+
+    def register_task_executor(self, resource_id: str, address: str) -> None:
+        rid = ResourceID(resource_id)
+        if rid in self.task_executors:
+            return
+        client = TaskExecutorClient(self.clients.get(address), fencing_token=self.session_id)
+        self.task_executors[rid] = _TaskExecutorConnection(rid, address, client)
+        self.heartbeats.monitor(rid, lambda: self._heartbeat_task_executor(rid))
+
+    async def _heartbeat_task_executor(self, resource_id: ResourceID) -> None:
+        te = self.task_executors.get(resource_id)
+        if te is not None:
+            await te.client.heartbeat_from_job_master(
+                task_executor_pb2.TaskExecutorJobHeartbeatRequest(
+                    job_id=self.job_id, sender_id=self.process.identity.id
+                ),
+                timeout=self.settings.heartbeat_interval_s,
+            )
+
+    def offer_slots(
+        self, resource_id: str, address: str, offers: list[job_master_pb2.SlotOffer]
+    ) -> list[job_master_pb2.SlotOffer]:
+        if self.status.is_terminal:
+            return []
+        self.register_task_executor(resource_id, address)
+        accepted = self.slot_pool.offer_slots(
+            TaskExecutorInfo(ResourceID(resource_id), address),
+            [
+                SlotOffer(
+                    AllocationID(o.allocation_id),
+                    o.slot_index,
+                    profile_from_proto(o.resource_profile),
+                )
+                for o in offers
+            ],
+        )
+        ids = {a.allocation_id for a in accepted}
+        return [o for o in offers if o.allocation_id in ids]
+
+    def task_executor_lost(self, resource_id: str, cause: str) -> None:
+        rid = ResourceID(resource_id)
+        if self.task_executors.pop(rid, None) is None:
+            return
+        self.heartbeats.unmonitor(rid)
+        self.slot_pool.release_task_executor(
+            rid, UnavailableError(f"task executor {short(rid)} is lost: {cause}")
+        )
+
+    def _on_heartbeat_timeout(self, target: str, reason: str) -> None:
+        if target == "rm":
+            self.on_resource_manager_leader(self.rm_leader)
+        else:
+            self.task_executor_lost(target, f"heartbeat timeout: {reason}")
+
+    def update_task_execution_states(
+        self, resource_id: str, updates: list[job_master_pb2.TaskExecutionState]
+    ) -> None:
+        for update in updates:
+            io = update.io_metrics
+            self.scheduler.update_task_execution_state(
+                update.attempt_id,  # type: ignore[arg-type]
+                ExecutionState(update.state),
+                message=update.error.message,
+                details=update.error.details,
+                exception_type=update.error.exception_type,
+                io=IOTotals(io.records_in, io.records_out, io.bytes_in, io.bytes_out)
+                if update.HasField("io_metrics")
+                else None,
+                accumulator=update.accumulator,
+            )
+
+    # -- details ----------------------------------------------------------------------------
+
+    def details(self) -> jobs_pb2.JobDetails:
+        details = jobs_pb2.JobDetails(
+            job_id=self.job_id,
+            name=self.job_graph.name,
+            status=cast(Any, self.status.value),
+            submitted_at=self.submitted_at,
+            ended_at=self.ended_at,
+            job_master_address=self.process.identity.address,
+            restarts=self.scheduler.restarts,
+        )
+        for ejv in self.graph.job_vertices:
+            counts: dict[int, int] = {}
+            for vertex in ejv.task_vertices:
+                state = vertex.current_execution.state.value
+                counts[state] = counts.get(state, 0) + 1
+            details.vertices.add(
+                vertex_id=ejv.id, name=ejv.name, parallelism=ejv.parallelism, tasks_by_state=counts
+            )
+        if self.scheduler.failure_cause and self.status in (
+            JobStatus.FAILED,
+            JobStatus.FAILING,
+            JobStatus.RESTARTING,
+        ):
+            details.failure.code = common_pb2.INTERNAL
+            details.failure.message = self.scheduler.failure_cause
+        for record in self.scheduler.exceptions:
+            details.exceptions.add(
+                timestamp=record.timestamp,
+                vertex_name=record.vertex_name,
+                subtask_index=record.subtask_index,
+                attempt_number=record.attempt_number,
+                task_executor=record.task_executor,
+                error=common_pb2.ErrorInfo(
+                    code=common_pb2.INTERNAL,
+                    message=record.message,
+                    details=record.details,
+                    exception_type=record.exception_type,
+                ),
+            )
+        return details
+
+
+def _pack_accumulators(parts: dict[int, bytes]) -> bytes:
+    """Subtask results in subtask order, each prefixed by its 4-byte length."""
+    return b"".join(len(parts[i]).to_bytes(4, "big") + parts[i] for i in sorted(parts))
+
+
+def unpack_accumulators(blob: bytes) -> list[bytes]:
+    out, offset = [], 0
+    while offset < len(blob):
+        size = int.from_bytes(blob[offset : offset + 4], "big")
+        out.append(blob[offset + 4 : offset + 4 + size])
+        offset += 4 + size
+    return out

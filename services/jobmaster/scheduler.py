@@ -1,0 +1,449 @@
+"""The scheduler of one job (Flink's ``DefaultScheduler``), for batch jobs.
+
+Scheduling is by pipelined region: a region is scheduled once every blocking input it consumes
+is finished (with blocking edges every subtask is its own region, so consumers start as soon as
+all their producers finished, and slots are reused from one wave of subtasks to the next).
+
+``allocate_slots_and_deploy`` (seed 000): every execution of the region goes SCHEDULED and
+asks the slot pool for a slot; only when *all* slots of the region are assigned are the tasks
+deployed. Each deployment remembers the vertex version it was made for: if the vertex was reset
+meanwhile (a restart), the stale deployment is refused and its slot released. A deployment that
+fails (RPC error or timeout) fails the attempt with a message naming the task and the executor.
+
+Failures go to the restart strategy (seed 003's ``tryRestartOrFail``): restart the affected
+vertices after the back-off - the failed region and the regions downstream of it (``region``
+failover) or everything (``full``) - or fail the job, cancelling what still runs.
+
+All methods run on the job master's event loop. I/O goes through :class:`SchedulerActions`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from common.errors import RpcError
+from common.ids import ExecutionAttemptID, short
+from services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
+from services.jobmaster.pipelined_regions import PipelinedRegion
+from services.jobmaster.restart_strategy import RestartStrategy
+from services.jobmaster.slot_pool import PendingSlotRequest, PhysicalSlot, SlotPool
+from services.jobmaster.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
+
+log = logging.getLogger(__name__)
+
+ES = ExecutionState
+MAX_EXCEPTIONS_KEPT = 100
+
+
+class SchedulerActions(Protocol):
+    async def submit_task(self, execution: Execution, slot: PhysicalSlot) -> None:
+        """Deploy the attempt into the slot (TaskExecutor.SubmitTask); raises RpcError."""
+        ...
+
+    async def cancel_task(self, execution: Execution, slot: PhysicalSlot) -> None:
+        """Ask the task executor to cancel the attempt; raises RpcError."""
+        ...
+
+    def job_status_changed(self, status: JobStatus, cause: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRecord:
+    timestamp: float
+    vertex_name: str
+    subtask_index: int
+    attempt_number: int
+    task_executor: str
+    message: str
+    details: str
+    exception_type: str
+
+
+@dataclass
+class _Restart:
+    vertices: list[ExecutionVertex]
+    backoff_s: float
+    started: bool = False
+
+
+@dataclass
+class IOTotals:
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+class DefaultScheduler:
+    def __init__(
+        self,
+        graph: ExecutionGraph,
+        slot_pool: SlotPool,
+        actions: SchedulerActions,
+        restart_strategy: RestartStrategy,
+        *,
+        failover_strategy: str = "region",
+    ) -> None:
+        self.graph = graph
+        self.slot_pool = slot_pool
+        self.actions = actions
+        self.restart_strategy = restart_strategy
+        self.failover_strategy = failover_strategy
+        self.status = JobStatus.CREATED
+        self.failure_cause = ""
+        self.restarts = 0
+        self.exceptions: list[FailureRecord] = []
+        self.accumulators: dict[str, dict[int, bytes]] = {}
+        self.io: dict[str, IOTotals] = {}
+        self._slots: dict[ExecutionAttemptID, PhysicalSlot] = {}
+        self._requests: dict[ExecutionAttemptID, PendingSlotRequest] = {}
+        self._restarts: list[_Restart] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- job status -----------------------------------------------------------------------------
+
+    def _transition(self, target: JobStatus, cause: str = "") -> None:
+        if self.status is target:
+            return
+        JOB_STATUS_TRANSITIONS.check(self.status, target, f"job {short(self.graph.job_id)}")
+        log.info(
+            "job %s: %s -> %s%s",
+            short(self.graph.job_id),
+            self.status.name,
+            target.name,
+            f" ({cause})" if cause else "",
+        )
+        self.status = target
+        if cause:
+            self.failure_cause = cause
+        self.actions.job_status_changed(target, cause)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("scheduler task %s died", task.get_name(), exc_info=task.exception())
+
+    # -- scheduling -----------------------------------------------------------------------------
+
+    def start_scheduling(self) -> None:
+        self._transition(JobStatus.RUNNING)
+        self._schedule_regions(r for r in self.graph.pipelined_regions() if r.inputs_consumable)
+        self._check_job_finished()
+
+    def _schedule_regions(self, regions: Iterable[PipelinedRegion]) -> None:
+        for region in regions:
+            if all(v.current_execution.state is ES.CREATED for v in region):
+                self.allocate_slots_and_deploy(list(region))
+
+    def allocate_slots_and_deploy(self, vertices: list[ExecutionVertex]) -> None:
+        batch: list[tuple[ExecutionVertex, int, Execution, PendingSlotRequest]] = []
+        for vertex in vertices:
+            execution = vertex.current_execution
+            execution.transition_to(ES.SCHEDULED)
+            request = self.slot_pool.request_slot(vertex.job_vertex.resource_profile)
+            self._requests[execution.attempt_id] = request
+            batch.append((vertex, vertex.vertex_version, execution, request))
+        self._spawn(self._wait_for_all_slots_and_deploy(batch), "deploy")
+
+    async def _wait_for_all_slots_and_deploy(
+        self, batch: list[tuple[ExecutionVertex, int, Execution, PendingSlotRequest]]
+    ) -> None:
+        results = await asyncio.gather(*(r.future for _, _, _, r in batch), return_exceptions=True)
+        assigned: list[tuple[Execution, PhysicalSlot]] = []
+        for (vertex, version, execution, _), result in zip(batch, results, strict=True):
+            self._requests.pop(execution.attempt_id, None)
+            if isinstance(result, BaseException):
+                if execution.is_current and execution.state is ES.SCHEDULED:
+                    self._fail_execution(
+                        execution, f"could not allocate a slot: {result}", type(result).__name__
+                    )
+                continue
+            stale = (
+                vertex.vertex_version != version
+                or not execution.is_current
+                or execution.state is not ES.SCHEDULED
+            )
+            if stale:
+                # A superseded deployment is refused: the vertex was reset or cancelled while
+                # the slot was on its way, so the slot goes back instead of running old work.
+                self.slot_pool.release_slot(result.allocation_id)
+                continue
+            assigned.append((execution, result))
+        for execution, slot in assigned:
+            self._deploy(execution, slot)
+
+    def _deploy(self, execution: Execution, slot: PhysicalSlot) -> None:
+        self._slots[execution.attempt_id] = slot
+        execution.assigned_resource = slot
+        execution.transition_to(ES.DEPLOYING)
+        self._spawn(self._submit(execution, slot), "submit")
+
+    async def _submit(self, execution: Execution, slot: PhysicalSlot) -> None:
+        try:
+            await self.actions.submit_task(execution, slot)
+        except RpcError as exc:
+            if execution.is_current and execution.state is ES.DEPLOYING:
+                self._fail_execution(
+                    execution,
+                    f"could not deploy {execution.description} to task executor "
+                    f"{short(slot.task_executor.resource_id)} ({slot.task_executor.address}): "
+                    f"{type(exc).__name__}: {exc}",
+                    type(exc).__name__,
+                )
+
+    # -- state updates from task executors ------------------------------------------------------
+
+    def update_task_execution_state(
+        self,
+        attempt_id: ExecutionAttemptID,
+        state: ExecutionState,
+        *,
+        message: str = "",
+        details: str = "",
+        exception_type: str = "",
+        io: IOTotals | None = None,
+        accumulator: bytes = b"",
+    ) -> bool:
+        """Apply a reported state; False when the attempt is unknown or superseded (stale)."""
+        execution = self.graph.execution(attempt_id)
+        if execution is None or execution.state.is_terminal:
+            return False
+        if execution.state is ES.CANCELING and state in (ES.FAILED, ES.FINISHED):
+            state = ES.CANCELED  # the cancellation wins (Flink does the same)
+        if state is ES.DEPLOYING or not execution.can_transition_to(state):
+            return False
+        if io is not None:
+            totals = self.io.setdefault(execution.vertex.job_vertex.name, IOTotals())
+            totals.records_in += io.records_in
+            totals.records_out += io.records_out
+            totals.bytes_in += io.bytes_in
+            totals.bytes_out += io.bytes_out
+        if state is ES.FAILED:
+            self._fail_execution(execution, message or "the task failed", exception_type, details)
+        elif state is ES.FINISHED:
+            execution.transition_to(ES.FINISHED)
+            if accumulator:
+                name = execution.vertex.job_vertex.name
+                self.accumulators.setdefault(name, {})[execution.vertex.subtask_index] = accumulator
+            self._release_slot(execution)
+            self._on_finished(execution)
+        elif state is ES.CANCELED:
+            execution.transition_to(ES.CANCELED)
+            self._release_slot(execution)
+            self._after_terminal()
+        else:
+            execution.transition_to(state)
+        return True
+
+    def _release_slot(self, execution: Execution) -> None:
+        slot = self._slots.pop(execution.attempt_id, None)
+        if slot is not None:
+            self.slot_pool.release_slot(slot.allocation_id)
+
+    def _on_finished(self, execution: Execution) -> None:
+        if self.status is not JobStatus.RUNNING:
+            self._after_terminal()
+            return
+        ready: dict[int, PipelinedRegion] = {}
+        for group in self.graph.downstream_groups(execution.vertex):
+            if not group.is_consumable:
+                continue
+            for consumer in group.consumer_vertex_group:
+                region = self.graph.region_of(consumer)
+                if region.index not in ready and region.inputs_consumable:
+                    ready[region.index] = region
+        self._schedule_regions(ready.values())
+        self._after_terminal()
+
+    def _check_job_finished(self) -> None:
+        if self.status is JobStatus.RUNNING and self.graph.all_vertices_finished:
+            self._transition(JobStatus.FINISHED)
+
+    # -- failures -------------------------------------------------------------------------------
+
+    def _fail_execution(
+        self, execution: Execution, message: str, exception_type: str = "", details: str = ""
+    ) -> None:
+        slot = self._slots.get(execution.attempt_id)
+        execution.transition_to(ES.FAILED, failure=message, exception_class=exception_type)
+        self._release_slot(execution)
+        self.exceptions.append(
+            FailureRecord(
+                time.time(),
+                execution.vertex.job_vertex.name,
+                execution.vertex.subtask_index,
+                execution.attempt_number,
+                slot.task_executor.resource_id if slot is not None else "",
+                message,
+                details,
+                exception_type,
+            )
+        )
+        del self.exceptions[:-MAX_EXCEPTIONS_KEPT]
+        log.warning(
+            "job %s: %s failed: %s",
+            short(self.graph.job_id),
+            execution.description,
+            message.splitlines()[0] if message else "",
+        )
+        if self.status is JobStatus.RUNNING:
+            self._handle_task_failure(execution, message)
+        self._after_terminal()
+
+    def _handle_task_failure(self, execution: Execution, message: str) -> None:
+        self.restart_strategy.notify_failure(time.monotonic())
+        cause = f"{execution.description} failed: {message}"
+        if not self.restart_strategy.can_restart():
+            self.fail_job(f"{cause} (no restart left: {self.restart_strategy.describe()})")
+            return
+        vertices = self._vertices_to_restart(execution.vertex)
+        self.restarts += 1
+        log.info(
+            "job %s: restarting %d subtasks after %.1fs (restart #%d, %s)",
+            short(self.graph.job_id),
+            len(vertices),
+            self.restart_strategy.backoff_s(),
+            self.restarts,
+            self.failover_strategy,
+        )
+        if self.failover_strategy == "full":
+            self._transition(JobStatus.RESTARTING, cause)
+        for vertex in vertices:
+            self._cancel_execution(vertex.current_execution)
+        self._restarts.append(_Restart(vertices, self.restart_strategy.backoff_s()))
+
+    def _vertices_to_restart(self, failed: ExecutionVertex) -> list[ExecutionVertex]:
+        if self.failover_strategy == "full":
+            return list(self.graph.all_execution_vertices())
+        # The failed region and every region downstream of it that has started: their inputs
+        # will be produced again, so whatever they did with the old ones is void.
+        regions: dict[int, PipelinedRegion] = {}
+        todo = [self.graph.region_of(failed)]
+        while todo:
+            region = todo.pop()
+            if region.index in regions:
+                continue
+            regions[region.index] = region
+            for vertex in region:
+                for group in self.graph.downstream_groups(vertex):
+                    for consumer in group.consumer_vertex_group:
+                        if consumer.current_execution.state is not ES.CREATED:
+                            todo.append(self.graph.region_of(consumer))
+        return [v for r in regions.values() for v in r]
+
+    def _after_terminal(self) -> None:
+        """Progress whatever waited for executions to become terminal."""
+        for restart in list(self._restarts):
+            if not restart.started and all(
+                v.current_execution.state.is_terminal for v in restart.vertices
+            ):
+                restart.started = True
+                asyncio.get_running_loop().call_later(restart.backoff_s, self._restart, restart)
+        if self.status is JobStatus.RUNNING:
+            self._check_job_finished()
+        elif (
+            self.status in (JobStatus.FAILING, JobStatus.CANCELLING)
+            and self.graph.all_vertices_terminal
+            and not self._slots
+        ):
+            failing = self.status is JobStatus.FAILING
+            self._transition(
+                JobStatus.FAILED if failing else JobStatus.CANCELED, self.failure_cause
+            )
+
+    def _restart(self, restart: _Restart) -> None:
+        if restart in self._restarts:
+            self._restarts.remove(restart)
+        if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
+            return
+        for vertex in restart.vertices:
+            self.graph.reset_vertex_for_new_execution(vertex)
+        if self.status is JobStatus.RESTARTING:
+            self._transition(JobStatus.RUNNING)
+        regions = {self.graph.region_of(v).index: self.graph.region_of(v) for v in restart.vertices}
+        self._schedule_regions(r for r in regions.values() if r.inputs_consumable)
+
+    def fail_job(self, cause: str) -> None:
+        """Fail the job for good: cancel whatever still runs, then FAILED."""
+        if self.status.is_terminal or self.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+            return
+        self._restarts.clear()
+        self._transition(JobStatus.FAILING, cause)
+        self._cancel_all()
+        self._after_terminal()
+
+    def cancel(self) -> None:
+        if self.status.is_terminal or self.status is JobStatus.CANCELLING:
+            return
+        self._restarts.clear()
+        self._transition(JobStatus.CANCELLING, "cancelled on request")
+        self._cancel_all()
+        self._after_terminal()
+
+    def _cancel_all(self) -> None:
+        for vertex in self.graph.all_execution_vertices():
+            self._cancel_execution(vertex.current_execution)
+
+    def _cancel_execution(self, execution: Execution) -> None:
+        state = execution.state
+        if state.is_terminal or state is ES.CANCELING:
+            return
+        if state in (ES.CREATED, ES.SCHEDULED):
+            request = self._requests.pop(execution.attempt_id, None)
+            execution.transition_to(ES.CANCELED)
+            if request is not None:
+                self.slot_pool.cancel_request(request.allocation_id, asyncio.CancelledError())
+            return
+        slot = self._slots.get(execution.attempt_id)
+        execution.transition_to(ES.CANCELING)
+        if slot is None:
+            execution.transition_to(ES.CANCELED)
+            return
+        self._spawn(self._send_cancel(execution, slot), "cancel")
+
+    async def _send_cancel(self, execution: Execution, slot: PhysicalSlot) -> None:
+        try:
+            await self.actions.cancel_task(execution, slot)
+        except RpcError as exc:
+            # The task is not there (never arrived, already gone) or its executor is
+            # unreachable: either way it does not run for us any more.
+            if execution.is_current and execution.state is ES.CANCELING:
+                log.info("cancel of %s: %s; treating it as cancelled", execution.description, exc)
+                execution.transition_to(ES.CANCELED)
+                self._release_slot(execution)
+                self._after_terminal()
+
+    def slot_lost(self, slot: PhysicalSlot, cause: BaseException) -> None:
+        """A slot in use vanished (its task executor died or freed it)."""
+        for attempt_id, held in list(self._slots.items()):
+            if held.allocation_id != slot.allocation_id:
+                continue
+            del self._slots[attempt_id]
+            execution = self.graph.execution(attempt_id)
+            if execution is None or execution.state.is_terminal:
+                continue
+            if execution.state is ES.CANCELING:
+                execution.transition_to(ES.CANCELED)
+                self._after_terminal()
+            else:
+                self._fail_execution(
+                    execution,
+                    f"lost its slot on task executor {short(slot.task_executor.resource_id)} "
+                    f"({slot.task_executor.address}): {cause}",
+                    type(cause).__name__,
+                )
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

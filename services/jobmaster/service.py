@@ -1,0 +1,266 @@
+"""The job-master process: hosts one :class:`~services.jobmaster.job_master.JobMaster` per job.
+
+It registers at the dispatcher leader (with back-off; again whenever the leader changes) and
+is heartbeated by it. ``StartJob`` from the dispatcher creates a JobMaster, which gets its own
+leader session id from the job's leader election; every per-job RPC is routed to that job's
+JobMaster and fenced with its session id, so a message meant for an earlier JobMaster of the
+same job is refused.
+
+The process also follows the resource manager leader once, for all its JobMasters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from common.actor import ServiceRuntime
+from common.config import Configuration
+from common.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError, NotLeaderError
+from common.ha import HighAvailabilityServices
+from common.ids import JobID, short
+from common.jobgraph_codec import job_graph_from_proto
+from common.leader import LeaderInfo, LeaderRetrievalService
+from common.retry import retry_registration
+from common.rpc.client import RpcClientPool
+from common.rpc.server import CallContext, MethodSpec
+from common.settings import ClusterSettings
+from services.base import ServiceIdentity
+from services.jobmaster.job_master import JobMaster
+from sparkmill.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
+from sparkmill.v1.gateways import DispatcherClient, JobMasterServicer
+
+log = logging.getLogger(__name__)
+
+_UNFENCED_BY_JOB = frozenset({"StartJob", "HeartbeatFromDispatcher", "GetServiceInfo"})
+
+
+@dataclass
+class _DispatcherConnection:
+    leader: LeaderInfo
+    client: DispatcherClient
+    registered: bool = False
+    registration: asyncio.Task[None] | None = None
+
+
+class JobMasterProcess(JobMasterServicer):
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        config: Configuration,
+        runtime: ServiceRuntime,
+        ha: HighAvailabilityServices,
+        clients: RpcClientPool,
+        identity: ServiceIdentity,
+    ) -> None:
+        self.settings = settings
+        self.config = config
+        self.runtime = runtime
+        self.ha = ha
+        self.clients = clients
+        self.identity = identity
+        self.job_masters: dict[JobID, JobMaster] = {}
+        self.dispatcher: _DispatcherConnection | None = None
+        self.rm_leader: LeaderInfo | None = None
+        self._dispatcher_retrieval: LeaderRetrievalService = ha.dispatcher_retrieval()
+        self._rm_retrieval: LeaderRetrievalService = ha.resource_manager_retrieval()
+
+    async def start(self) -> None:
+        await self._rm_retrieval.start(self._on_rm_leader)
+        await self._dispatcher_retrieval.start(self._on_dispatcher_leader)
+
+    async def stop(self) -> None:
+        await self._dispatcher_retrieval.stop()
+        await self._rm_retrieval.stop()
+        for job_master in list(self.job_masters.values()):
+            await job_master.suspend("the job-master process is shutting down")
+
+    # -- leaders -----------------------------------------------------------------------------
+
+    async def _on_rm_leader(self, leader: LeaderInfo | None) -> None:
+        self.rm_leader = leader
+        for job_master in self.job_masters.values():
+            job_master.on_resource_manager_leader(leader)
+
+    async def _on_dispatcher_leader(self, leader: LeaderInfo | None) -> None:
+        old = self.dispatcher
+        if old is not None and old.registration is not None:
+            old.registration.cancel()
+        self.dispatcher = None
+        if leader is None:
+            return
+        client = DispatcherClient(self.clients.get(leader.address), fencing_token=leader.session_id)
+        connection = _DispatcherConnection(leader, client)
+        self.dispatcher = connection
+        connection.registration = self.runtime.spawn(
+            self._register_at_dispatcher(connection), "dispatcher-registration"
+        )
+
+    async def _register_at_dispatcher(self, connection: _DispatcherConnection) -> None:
+        request = dispatcher_pb2.RegisterJobMasterProcessRequest(
+            process_id=self.identity.id, address=self.identity.address, info=self.identity.info()
+        )
+
+        async def attempt(timeout: float) -> None:
+            await connection.client.register_job_master_process(request, timeout=timeout)
+
+        await retry_registration(
+            f"registration at dispatcher {connection.leader.address}",
+            attempt,
+            self.settings.registration,
+        )
+        connection.registered = True
+        log.info("registered at dispatcher %s", connection.leader.address)
+
+    async def report_job_status(self, report: dispatcher_pb2.JobStatusReport) -> None:
+        """Deliver a job status report to the dispatcher leader, retrying until it is taken."""
+        delay = 0.1
+        while True:
+            connection = self.dispatcher
+            if connection is not None:
+                try:
+                    await connection.client.report_job_status(report)
+                    return
+                except (NotFoundError, InvalidArgumentError) as exc:
+                    log.warning(
+                        "dispatcher refused the status of job %s: %s", short(report.job_id), exc
+                    )
+                    return
+                except Exception as exc:
+                    log.info(
+                        "reporting job %s status failed (%s); retrying", short(report.job_id), exc
+                    )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def job_master_done(self, job_master: JobMaster) -> None:
+        if self.job_masters.get(job_master.job_id) is job_master:
+            del self.job_masters[job_master.job_id]
+
+    # -- fencing and routing -----------------------------------------------------------------
+
+    def expected_fencing_token(self, spec: MethodSpec, request: Any) -> str:
+        if spec.name == "StartJob":
+            if self.dispatcher is None:
+                raise NotLeaderError("this job-master process knows no dispatcher leader yet")
+            return self.dispatcher.leader.session_id
+        return self._job_master(request.job_id).session_id
+
+    def _job_master(self, job_id: str) -> JobMaster:
+        job_master = self.job_masters.get(JobID(job_id))
+        if job_master is None:
+            raise NotFoundError(f"job {short(job_id)} has no JobMaster in this process")
+        return job_master
+
+    # -- RPCs --------------------------------------------------------------------------------
+
+    async def start_job(
+        self, request: job_master_pb2.StartJobRequest, context: CallContext
+    ) -> job_master_pb2.StartJobResponse:
+        graph = job_graph_from_proto(request.job_graph)
+        existing = self.job_masters.get(graph.job_id)
+        if existing is not None and not existing.status.is_terminal:
+            raise AlreadyExistsError(f"job {short(graph.job_id)} already runs in this process")
+        election = self.ha.job_master_election(graph.job_id)
+        job_master = JobMaster(
+            graph,
+            settings=self.settings,
+            config=self.config,
+            runtime=self.runtime,
+            process=self,
+            election=election,
+            clients=self.clients,
+            submitted_at=request.submitted_at,
+        )
+        self.job_masters[graph.job_id] = job_master
+        await job_master.start()
+        job_master.on_resource_manager_leader(self.rm_leader)
+        return job_master_pb2.StartJobResponse(
+            job_master_session_id=job_master.session_id, job_master_address=self.identity.address
+        )
+
+    async def cancel_job(
+        self, request: job_master_pb2.JobMasterCancelJobRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        self._job_master(request.job_id).cancel()
+        return common_pb2.Empty()
+
+    async def get_job_details(
+        self, request: job_master_pb2.GetJobDetailsRequest, context: CallContext
+    ) -> jobs_pb2.JobDetails:
+        return self._job_master(request.job_id).details()
+
+    async def register_task_executor(
+        self, request: job_master_pb2.JobMasterRegisterTaskExecutorRequest, context: CallContext
+    ) -> job_master_pb2.JobMasterRegisterTaskExecutorResponse:
+        self._job_master(request.job_id).register_task_executor(
+            request.resource_id, request.address
+        )
+        return job_master_pb2.JobMasterRegisterTaskExecutorResponse(
+            job_master_resource_id=self.identity.id,
+            heartbeat_interval_ms=int(self.settings.heartbeat_interval_s * 1000),
+        )
+
+    async def offer_slots(
+        self, request: job_master_pb2.OfferSlotsRequest, context: CallContext
+    ) -> job_master_pb2.OfferSlotsResponse:
+        accepted = self._job_master(request.job_id).offer_slots(
+            request.resource_id, request.address, list(request.offers)
+        )
+        return job_master_pb2.OfferSlotsResponse(accepted=accepted)
+
+    async def update_task_execution_state(
+        self, request: job_master_pb2.UpdateTaskExecutionStateRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        self._job_master(request.job_id).update_task_execution_states(
+            request.resource_id, list(request.updates)
+        )
+        return common_pb2.Empty()
+
+    async def notify_slot_allocation_failure(
+        self, request: job_master_pb2.NotifySlotAllocationFailureRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        self._job_master(request.job_id).slot_allocation_failed(
+            request.allocation_id, request.error
+        )
+        return common_pb2.Empty()
+
+    async def disconnect_task_executor(
+        self, request: job_master_pb2.JobMasterDisconnectTaskExecutorRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        self._job_master(request.job_id).task_executor_lost(request.resource_id, request.cause)
+        return common_pb2.Empty()
+
+    async def disconnect_resource_manager(
+        self, request: job_master_pb2.DisconnectResourceManagerRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        self._job_master(request.job_id).on_resource_manager_leader(self.rm_leader)
+        return common_pb2.Empty()
+
+    async def heartbeat_from_resource_manager(
+        self, request: job_master_pb2.JobMasterHeartbeatRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        self._job_master(request.job_id).heartbeat_from_resource_manager()
+        return common_pb2.Empty()
+
+    async def heartbeat_from_dispatcher(
+        self, request: common_pb2.HeartbeatRequest, context: CallContext
+    ) -> job_master_pb2.HostedJobs:
+        return job_master_pb2.HostedJobs(
+            process_id=self.identity.id,
+            jobs=[
+                job_master_pb2.HostedJob(
+                    job_id=jm.job_id,
+                    status=jm.status.value,  # type: ignore[arg-type]
+                    job_master_session_id=jm.session_id,
+                )
+                for jm in self.job_masters.values()
+            ],
+        )
+
+    async def get_service_info(
+        self, request: common_pb2.GetServiceInfoRequest, context: CallContext
+    ) -> common_pb2.ServiceInfo:
+        return self.identity.info()

@@ -1,0 +1,5 @@
+"""``python -m sparkmill`` is the ``sparkmill`` command."""
+
+from sparkmill.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,198 @@
+"""The Python client of a sparkmill cluster (what the CLI uses).
+
+:class:`ClusterClient` finds the dispatcher and resource manager leaders through the cluster
+configuration's HA services and talks to them over the same RPC layer the services use. It
+offers a blocking API (it runs its own private event loop), because its callers are scripts and
+the CLI; every method has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from common.errors import DeadlineExceededError, NotLeaderError, UnavailableError
+from common.jobgraph import JobGraph
+from common.jobgraph_codec import job_graph_to_proto
+from common.leader import LeaderInfo
+from common.rpc.client import RpcClientPool
+from common.settings import ClusterSettings
+from sparkmill.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
+from sparkmill.v1.gateways import DispatcherClient, ResourceManagerClient
+
+T = TypeVar("T")
+
+TERMINAL_STATUSES = frozenset({common_pb2.FINISHED, common_pb2.FAILED, common_pb2.CANCELED})
+
+
+@dataclass
+class ClusterView:
+    dispatcher: common_pb2.ServiceInfo
+    job_master_process_infos: list[common_pb2.ServiceInfo]
+    resource_manager: resource_manager_pb2.ClusterStatus
+
+    @property
+    def job_master_processes(self) -> int:
+        return len(self.job_master_process_infos)
+
+
+class ClusterClient:
+    def __init__(self, settings: ClusterSettings, ha_config: Any = None) -> None:
+        from common.ha_factory import create_ha_services
+
+        self.settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._ha = create_ha_services(settings, ha_config)
+        self._clients = RpcClientPool("sparkmill-client")
+
+    @classmethod
+    def from_config_file(cls, path: str | Path) -> ClusterClient:
+        from common.ha_factory import load_cluster_config
+
+        settings, ha_config = load_cluster_config(Path(path))
+        return cls(settings, ha_config)
+
+    def __enter__(self) -> ClusterClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._clients.close())
+        self._loop.run_until_complete(self._ha.close())
+        self._loop.close()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(coro)
+
+    async def _leader(self, which: str, timeout: float) -> LeaderInfo:
+        retrieval = (
+            self._ha.dispatcher_retrieval()
+            if which == "dispatcher"
+            else self._ha.resource_manager_retrieval()
+        )
+        found: asyncio.Future[LeaderInfo] = asyncio.get_running_loop().create_future()
+
+        def listener(info: LeaderInfo | None) -> None:
+            if info is not None and not found.done():
+                found.set_result(info)
+
+        await retrieval.start(listener)
+        try:
+            return await asyncio.wait_for(found, timeout)
+        except TimeoutError:
+            raise UnavailableError(f"no {which} leader found within {timeout:g}s") from None
+        finally:
+            await retrieval.stop()
+
+    async def _dispatcher(self, timeout: float) -> DispatcherClient:
+        leader = await self._leader("dispatcher", timeout)
+        return DispatcherClient(self._clients.get(leader.address), fencing_token=leader.session_id)
+
+    async def _resource_manager(self, timeout: float) -> ResourceManagerClient:
+        leader = await self._leader("resource manager", timeout)
+        return ResourceManagerClient(
+            self._clients.get(leader.address), fencing_token=leader.session_id
+        )
+
+    async def _with_dispatcher(
+        self, call: Callable[[DispatcherClient], Coroutine[Any, Any, T]], timeout: float
+    ) -> T:
+        """Call the dispatcher leader, following a leader change once."""
+        deadline = time.monotonic() + timeout
+        while True:
+            dispatcher = await self._dispatcher(max(0.1, deadline - time.monotonic()))
+            try:
+                return await call(dispatcher)
+            except (NotLeaderError, DeadlineExceededError, UnavailableError):
+                if time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def submit(self, graph: JobGraph, *, timeout: float = 60.0) -> str:
+        request = dispatcher_pb2.SubmitJobRequest(job_graph=job_graph_to_proto(graph))
+
+        async def call(d: DispatcherClient) -> str:
+            return (await d.submit_job(request, timeout=min(timeout, 30.0))).job_id
+
+        return self._run(self._with_dispatcher(call, timeout))
+
+    def list_jobs(self, *, timeout: float = 10.0) -> list[dispatcher_pb2.JobSummary]:
+        async def call(d: DispatcherClient) -> list[dispatcher_pb2.JobSummary]:
+            return list((await d.list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=timeout)).jobs)
+
+        return self._run(self._with_dispatcher(call, timeout))
+
+    def status(self, job_id: str, *, timeout: float = 10.0) -> jobs_pb2.JobDetails:
+        async def call(d: DispatcherClient) -> jobs_pb2.JobDetails:
+            return await d.get_job_status(
+                dispatcher_pb2.GetJobStatusRequest(job_id=job_id), timeout=timeout
+            )
+
+        return self._run(self._with_dispatcher(call, timeout))
+
+    def cancel(self, job_id: str, *, timeout: float = 10.0) -> None:
+        async def call(d: DispatcherClient) -> None:
+            await d.cancel_job(dispatcher_pb2.CancelJobRequest(job_id=job_id), timeout=timeout)
+
+        self._run(self._with_dispatcher(call, timeout))
+
+    def result(self, job_id: str, *, timeout: float = 10.0) -> jobs_pb2.JobResult:
+        async def call(d: DispatcherClient) -> jobs_pb2.JobResult:
+            return await d.get_job_result(
+                dispatcher_pb2.GetJobResultRequest(job_id=job_id), timeout=timeout
+            )
+
+        return self._run(self._with_dispatcher(call, timeout))
+
+    def wait(
+        self,
+        job_id: str,
+        *,
+        timeout: float | None = None,
+        poll_s: float = 0.25,
+        progress: Callable[[jobs_pb2.JobDetails], None] | None = None,
+    ) -> jobs_pb2.JobResult:
+        """Block until the job is terminal; returns its result (whatever the outcome)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            details = self.status(job_id)
+            if progress is not None:
+                progress(details)
+            if details.status in TERMINAL_STATUSES:
+                return self.result(job_id)
+            if deadline is not None and time.monotonic() > deadline:
+                raise DeadlineExceededError(
+                    f"job {job_id} still {common_pb2.JobStatus.Name(details.status)} "
+                    f"after {timeout:g}s"
+                )
+            time.sleep(poll_s)
+
+    # -- cluster -------------------------------------------------------------------------------
+
+    def cluster_status(self, *, timeout: float = 10.0) -> ClusterView:
+        async def query() -> ClusterView:
+            dispatcher = await self._dispatcher(timeout)
+            services = await dispatcher.get_cluster_services(
+                dispatcher_pb2.GetClusterServicesRequest(), timeout=timeout
+            )
+            rm = await self._resource_manager(timeout)
+            status = await rm.get_cluster_status(
+                resource_manager_pb2.GetClusterStatusRequest(), timeout=timeout
+            )
+            return ClusterView(services.dispatcher, list(services.job_master_processes), status)
+
+        return self._run(query())
