@@ -38,6 +38,32 @@ class TaskContext:
     payload: bytes
     job_config: dict[str, str] = field(default_factory=dict)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # Data-plane wiring, straight from the TaskDeploymentDescriptor: what to read (each input
+    # gate names the finished producer attempts whose result partitions it consumes) and which
+    # data sets to produce.
+    inputs: list[InputGateInfo] = field(default_factory=list)
+    produced_dataset_ids: list[str] = field(default_factory=list)
+    # Set by the task executor process.
+    resource_id: str = ""
+    exchange_dir: str = ""
+    services: dict[str, object] = field(default_factory=dict)  # e.g. the SparkSession manager
+
+
+@dataclass(frozen=True, slots=True)
+class InputPartitionInfo:
+    dataset_id: str
+    partition_number: int
+    producer_attempt_id: str
+    producer_resource_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class InputGateInfo:
+    dataset_id: str
+    pattern: str  # "POINTWISE" | "ALL_TO_ALL"
+    partitioner: str  # "forward" | "hash" | "rebalance" | "broadcast"
+    producer_parallelism: int
+    partitions: tuple[InputPartitionInfo, ...]
 
 
 @dataclass(slots=True)

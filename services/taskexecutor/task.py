@@ -24,12 +24,14 @@ from common.errors import ErrorCode
 from common.ids import AllocationID, ExecutionAttemptID, JobID
 from services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from services.taskexecutor.operators import (
+    InputGateInfo,
+    InputPartitionInfo,
     Invokable,
     TaskCancelledError,
     TaskContext,
     TaskOutcome,
 )
-from sparkmill.v1 import task_executor_pb2
+from sparkmill.v1 import common_pb2, task_executor_pb2
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,25 @@ class Task:
             attempt_number=tdd.attempt_number,
             payload=tdd.operator.payload,
             job_config=dict(tdd.job_config),
+            inputs=[
+                InputGateInfo(
+                    dataset_id=gate.dataset_id,
+                    pattern=common_pb2.DistributionPattern.Name(gate.pattern),
+                    partitioner=gate.partitioner,
+                    producer_parallelism=gate.producer_parallelism,
+                    partitions=tuple(
+                        InputPartitionInfo(
+                            p.dataset_id,
+                            p.partition_number,
+                            p.producer_attempt_id,
+                            p.producer_resource_id,
+                        )
+                        for p in gate.partitions
+                    ),
+                )
+                for gate in tdd.inputs
+            ],
+            produced_dataset_ids=list(tdd.produced_dataset_ids),
         )
         self._invokable: Invokable | None = None
         self._lock = threading.Lock()  # guards _invokable between the loop and the task thread

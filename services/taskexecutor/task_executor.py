@@ -51,6 +51,7 @@ from services.jobmaster.states import ExecutionState
 from services.taskexecutor.operators import OPERATOR_KINDS, TaskOutcome
 from services.taskexecutor.slot_table import TaskSlotTable
 from services.taskexecutor.task import Task, TaskFailureInfo
+from services.taskexecutor.task_services import close_task_services, install_task_services
 from sparkmill.v1 import (
     common_pb2,
     job_master_pb2,
@@ -121,6 +122,8 @@ class TaskExecutor(TaskExecutorServicer):
         self.rm: _ResourceManagerConnection | None = None
         self.jobs: dict[JobID, _JobConnection] = {}
         self.tasks_started = 0
+        # Process-wide facilities tasks may use (the data plane adds its SparkSession here).
+        self.task_services: dict[str, object] = {}
         self.heartbeats = HeartbeatManager(
             "te",
             interval_s=settings.heartbeat_interval_s,
@@ -137,6 +140,7 @@ class TaskExecutor(TaskExecutorServicer):
             self.settings.number_of_slots, self.total_resources, self.default_slot_profile, timers
         )
         self.slot_table.start(_TableActions(self))
+        install_task_services(self.task_services, self.settings, self.runtime)
         self.heartbeats.start()
         await self.rm_retrieval.start(self._on_rm_leader)
 
@@ -162,6 +166,7 @@ class TaskExecutor(TaskExecutorServicer):
         if rm is not None and rm.registration is not None:
             rm.registration.cancel()
         await self.heartbeats.stop()
+        await close_task_services(self.task_services, self.runtime)
 
     def _table(self) -> TaskSlotTable[Task]:
         assert self.slot_table is not None, "task executor not started"
@@ -456,6 +461,9 @@ class TaskExecutor(TaskExecutorServicer):
         # evidently accepted the slot, so activate it for this job (Flink does the same).
         self._table().try_mark_slot_active(JobID(tdd.job_id), AllocationID(tdd.allocation_id))
         task = Task(tdd, factory, self._on_task_state, asyncio.get_running_loop())
+        task.context.resource_id = self.resource_id
+        task.context.exchange_dir = self.settings.exchange_dir
+        task.context.services = self.task_services
         # Raises SlotNotFoundError / SlotNotActiveError: a task is never run in a slot that is
         # missing, inactive or another job's (seed 000).
         if not self._table().add_task(task):
