@@ -1,6 +1,6 @@
 """A two-stage test job (no data, no Spark): exercises the control plane end to end.
 
-    sparkmill run examples/noop_job.py
+sparkmill run examples/noop_job.py
 """
 
 from sparkmill.testing import noop_pipeline

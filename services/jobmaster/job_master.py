@@ -120,7 +120,9 @@ class JobMaster:
             self.job_id,
             self.timers,
             self,
-            slot_request_timeout_s=self.config.get(opt.SLOT_REQUEST_TIMEOUT),
+            # A little longer than the resource manager's own timeout, so its diagnostic
+            # (what was asked, what exists) normally arrives first.
+            slot_request_timeout_s=self.config.get(opt.SLOT_REQUEST_TIMEOUT) + 1.0,
             idle_slot_timeout_s=settings.slot_idle_timeout_s,
         )
         self.scheduler = DefaultScheduler(

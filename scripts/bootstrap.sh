@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Set up everything sparkmill needs on a Debian machine, idempotently:
+#   - Debian packages: Java 17 (Spark and ZooKeeper need it), python3-venv, ZooKeeper and
+#     Prometheus (the integration tests run real servers);
+#   - a virtualenv (default .venv, override with SPARKMILL_VENV) with sparkmill and its dev tools.
+# Re-running it is cheap: each step is skipped when already done.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SPARKMILL_VENV:-$ROOT/.venv}"
+PYTHON="${PYTHON:-python3}"
+
+log() { printf '[bootstrap] %s\n' "$*" >&2; }
+
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo_cmd=(sudo); else
+    log "not root and no sudo: install the Debian packages yourself if any are missing"; fi
+fi
+
+packages=()
+command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
+"$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 || packages+=(python3-venv)
+[ -f /usr/share/java/zookeeper.jar ] || packages+=(zookeeper)
+command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
+if [ "${#packages[@]}" -gt 0 ]; then
+  log "installing Debian packages: ${packages[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+    "${packages[@]}" >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating virtualenv $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+
+# Reinstall only when the project's dependencies changed.
+stamp="$VENV/.sparkmill-installed"
+want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  log "installing sparkmill and its dependencies into $VENV (pyspark takes a minute the first time)"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+  "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]"
+  echo "$want" > "$stamp"
+fi

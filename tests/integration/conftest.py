@@ -1,0 +1,99 @@
+"""Fixtures that run real sparkmill clusters: real processes on loopback, real RPC.
+
+A test that fails gets every service log of its cluster appended to its report.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkmill.client import ClusterClient
+from sparkmill.local_cluster import LocalCluster
+from tests.conftest import FAILED_KEY
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+class RunningCluster:
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.client = ClusterClient.from_config_file(cluster.config_path)
+
+    @property
+    def config_path(self) -> Path:
+        return self.cluster.config_path
+
+    def close(self) -> None:
+        self.client.close()
+        self.cluster.stop()
+
+
+def _start(tmp: Path, **kwargs: Any) -> RunningCluster:
+    cluster = LocalCluster(tmp, **kwargs)
+    try:
+        cluster.start(wait_timeout_s=90)
+    except Exception:
+        print(cluster.logs())
+        cluster.stop()
+        raise
+    return RunningCluster(cluster)
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[RunningCluster]:
+    """3 task executors x 4 slots, shared by the tests of a module."""
+    running = _start(tmp_path_factory.mktemp("cluster"), task_executors=3, slots=4)
+    yield running
+    running.close()
+
+
+@pytest.fixture(autouse=True)
+def _dump_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if not request.node.stash.get(FAILED_KEY, False):
+        return
+    for name in ("shared_cluster", "cluster_factory"):
+        if name in request.fixturenames:
+            value = request.getfixturevalue(name)
+            clusters = value.started if isinstance(value, ClusterFactory) else [value]
+            for running in clusters:
+                print(running.cluster.logs())
+
+
+class ClusterFactory:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.started: list[RunningCluster] = []
+
+    def __call__(self, **kwargs: Any) -> RunningCluster:
+        running = _start(self.tmp / f"cluster-{len(self.started)}", **kwargs)
+        self.started.append(running)
+        return running
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Generator[ClusterFactory]:
+    factory = ClusterFactory(tmp_path)
+    yield factory
+    for running in factory.started:
+        running.close()
+
+
+def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2) -> Any:
+    """Poll ``check`` until it returns a truthy value (returned) or raise with its last result."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s; last result: {last!r}")

@@ -1,0 +1,63 @@
+"""The embedded mode and service start-up, as a user runs them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sparkmill_run_noop_example_end_to_end() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "sparkmill", "run", str(ROOT / "examples" / "noop_job.py")],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "FINISHED" in run.stdout
+
+
+def test_a_bad_configuration_key_stops_a_service_with_a_message(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("taskmanager.numberOfTaskSlot: 4\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "sparkmill", "task-executor", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert "taskmanager.numberOfTaskSlot" in run.stderr
+    assert "taskmanager.numberOfTaskSlots" in run.stderr  # the suggestion
+
+
+def test_local_cluster_up_and_down(tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "sparkmill", "local-cluster"]
+    up = subprocess.run(
+        [*base, "up", "--dir", str(tmp_path), "--task-executors", "1", "--slots", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert (tmp_path / "cluster.yaml").exists()
+        assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [
+            "dispatcher-0.log",
+            "job-master-0.log",
+            "resource-manager-0.log",
+            "task-executor-0.log",
+        ]
+    finally:
+        down = subprocess.run(
+            [*base, "down", "--dir", str(tmp_path)], capture_output=True, text=True, timeout=60
+        )
+    assert down.returncode == 0, down.stderr
+    assert not (tmp_path / "processes.json").exists()
