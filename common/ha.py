@@ -12,6 +12,12 @@ from __future__ import annotations
 import abc
 
 from common.ids import JobID, new_leader_session_id
+from common.job_stores import (
+    InMemoryJobGraphStore,
+    InMemoryJobResultStore,
+    JobGraphStore,
+    JobResultStore,
+)
 from common.leader import (
     LeaderElectionService,
     LeaderRetrievalService,
@@ -37,6 +43,18 @@ class HighAvailabilityServices(abc.ABC):
     @abc.abstractmethod
     def resource_manager_retrieval(self) -> LeaderRetrievalService: ...
 
+    @abc.abstractmethod
+    def job_master_retrieval(self, job_id: JobID) -> LeaderRetrievalService: ...
+
+    @abc.abstractmethod
+    def job_graph_store(self, owner: str) -> JobGraphStore: ...
+
+    @abc.abstractmethod
+    def job_result_store(self) -> JobResultStore: ...
+
+    async def start(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Connect (ZooKeeper); never blocks on an unreachable coordination service."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release connections (ZooKeeper sessions); the standalone form has none."""
 
@@ -55,6 +73,16 @@ class StandaloneHaServices(HighAvailabilityServices):
         # Each JobMaster gets a fresh session id, so a TaskExecutor or RM still holding the id
         # of an earlier JobMaster of the same job is refused by fencing.
         return StandaloneLeaderElectionService(new_leader_session_id())
+
+    def job_master_retrieval(self, job_id: JobID) -> LeaderRetrievalService:
+        raise NotImplementedError("standalone mode has no per-job leader retrieval")
+
+    def job_graph_store(self, owner: str) -> JobGraphStore:
+        # Without HA there is no second dispatcher to recover from: memory is enough.
+        return InMemoryJobGraphStore()
+
+    def job_result_store(self) -> JobResultStore:
+        return InMemoryJobResultStore()
 
     def dispatcher_retrieval(self) -> LeaderRetrievalService:
         return StandaloneLeaderRetrievalService(self._settings.dispatcher_address)

@@ -63,6 +63,8 @@ def create_ha_services(settings: ClusterSettings, config: Any = None) -> HighAva
     mode = config.get(opt.HA_MODE) if isinstance(config, Configuration) else "none"
     if mode == "none":
         return StandaloneHaServices(settings)
-    raise ConfigurationError(
-        opt.HA_MODE.key, f"mode {mode!r} is not available yet; use 'none' (standalone)"
-    )
+    if mode != "zookeeper":
+        raise ConfigurationError(opt.HA_MODE.key, f"unknown mode {mode!r}")
+    from common.zookeeper.ha_services import ZooKeeperHaServices
+
+    return ZooKeeperHaServices(settings, config)

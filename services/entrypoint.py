@@ -23,7 +23,6 @@ from common.rpc.server import RpcServer
 from common.settings import ClusterSettings
 from services.base import ServiceIdentity
 from services.dispatcher.dispatcher import Dispatcher
-from services.dispatcher.job_store import InMemoryJobGraphStore
 from services.jobmaster.service import JobMasterProcess
 from services.resourcemanager.resource_manager import ResourceManager
 from services.taskexecutor.task_executor import TaskExecutor
@@ -84,7 +83,13 @@ def _build(
 ) -> Service:
     if role == "dispatcher":
         return Dispatcher(
-            settings, runtime, ha.dispatcher_election(), InMemoryJobGraphStore(), clients, identity
+            settings,
+            runtime,
+            ha.dispatcher_election(),
+            ha.job_graph_store(identity.id),
+            ha.job_result_store(),
+            clients,
+            identity,
         )
     if role == "resource-manager":
         return ResourceManager(settings, runtime, ha.resource_manager_election(), clients, identity)
@@ -100,6 +105,7 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     identity = ServiceIdentity(role, identity_id)
     runtime = ServiceRuntime(role)
     ha = create_ha_services(settings, config)
+    await ha.start()
     clients = RpcClientPool(
         f"{role} {identity_id[:8]}", max_message_bytes=settings.rpc_max_message_bytes
     )

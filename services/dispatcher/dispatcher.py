@@ -16,9 +16,11 @@ from the JobMaster on demand.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from common.actor import ServiceRuntime
 from common.errors import (
@@ -29,6 +31,7 @@ from common.errors import (
 )
 from common.heartbeat import HeartbeatManager
 from common.ids import JobID, short
+from common.job_stores import JobGraphStore, JobResultStore
 from common.jobgraph import KNOWN_OPERATOR_KINDS
 from common.jobgraph_codec import job_graph_from_proto
 from common.leader import LeaderElectionService
@@ -36,7 +39,6 @@ from common.rpc.client import RpcClientPool
 from common.rpc.server import CallContext, MethodSpec
 from common.settings import ClusterSettings
 from services.base import ServiceIdentity, require_leader
-from services.dispatcher.job_store import JobGraphStore
 from services.dispatcher.validation import validate_job_graph
 from services.jobmaster.states import JobStatus
 from sparkmill.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
@@ -68,6 +70,7 @@ class _Job:
     details: jobs_pb2.JobDetails | None = None
     result: jobs_pb2.JobResult | None = None
     starting: bool = False
+    recovered: bool = False  # recovered by a new leader, waiting to be claimed
 
     @property
     def terminal(self) -> bool:
@@ -81,6 +84,7 @@ class Dispatcher(DispatcherServicer):
         runtime: ServiceRuntime,
         election: LeaderElectionService,
         job_store: JobGraphStore,
+        result_store: JobResultStore,
         clients: RpcClientPool,
         identity: ServiceIdentity,
     ) -> None:
@@ -88,6 +92,7 @@ class Dispatcher(DispatcherServicer):
         self.runtime = runtime
         self.election = election
         self.job_store = job_store
+        self.result_store = result_store
         self.clients = clients
         self.identity = identity
         self.session_id: str | None = None
@@ -115,16 +120,49 @@ class Dispatcher(DispatcherServicer):
 
     async def grant_leadership(self, session_id: str) -> None:
         self.session_id = session_id
-        # Recover every job graph a previous leader acknowledged but did not finish.
-        for graph in await self.runtime.run_blocking(self.job_store.recover_all):
-            job_id = JobID(graph.job_id)
-            if job_id not in self.jobs:
-                self.jobs[job_id] = _Job(job_id, graph.name, graph, time.time())
-                log.info(
-                    "recovered job %s (%s) from the job graph store", short(job_id), graph.name
-                )
+        await self._recover()
         log.info("dispatcher %s leads with session %s", short(self.identity.id), short(session_id))
         await self.election.confirm_leadership(session_id, self.identity.address)
+        # Recovered jobs wait a little for their job-master processes to re-register and claim
+        # them (a running JobMaster must not be started a second time).
+        grace = 2 * self.settings.heartbeat_interval_s + self.settings.registration.max_timeout_s
+        asyncio.get_running_loop().call_later(grace, self._end_recovery_grace)
+        self._schedule_waiting_jobs()
+
+    async def _recover(self) -> None:
+        """Rebuild the job table from the stores (seed 002: a done job is not run again)."""
+        results = await self.runtime.run_blocking(self.result_store.results)
+        for result, dirty in results:
+            job_id = JobID(result.job_id)
+            job = _Job(
+                job_id,
+                result.details.name,
+                common_pb2.JobGraph(job_id=job_id),
+                result.details.submitted_at or time.time(),
+                status=JobStatus(result.status),
+                ended_at=result.details.ended_at,
+                result=result,
+                details=result.details,
+            )
+            self.jobs[job_id] = job
+            if dirty:  # the previous leader died between recording the result and clean-up
+                await self._clean_up(job_id)
+        for graph in await self.runtime.run_blocking(self.job_store.recover_all):
+            job_id = JobID(graph.job_id)
+            if job_id in self.jobs:
+                log.info("job %s already has a result; removing its stale graph", short(job_id))
+                await self._clean_up(job_id)
+                continue
+            self.jobs[job_id] = _Job(job_id, graph.name, graph, time.time(), recovered=True)
+            log.info("recovered job %s ('%s') from the job graph store", short(job_id), graph.name)
+
+    async def _clean_up(self, job_id: JobID) -> None:
+        await self.runtime.run_blocking(self.job_store.remove, job_id)
+        await self.runtime.run_blocking(self.result_store.mark_clean, job_id)
+
+    def _end_recovery_grace(self) -> None:
+        for job in self.jobs.values():
+            job.recovered = False
         self._schedule_waiting_jobs()
 
     async def revoke_leadership(self) -> None:
@@ -134,6 +172,7 @@ class Dispatcher(DispatcherServicer):
             self.heartbeats.unmonitor(process_id)
         self.processes.clear()
         self.jobs.clear()
+        await self.runtime.run_blocking(self.job_store.release_all)
 
     def expected_fencing_token(self, spec: MethodSpec, request: object) -> str:
         return require_leader(self.session_id, "dispatcher")
@@ -173,7 +212,7 @@ class Dispatcher(DispatcherServicer):
         if self.session_id is None:
             return
         for job in self.jobs.values():
-            if not job.terminal and not job.process_id and not job.starting:
+            if not job.terminal and not job.process_id and not job.starting and not job.recovered:
                 process = self._least_loaded_process()
                 if process is None:
                     log.info("job %s waits for a job-master process to register", short(job.job_id))
@@ -182,6 +221,18 @@ class Dispatcher(DispatcherServicer):
                 job.process_id = process.process_id
                 process.jobs.add(job.job_id)
                 self.runtime.spawn(self._start_job(job, process), "start-job")
+
+    def _assign(self, job: _Job, process_id: str, address: str) -> None:
+        old = self.processes.get(job.process_id)
+        if old is not None and old.process_id != process_id:
+            old.jobs.discard(job.job_id)
+        job.process_id = process_id
+        job.address = address
+        job.recovered = False
+        job.starting = False
+        new = self.processes.get(process_id)
+        if new is not None:
+            new.jobs.add(job.job_id)
 
     def _least_loaded_process(self) -> _JobMasterProcess | None:
         if not self.processes:
@@ -215,7 +266,9 @@ class Dispatcher(DispatcherServicer):
         job.starting = False
         if self.jobs.get(job.job_id) is not job:
             return
-        job.session_id = reply.job_master_session_id
+        # Empty while the JobMaster waits as a standby in the job's election; its first status
+        # report, once it leads, brings the session id.
+        job.session_id = reply.job_master_session_id or job.session_id
         job.address = reply.job_master_address
         log.info(
             "job %s runs on job-master process %s (JobMaster session %s)",
@@ -225,8 +278,6 @@ class Dispatcher(DispatcherServicer):
         )
 
     async def _retry_scheduling_later(self) -> None:
-        import asyncio
-
         await asyncio.sleep(1.0)
         self._schedule_waiting_jobs()
 
@@ -240,22 +291,30 @@ class Dispatcher(DispatcherServicer):
             raise NotFoundError(f"job {short(request.job_id)} is unknown to this dispatcher")
         if job.terminal:
             return common_pb2.Empty()  # a late or repeated report; the result is final
-        if job.session_id and request.job_master_session_id != job.session_id:
+        newly_elected = request.status in (JobStatus.CREATED.value, JobStatus.RUNNING.value)
+        if job.session_id and request.job_master_session_id != job.session_id and not newly_elected:
             raise FailedPreconditionError(
                 f"report for job {short(job.job_id)} from JobMaster session "
                 f"{short(request.job_master_session_id)} refused: session "
                 f"{short(job.session_id)} leads the job"
             )
         job.session_id = request.job_master_session_id
+        if request.job_master_process_id:
+            self._assign(job, request.job_master_process_id, request.job_master_address)
         job.status = JobStatus(request.status)
         job.details = request.details
         if job.status.is_globally_terminal:
             job.ended_at = time.time()
-            job.result = request.result
+            result = jobs_pb2.JobResult()
+            result.CopyFrom(request.result)
+            result.details.CopyFrom(self._details(job))
+            job.result = result
             process = self.processes.get(job.process_id)
             if process is not None:
                 process.jobs.discard(job.job_id)
-            await self.runtime.run_blocking(self.job_store.remove, job.job_id)
+            # Record the outcome before the graph goes: a new leader must never run it again.
+            await self.runtime.run_blocking(self.result_store.create_dirty, result)
+            await self._clean_up(job.job_id)
             log.info("job %s ('%s') ended %s", short(job.job_id), job.name, job.status.name)
         return common_pb2.Empty()
 
@@ -267,9 +326,20 @@ class Dispatcher(DispatcherServicer):
         if request.process_id in self.processes:
             self._lose_process(request.process_id, "it registered again")
         client = JobMasterClient(self.clients.get(request.address))
-        self.processes[request.process_id] = _JobMasterProcess(
-            request.process_id, request.address, client, request.info
-        )
+        process = _JobMasterProcess(request.process_id, request.address, client, request.info)
+        self.processes[request.process_id] = process
+        for hosted in request.jobs:
+            job = self.jobs.get(JobID(hosted.job_id))
+            if job is not None and not job.terminal and hosted.job_master_session_id:
+                # It survived our leader change: adopt it instead of starting it again.
+                job.session_id = hosted.job_master_session_id
+                job.status = JobStatus(hosted.status)
+                self._assign(job, process.process_id, process.address)
+                log.info(
+                    "job %s is led by job-master process %s; adopted",
+                    short(job.job_id),
+                    short(process.process_id),
+                )
         self.heartbeats.monitor(
             request.process_id, lambda: self._heartbeat_process(request.process_id)
         )
@@ -392,8 +462,12 @@ class Dispatcher(DispatcherServicer):
             # Not running anywhere yet: cancelling is just recording the outcome.
             job.status = JobStatus.CANCELED
             job.ended_at = time.time()
-            job.result = jobs_pb2.JobResult(job_id=job.job_id, status=JobStatus.CANCELED.value)  # type: ignore[arg-type]
-            await self.runtime.run_blocking(self.job_store.remove, job.job_id)
+            job.result = jobs_pb2.JobResult(
+                job_id=job.job_id, status=cast(Any, JobStatus.CANCELED.value)
+            )
+            job.result.details.CopyFrom(self._details(job))
+            await self.runtime.run_blocking(self.result_store.create_dirty, job.result)
+            await self._clean_up(job.job_id)
         return common_pb2.Empty()
 
     async def get_job_result(
@@ -425,8 +499,6 @@ class Dispatcher(DispatcherServicer):
         )
 
     async def _expire_jobs_periodically(self) -> None:
-        import asyncio
-
         while True:
             await asyncio.sleep(min(60.0, max(1.0, self.settings.job_store_expiration_s / 10)))
             horizon = time.time() - self.settings.job_store_expiration_s

@@ -152,6 +152,15 @@ class JobMaster:
         await self.election.start(self)
 
     async def grant_leadership(self, session_id: str) -> None:
+        store = self.process.result_store
+        if await self.runtime.run_blocking(store.has_result, self.job_id):
+            # Another JobMaster finished the job while we waited as a standby: never run it
+            # again (seed 002's "job already done" check).
+            log.info("job %s already has a result; this JobMaster stands down", short(self.job_id))
+            self.status = JobStatus.SUSPENDED
+            self.runtime.spawn(self.election.stop(), "stand-down")
+            self.process.job_master_done(self)
+            return
         self.session_id = session_id
         await self.election.confirm_leadership(session_id, self.process.identity.address)
         self.status = JobStatus.CREATED
@@ -183,7 +192,7 @@ class JobMaster:
             self._report_status(status, cause)
 
     async def _finish(self, status: JobStatus, cause: str) -> None:
-        await self._release_everything(f"job {status.name}")
+        await self._release_resources(f"job {status.name}")
         result = jobs_pb2.JobResult(
             job_id=self.job_id, status=cast(Any, status.value), details=self.details()
         )
@@ -199,8 +208,13 @@ class JobMaster:
                 job_master_session_id=self.session_id,
                 details=result.details,
                 result=result,
+                job_master_process_id=self.process.identity.id,
+                job_master_address=self.process.identity.address,
             )
         )
+        # Only once the outcome is recorded may the job's leadership go: a standby that takes
+        # over then finds the result and stands down instead of running the job again.
+        await self.election.stop()
         self.process.job_master_done(self)
 
     def _report_status(self, status: JobStatus, cause: str) -> None:
@@ -209,10 +223,16 @@ class JobMaster:
             status=cast(Any, status.value),
             job_master_session_id=self.session_id,
             details=self.details(),
+            job_master_process_id=self.process.identity.id,
+            job_master_address=self.process.identity.address,
         )
         self.runtime.spawn(self.process.report_job_status(report), "report-status")
 
     async def _release_everything(self, cause: str) -> None:
+        await self._release_resources(cause)
+        await self.election.stop()
+
+    async def _release_resources(self, cause: str) -> None:
         await self.scheduler.close()
         self.slot_pool.close(UnavailableError(cause))
         if self._rm_registration is not None:
@@ -229,7 +249,6 @@ class JobMaster:
                 log.info("could not disconnect from the resource manager: %s", exc)
         await self.heartbeats.stop()
         self.timers.cancel_all()
-        await self.election.stop()
 
     async def submit_task(self, execution: Execution, slot: PhysicalSlot) -> None:
         te = self.task_executors.get(slot.task_executor.resource_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from common.actor import ServiceRuntime
 from common.config import Configuration
@@ -65,6 +65,7 @@ class JobMasterProcess(JobMasterServicer):
         self.dispatcher: _DispatcherConnection | None = None
         self.rm_leader: LeaderInfo | None = None
         self._dispatcher_retrieval: LeaderRetrievalService = ha.dispatcher_retrieval()
+        self.result_store = ha.job_result_store()
         self._rm_retrieval: LeaderRetrievalService = ha.resource_manager_retrieval()
 
     async def start(self) -> None:
@@ -99,11 +100,14 @@ class JobMasterProcess(JobMasterServicer):
         )
 
     async def _register_at_dispatcher(self, connection: _DispatcherConnection) -> None:
-        request = dispatcher_pb2.RegisterJobMasterProcessRequest(
-            process_id=self.identity.id, address=self.identity.address, info=self.identity.info()
-        )
-
         async def attempt(timeout: float) -> None:
+            # Built per attempt: the hosted jobs must be current when the new leader reads them.
+            request = dispatcher_pb2.RegisterJobMasterProcessRequest(
+                process_id=self.identity.id,
+                address=self.identity.address,
+                info=self.identity.info(),
+                jobs=self._hosted_jobs(),
+            )
             await connection.client.register_job_master_process(request, timeout=timeout)
 
         await retry_registration(
@@ -248,17 +252,17 @@ class JobMasterProcess(JobMasterServicer):
     async def heartbeat_from_dispatcher(
         self, request: common_pb2.HeartbeatRequest, context: CallContext
     ) -> job_master_pb2.HostedJobs:
-        return job_master_pb2.HostedJobs(
-            process_id=self.identity.id,
-            jobs=[
-                job_master_pb2.HostedJob(
-                    job_id=jm.job_id,
-                    status=jm.status.value,  # type: ignore[arg-type]
-                    job_master_session_id=jm.session_id,
-                )
-                for jm in self.job_masters.values()
-            ],
-        )
+        return job_master_pb2.HostedJobs(process_id=self.identity.id, jobs=self._hosted_jobs())
+
+    def _hosted_jobs(self) -> list[jobs_pb2.HostedJob]:
+        return [
+            jobs_pb2.HostedJob(
+                job_id=jm.job_id,
+                status=cast(Any, jm.status.value),
+                job_master_session_id=jm.session_id,
+            )
+            for jm in self.job_masters.values()
+        ]
 
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, context: CallContext

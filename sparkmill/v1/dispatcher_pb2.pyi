@@ -68,14 +68,16 @@ class GetJobResultRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class RegisterJobMasterProcessRequest(_message.Message):
-    __slots__ = ("process_id", "address", "info")
+    __slots__ = ("process_id", "address", "info", "jobs")
     PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     INFO_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
     process_id: str
     address: str
     info: _common_pb2.ServiceInfo
-    def __init__(self, process_id: _Optional[str] = ..., address: _Optional[str] = ..., info: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ...) -> None: ...
+    jobs: _containers.RepeatedCompositeFieldContainer[_jobs_pb2.HostedJob]
+    def __init__(self, process_id: _Optional[str] = ..., address: _Optional[str] = ..., info: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[_jobs_pb2.HostedJob, _Mapping]]] = ...) -> None: ...
 
 class RegisterJobMasterProcessResponse(_message.Message):
     __slots__ = ("dispatcher_id",)
@@ -84,18 +86,22 @@ class RegisterJobMasterProcessResponse(_message.Message):
     def __init__(self, dispatcher_id: _Optional[str] = ...) -> None: ...
 
 class JobStatusReport(_message.Message):
-    __slots__ = ("job_id", "status", "job_master_session_id", "details", "result")
+    __slots__ = ("job_id", "status", "job_master_session_id", "details", "result", "job_master_process_id", "job_master_address")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     JOB_MASTER_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     DETAILS_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     status: _common_pb2.JobStatus
     job_master_session_id: str
     details: _jobs_pb2.JobDetails
     result: _jobs_pb2.JobResult
-    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., job_master_session_id: _Optional[str] = ..., details: _Optional[_Union[_jobs_pb2.JobDetails, _Mapping]] = ..., result: _Optional[_Union[_jobs_pb2.JobResult, _Mapping]] = ...) -> None: ...
+    job_master_process_id: str
+    job_master_address: str
+    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., job_master_session_id: _Optional[str] = ..., details: _Optional[_Union[_jobs_pb2.JobDetails, _Mapping]] = ..., result: _Optional[_Union[_jobs_pb2.JobResult, _Mapping]] = ..., job_master_process_id: _Optional[str] = ..., job_master_address: _Optional[str] = ...) -> None: ...
 
 class GetClusterServicesRequest(_message.Message):
     __slots__ = ()

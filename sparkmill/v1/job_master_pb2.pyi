@@ -168,20 +168,10 @@ class JobMasterHeartbeatRequest(_message.Message):
     sender_id: str
     def __init__(self, job_id: _Optional[str] = ..., sender_id: _Optional[str] = ...) -> None: ...
 
-class HostedJob(_message.Message):
-    __slots__ = ("job_id", "status", "job_master_session_id")
-    JOB_ID_FIELD_NUMBER: _ClassVar[int]
-    STATUS_FIELD_NUMBER: _ClassVar[int]
-    JOB_MASTER_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
-    job_id: str
-    status: _common_pb2.JobStatus
-    job_master_session_id: str
-    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., job_master_session_id: _Optional[str] = ...) -> None: ...
-
 class HostedJobs(_message.Message):
     __slots__ = ("process_id", "jobs")
     PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     process_id: str
-    jobs: _containers.RepeatedCompositeFieldContainer[HostedJob]
-    def __init__(self, process_id: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[HostedJob, _Mapping]]] = ...) -> None: ...
+    jobs: _containers.RepeatedCompositeFieldContainer[_jobs_pb2.HostedJob]
+    def __init__(self, process_id: _Optional[str] = ..., jobs: _Optional[_Iterable[_Union[_jobs_pb2.HostedJob, _Mapping]]] = ...) -> None: ...

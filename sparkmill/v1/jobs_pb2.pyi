@@ -86,3 +86,13 @@ class JobResult(_message.Message):
     details: JobDetails
     accumulators: _containers.ScalarMap[str, bytes]
     def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., failure: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., details: _Optional[_Union[JobDetails, _Mapping]] = ..., accumulators: _Optional[_Mapping[str, bytes]] = ...) -> None: ...
+
+class HostedJob(_message.Message):
+    __slots__ = ("job_id", "status", "job_master_session_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    status: _common_pb2.JobStatus
+    job_master_session_id: str
+    def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., job_master_session_id: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,135 @@
+"""One kazoo session per process, shared by every recipe of that process.
+
+kazoo calls its listeners and watches on its own threads; nothing here blocks them: every
+state change is posted to the owning event loop (``call_soon_threadsafe``) and handled there.
+The session is started without waiting, so an unreachable ZooKeeper never blocks start-up:
+kazoo keeps retrying, the recipes wait for :meth:`ZooKeeperConnection.wait_connected`, and a
+warning says what is being waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+
+from common.errors import UnavailableError
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+StateListener = Callable[[str], None]
+"""Called on the event loop with "CONNECTED", "SUSPENDED" or "LOST"."""
+
+
+class ZooKeeperConnection:
+    def __init__(
+        self,
+        quorum: str,
+        root: str,
+        *,
+        session_timeout_s: float,
+        connection_timeout_s: float,
+    ) -> None:
+        self.quorum = quorum
+        self.root = root.rstrip("/") or "/"
+        self.session_timeout_s = session_timeout_s
+        self.connection_timeout_s = connection_timeout_s
+        self.client: KazooClient | None = None
+        self.state = "LOST"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listeners: list[StateListener] = []
+        self._connected: asyncio.Event | None = None
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    async def ensure_started(self) -> None:
+        if self.client is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._connected = asyncio.Event()
+        client = KazooClient(
+            hosts=self.quorum,
+            timeout=self.session_timeout_s,
+            connection_retry={"max_tries": -1, "max_delay": 2.0},
+        )
+        client.add_listener(self._on_kazoo_state)
+        self.client = client
+        client.start_async()
+        log.info("connecting to ZooKeeper at %s (root %s)", self.quorum, self.root)
+
+    def _on_kazoo_state(self, state: str) -> None:  # kazoo thread: hand over, never block
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._apply_state, str(state))
+
+    def _apply_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        previous, self.state = self.state, state
+        level = logging.INFO if state == KazooState.CONNECTED else logging.WARNING
+        log.log(level, "ZooKeeper connection %s -> %s", previous, state)
+        assert self._connected is not None
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
+        for listener in list(self._listeners):
+            try:
+                listener(state)
+            except Exception:
+                log.exception("ZooKeeper state listener failed")
+
+    def add_listener(self, listener: StateListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: StateListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.state == KazooState.CONNECTED)
+
+    async def wait_connected(self, what: str) -> None:
+        await self.ensure_started()
+        assert self._connected is not None
+        waited = 0.0
+        while not self._connected.is_set():
+            try:
+                await asyncio.wait_for(self._connected.wait(), timeout=self.connection_timeout_s)
+            except TimeoutError:
+                waited += self.connection_timeout_s
+                log.warning(
+                    "%s waits for ZooKeeper at %s (unreachable for %.0fs; check "
+                    "high-availability.zookeeper.quorum and that the servers run)",
+                    what,
+                    self.quorum,
+                    waited,
+                )
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking kazoo call off the loop."""
+        if self.client is None:
+            raise UnavailableError("ZooKeeper connection not started")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
+
+    def post(self, callback: Callable[[], Any]) -> None:
+        """From a kazoo thread: run ``callback`` on the loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(callback)
+
+    async def close(self) -> None:
+        client, self.client = self.client, None
+        if client is None:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, client.stop)
+        await loop.run_in_executor(None, client.close)

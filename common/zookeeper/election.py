@@ -1,0 +1,233 @@
+"""Leader election with a ZooKeeper leader latch, and leader retrieval with a data watch.
+
+Layout under a role's path (e.g. ``<root>/leader/dispatcher``)::
+
+    latch/n_0000000007      EPHEMERAL_SEQUENTIAL, one per contender; the lowest leads
+    connection_info         EPHEMERAL, {"address": ..., "session_id": ...} of the leader
+
+A contender that becomes first in the latch is granted leadership with a *fresh* leader session
+id; it publishes its address with :meth:`confirm_leadership`, atomically checked against its own
+latch node, so a contender that already lost the latch can never publish. Connection states
+(Flink's semantics): on SUSPENDED the leader stops acting as leader unless
+``tolerate-suspended-connections`` is set; on LOST its ephemeral nodes are gone, so it gives up
+leadership and contends again once reconnected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import EventType, WatchedEvent
+
+from common.ids import new_leader_session_id, short
+from common.leader import (
+    LeaderContender,
+    LeaderElectionService,
+    LeaderInfo,
+    LeaderListener,
+    LeaderRetrievalService,
+)
+from common.zookeeper.connection import ZooKeeperConnection
+
+log = logging.getLogger(__name__)
+
+
+def _sequence(node: str) -> int:
+    return int(node.rsplit("_", 1)[-1])
+
+
+class ZooKeeperLeaderElectionService(LeaderElectionService):
+    def __init__(
+        self, zk: ZooKeeperConnection, path: str, *, tolerate_suspended: bool, name: str
+    ) -> None:
+        self.zk = zk
+        self.path = path
+        self.tolerate_suspended = tolerate_suspended
+        self.name = name
+        self._contender: LeaderContender | None = None
+        self._node: str | None = None  # full path of our latch node
+        self._session_id: str | None = None
+        self._lock = asyncio.Lock()
+        self._stopped = False
+
+    @property
+    def latch_path(self) -> str:
+        return f"{self.path}/latch"
+
+    @property
+    def info_path(self) -> str:
+        return f"{self.path}/connection_info"
+
+    async def start(self, contender: LeaderContender) -> None:
+        self._contender = contender
+        self.zk.add_listener(self._on_state)
+        asyncio.get_running_loop().create_task(self._contend())
+
+    async def _contend(self) -> None:
+        await self.zk.wait_connected(f"leader election for {self.name}")
+        async with self._lock:
+            if self._stopped:
+                return
+            if self._node is None:
+                client = self.zk.client
+                assert client is not None
+                self._node = await self.zk.call(
+                    client.create,
+                    f"{self.latch_path}/n_",
+                    b"",
+                    ephemeral=True,
+                    sequence=True,
+                    makepath=True,
+                )
+        await self._check()
+
+    async def _check(self) -> None:
+        async with self._lock:
+            if self._stopped or self._node is None or not self.zk.connected:
+                return
+            client = self.zk.client
+            assert client is not None
+            try:
+                children = await self.zk.call(client.get_children, self.latch_path)
+            except NoNodeError:
+                children = []
+            mine = self._node.rsplit("/", 1)[-1]
+            ordered = sorted(children, key=_sequence)
+            if mine not in ordered:
+                # Our ephemeral node is gone (the session expired): contend anew.
+                self._node = None
+                asyncio.get_running_loop().create_task(self._contend())
+                return
+            index = ordered.index(mine)
+            if index == 0:
+                if self._session_id is None:
+                    self._session_id = new_leader_session_id()
+                    log.info(
+                        "%s: leadership granted (session %s)", self.name, short(self._session_id)
+                    )
+                    assert self._contender is not None
+                    await self._contender.grant_leadership(self._session_id)
+                return
+            predecessor = f"{self.latch_path}/{ordered[index - 1]}"
+            exists = await self.zk.call(client.exists, predecessor, watch=self._on_predecessor)
+            if exists is None:
+                asyncio.get_running_loop().create_task(self._check())
+
+    def _on_predecessor(self, event: WatchedEvent) -> None:  # kazoo thread
+        if event.type == EventType.DELETED:
+            self.zk.post(lambda: asyncio.get_running_loop().create_task(self._check()))
+
+    def _on_state(self, state: str) -> None:
+        if state == "SUSPENDED" and not self.tolerate_suspended:
+            asyncio.get_running_loop().create_task(self._revoke("ZooKeeper connection suspended"))
+        elif state == "LOST":
+            self._node = None  # the session's ephemeral nodes are gone
+            asyncio.get_running_loop().create_task(self._revoke("ZooKeeper session lost"))
+        elif state == "CONNECTED":
+            asyncio.get_running_loop().create_task(self._contend())
+
+    async def _revoke(self, reason: str) -> None:
+        if self._session_id is None:
+            return
+        log.warning("%s: leadership revoked: %s", self.name, reason)
+        self._session_id = None
+        if self._contender is not None:
+            await self._contender.revoke_leadership()
+
+    async def confirm_leadership(self, session_id: str, address: str) -> None:
+        if session_id != self._session_id or self._node is None:
+            return
+        client = self.zk.client
+        assert client is not None
+        data = json.dumps({"address": address, "session_id": session_id}).encode()
+        node = self._node
+
+        def publish() -> bool:
+            client.ensure_path(self.path)
+            for _ in range(3):
+                transaction = client.transaction()
+                transaction.check(node, 0)  # still ours: the latch node was never modified
+                if client.exists(self.info_path) is not None:
+                    transaction.delete(self.info_path)
+                transaction.create(self.info_path, data, ephemeral=True)
+                results = transaction.commit()
+                if not any(isinstance(r, Exception) for r in results):
+                    return True
+                if any(isinstance(r, NoNodeError) for r in results[:1]):
+                    return False  # our latch node is gone: we are not the leader any more
+            return False
+
+        if await self.zk.call(publish):
+            log.info("%s: published leader %s (session %s)", self.name, address, short(session_id))
+
+    def has_leadership(self, session_id: str) -> bool:
+        return self._session_id == session_id and (self.zk.connected or self.tolerate_suspended)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        self.zk.remove_listener(self._on_state)
+        await self._revoke("stopped")
+        node, self._node = self._node, None
+        client = self.zk.client
+        if node is not None and client is not None and self.zk.connected:
+            with contextlib.suppress(NoNodeError):
+                await self.zk.call(client.delete, node)
+
+
+class ZooKeeperLeaderRetrievalService(LeaderRetrievalService):
+    def __init__(self, zk: ZooKeeperConnection, path: str, name: str) -> None:
+        self.zk = zk
+        self.info_path = f"{path}/connection_info"
+        self.name = name
+        self._listener: LeaderListener | None = None
+        self._current: LeaderInfo | None = None
+        self._stopped = False
+
+    async def start(self, listener: LeaderListener) -> None:
+        self._listener = listener
+        await self.zk.ensure_started()
+        asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        await self.zk.wait_connected(f"leader retrieval of {self.name}")
+        client = self.zk.client
+        assert client is not None
+        await self.zk.call(client.DataWatch, self.info_path, self._on_data)
+
+    def _on_data(self, data: bytes | None, stat: Any) -> bool:  # kazoo thread
+        if self._stopped:
+            return False
+        info: LeaderInfo | None = None
+        if data:
+            try:
+                raw = json.loads(data)
+                info = LeaderInfo(str(raw["address"]), str(raw["session_id"]))
+            except (ValueError, KeyError, TypeError):
+                log.warning("%s: unreadable leader information %r", self.name, data[:200])
+        self.zk.post(lambda: self._notify(info))
+        return True
+
+    def _notify(self, info: LeaderInfo | None) -> None:
+        if info == self._current or self._stopped:
+            return
+        self._current = info
+        log.info(
+            "%s leader: %s",
+            self.name,
+            f"{info.address} (session {short(info.session_id)})" if info else "none",
+        )
+        if self._listener is not None:
+            result = self._listener(info)
+            if result is not None:
+                asyncio.get_running_loop().create_task(result)  # type: ignore[arg-type]
+
+    async def stop(self) -> None:
+        self._stopped = True
+
+    def current(self) -> LeaderInfo | None:
+        return self._current

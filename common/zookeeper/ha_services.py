@@ -1,0 +1,91 @@
+"""``high-availability.mode: zookeeper``: elections, retrieval and stores on one kazoo session.
+
+ZooKeeper layout under ``<path.root>/<cluster-id>``::
+
+    leader/dispatcher/{latch/, connection_info}
+    leader/resource-manager/{latch/, connection_info}
+    leader/job-<job id>/{latch/, connection_info}     one election per job among job masters
+    jobgraphs/<job id>/locks/<owner>                   the submitted-job-graph store
+
+Large data (job graphs, job results) lives in ``high-availability.storageDir``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common import config_options as opt
+from common.config import Configuration
+from common.ha import HighAvailabilityServices
+from common.ids import JobID
+from common.job_stores import JobGraphStore, JobResultStore
+from common.leader import LeaderElectionService, LeaderRetrievalService
+from common.settings import ClusterSettings
+from common.zookeeper.connection import ZooKeeperConnection
+from common.zookeeper.election import (
+    ZooKeeperLeaderElectionService,
+    ZooKeeperLeaderRetrievalService,
+)
+from common.zookeeper.stores import FileSystemJobResultStore, ZooKeeperJobGraphStore
+
+
+class ZooKeeperHaServices(HighAvailabilityServices):
+    def __init__(self, settings: ClusterSettings, config: Configuration) -> None:
+        root = config.get(opt.HA_ZOOKEEPER_ROOT).rstrip("/")
+        cluster = config.get(opt.HA_CLUSTER_ID).strip("/")
+        self.connection = ZooKeeperConnection(
+            config.get(opt.HA_ZOOKEEPER_QUORUM),
+            f"{root}/{cluster}",
+            session_timeout_s=config.get(opt.HA_ZOOKEEPER_SESSION_TIMEOUT),
+            connection_timeout_s=config.get(opt.HA_ZOOKEEPER_CONNECTION_TIMEOUT),
+        )
+        self.tolerate_suspended = config.get(opt.HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS)
+        self.storage_dir = Path(config.get(opt.HA_STORAGE_DIR))
+
+    def _election(self, role: str) -> LeaderElectionService:
+        return ZooKeeperLeaderElectionService(
+            self.connection,
+            self.connection.path("leader", role),
+            tolerate_suspended=self.tolerate_suspended,
+            name=role,
+        )
+
+    def _retrieval(self, role: str) -> LeaderRetrievalService:
+        return ZooKeeperLeaderRetrievalService(
+            self.connection, self.connection.path("leader", role), role
+        )
+
+    def dispatcher_election(self) -> LeaderElectionService:
+        return self._election("dispatcher")
+
+    def resource_manager_election(self) -> LeaderElectionService:
+        return self._election("resource-manager")
+
+    def job_master_election(self, job_id: JobID) -> LeaderElectionService:
+        return self._election(f"job-{job_id}")
+
+    def dispatcher_retrieval(self) -> LeaderRetrievalService:
+        return self._retrieval("dispatcher")
+
+    def resource_manager_retrieval(self) -> LeaderRetrievalService:
+        return self._retrieval("resource-manager")
+
+    def job_master_retrieval(self, job_id: JobID) -> LeaderRetrievalService:
+        return self._retrieval(f"job-{job_id}")
+
+    def job_graph_store(self, owner: str) -> JobGraphStore:
+        client = self.connection.client
+        if client is None:
+            raise RuntimeError("ZooKeeperHaServices.start() must run before the stores are used")
+        return ZooKeeperJobGraphStore(
+            client, self.connection.path("jobgraphs"), self.storage_dir, owner
+        )
+
+    def job_result_store(self) -> JobResultStore:
+        return FileSystemJobResultStore(self.storage_dir)
+
+    async def start(self) -> None:
+        await self.connection.ensure_started()
+
+    async def close(self) -> None:
+        await self.connection.close()

@@ -1,0 +1,124 @@
+"""A real ZooKeeper server in the foreground, for local clusters and tests.
+
+Uses Debian's ``zookeeper`` package (``/usr/share/java/zookeeper.jar`` pulls its dependencies
+through its manifest; ``slf4j-simple`` makes it log). The harness can stop and restart the server
+on the same port and data directory, which is how tests simulate a ZooKeeper outage.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+
+
+def zookeeper_available() -> bool:
+    return all(Path(jar).exists() for jar in JARS) and _java() is not None
+
+
+def _java() -> str | None:
+    for candidate in (os.environ.get("JAVA_HOME", "") + "/bin/java", "/usr/bin/java"):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ZooKeeperServer:
+    def __init__(self, directory: Path, port: int = 0, tick_ms: int = 500) -> None:
+        self.directory = directory
+        self.port = port or _free_port()
+        self.tick_ms = tick_ms  # sessions are bounded below by 2 ticks
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / "zookeeper.log"
+
+    def write_config(self) -> Path:
+        data = self.directory / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "zoo.cfg"
+        config.write_text(
+            f"tickTime={self.tick_ms}\n"
+            f"dataDir={data}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"
+            "maxSessionTimeout=120000\n"
+            "4lw.commands.whitelist=ruok,srvr\n"
+        )
+        return config
+
+    def command(self) -> list[str]:
+        java = _java()
+        if java is None:
+            raise RuntimeError("java not found: install openjdk-17-jre-headless")
+        return [
+            java,
+            "-Xmx128m",
+            "-cp",
+            ":".join(JARS),
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            str(self.write_config()),
+        ]
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.wait_ready(timeout_s)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(
+                    f"ZooKeeper exited with {self.process.returncode}; see {self.log_file}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                    sock.sendall(b"ruok")
+                    if sock.recv(4) == b"imok":
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"ZooKeeper on port {self.port} not ready after {timeout_s}s")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
