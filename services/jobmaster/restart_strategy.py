@@ -137,7 +137,8 @@ class ExponentialDelayRestartStrategy:
 
     def backoff_s(self) -> float:
         spread = self._current * self.jitter
-        return max(0.0, self._current + self._rng.uniform(-spread, spread))
+        # Jitter never takes the pause above max-backoff (documented: "never exceeds this").
+        return min(self.max_s, max(0.0, self._current + self._rng.uniform(-spread, spread)))
 
     def describe(self) -> str:
         return (

@@ -180,7 +180,12 @@ class DefaultScheduler:
                 continue
             assigned.append((execution, result))
         for execution, slot in assigned:
-            self._deploy(execution, slot)
+            # Failing a later member of the batch above may have cancelled (or failed) this
+            # one meanwhile: refuse that deployment too and give its slot back.
+            if execution.is_current and execution.state is ES.SCHEDULED:
+                self._deploy(execution, slot)
+            else:
+                self.slot_pool.release_slot(slot.allocation_id)
 
     def _deploy(self, execution: Execution, slot: PhysicalSlot) -> None:
         self._slots[execution.attempt_id] = slot
@@ -275,6 +280,8 @@ class DefaultScheduler:
         self, execution: Execution, message: str, exception_type: str = "", details: str = ""
     ) -> None:
         slot = self._slots.get(execution.attempt_id)
+        if slot is None and isinstance(execution.assigned_resource, PhysicalSlot):
+            slot = execution.assigned_resource  # e.g. slot_lost already dropped it from _slots
         execution.transition_to(ES.FAILED, failure=message, exception_class=exception_type)
         self._release_slot(execution)
         self.exceptions.append(
@@ -308,11 +315,12 @@ class DefaultScheduler:
             return
         vertices = self._vertices_to_restart(execution.vertex)
         self.restarts += 1
+        backoff_s = self.restart_strategy.backoff_s()  # once: it may be jittered per call
         log.info(
             "job %s: restarting %d subtasks after %.1fs (restart #%d, %s)",
             short(self.graph.job_id),
             len(vertices),
-            self.restart_strategy.backoff_s(),
+            backoff_s,
             self.restarts,
             self.failover_strategy,
         )
@@ -320,7 +328,11 @@ class DefaultScheduler:
             self._transition(JobStatus.RESTARTING, cause)
         for vertex in vertices:
             self._cancel_execution(vertex.current_execution)
-        self._restarts.append(_Restart(vertices, self.restart_strategy.backoff_s()))
+            # Its output is void from now on (the reset would do this only after the back-off):
+            # no consumer may start reading it meanwhile and be left on superseded data.
+            for partition in vertex.produced_partitions:
+                partition.mark_unfinished()
+        self._restarts.append(_Restart(vertices, backoff_s))
 
     def _vertices_to_restart(self, failed: ExecutionVertex) -> list[ExecutionVertex]:
         if self.failover_strategy == "full":
