@@ -52,6 +52,13 @@ class HighAvailabilityServices(abc.ABC):
     @abc.abstractmethod
     def job_result_store(self) -> JobResultStore: ...
 
+    async def announce(self, role: str, member_id: str, info: bytes) -> None:  # noqa: B027
+        """Make this process visible as a member of ``role`` (leader or standby)."""
+
+    async def members(self) -> dict[str, list[bytes]]:
+        """Every announced member by role (empty without HA: there are no standbys)."""
+        return {}
+
     async def start(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Connect (ZooKeeper); never blocks on an unreachable coordination service."""
 

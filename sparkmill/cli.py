@@ -58,6 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--dir", type=Path, required=True)
     up.add_argument("--task-executors", type=int, default=2)
     up.add_argument("--slots", type=int, default=2)
+    up.add_argument(
+        "--ha",
+        choices=("none", "zookeeper"),
+        default="none",
+        help="zookeeper: start a local ZooKeeper server and use it for leader election",
+    )
+    up.add_argument(
+        "--standbys",
+        type=int,
+        default=0,
+        help="standby dispatchers, resource managers and job-master processes (needs --ha)",
+    )
     down = lc_sub.add_parser("down")
     down.add_argument("--dir", type=Path, required=True)
 
@@ -88,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command not in ROLES:
+        # The CLI talks to the user through its output; library chatter (kazoo's reconnects,
+        # our own INFO lines) stays quiet unless something is really wrong.
+        import logging
+
+        logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _dispatch(args)
     except ConfigurationError as exc:
@@ -376,7 +394,12 @@ def _service_json(info: common_pb2.ServiceInfo) -> dict[str, Any]:
 def _cluster_status(client: Any, *, as_json: bool) -> int:
     view = client.cluster_status()
     rm = view.resource_manager
-    services = [view.dispatcher, rm.resource_manager, *view.job_master_process_infos]
+    services = [
+        view.dispatcher,
+        rm.resource_manager,
+        *view.standbys,
+        *view.job_master_process_infos,
+    ]
     services += [te.info for te in rm.task_executors]
     executors = [
         {
@@ -441,8 +464,16 @@ def _local_cluster(args: argparse.Namespace) -> int:
     from sparkmill.local_cluster import LocalCluster
 
     if args.action == "up":
+        if args.standbys and args.ha != "zookeeper":
+            raise SparkmillError(
+                "--standbys needs --ha zookeeper (standbys find their leader through ZooKeeper)"
+            )
         cluster = LocalCluster(
-            args.dir.resolve(), task_executors=args.task_executors, slots=args.slots
+            args.dir.resolve(),
+            task_executors=args.task_executors,
+            slots=args.slots,
+            ha=args.ha == "zookeeper",
+            standbys=args.standbys,
         )
         try:
             cluster.start()

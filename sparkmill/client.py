@@ -11,12 +11,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from common.errors import DeadlineExceededError, NotLeaderError, UnavailableError
+from common.errors import (
+    AlreadyExistsError,
+    DeadlineExceededError,
+    FencingMismatchError,
+    NotLeaderError,
+    UnavailableError,
+)
 from common.jobgraph import JobGraph
 from common.jobgraph_codec import job_graph_to_proto
 from common.leader import LeaderInfo
@@ -26,7 +32,11 @@ from sparkmill.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_
 from sparkmill.v1.gateways import DispatcherClient, ResourceManagerClient
 
 T = TypeVar("T")
+G = TypeVar("G", DispatcherClient, ResourceManagerClient)
 
+ATTEMPT_TIMEOUT_S = 5.0
+# While waiting for a job, one status query may ride out a leader failover.
+STATUS_TIMEOUT_S = 90.0
 TERMINAL_STATUSES = frozenset({common_pb2.FINISHED, common_pb2.FAILED, common_pb2.CANCELED})
 
 
@@ -35,6 +45,8 @@ class ClusterView:
     dispatcher: common_pb2.ServiceInfo
     job_master_process_infos: list[common_pb2.ServiceInfo]
     resource_manager: resource_manager_pb2.ClusterStatus
+    # Dispatchers and resource managers that do not lead (HA standbys).
+    standbys: list[common_pb2.ServiceInfo] = field(default_factory=list)
 
     @property
     def job_master_processes(self) -> int:
@@ -107,16 +119,38 @@ class ClusterClient:
         )
 
     async def _with_dispatcher(
-        self, call: Callable[[DispatcherClient], Coroutine[Any, Any, T]], timeout: float
+        self, call: Callable[[DispatcherClient, float], Coroutine[Any, Any, T]], timeout: float
     ) -> T:
-        """Call the dispatcher leader, following a leader change once."""
+        return await self._with_leader(self._dispatcher, call, timeout)
+
+    async def _with_resource_manager(
+        self,
+        call: Callable[[ResourceManagerClient, float], Coroutine[Any, Any, T]],
+        timeout: float,
+    ) -> T:
+        return await self._with_leader(self._resource_manager, call, timeout)
+
+    async def _with_leader(
+        self,
+        connect: Callable[[float], Coroutine[Any, Any, G]],
+        call: Callable[[G, float], Coroutine[Any, Any, T]],
+        timeout: float,
+    ) -> T:
+        """Call a leader, following leader changes until ``timeout`` runs out.
+
+        Each attempt gets a short deadline of its own: after a failover the old leader's
+        address may stay published until its ZooKeeper session expires, and an attempt against
+        a dead (or frozen) process must not eat the whole budget.
+        """
         deadline = time.monotonic() + timeout
         while True:
-            dispatcher = await self._dispatcher(max(0.1, deadline - time.monotonic()))
+            remaining = deadline - time.monotonic()
+            attempt = max(0.5, min(ATTEMPT_TIMEOUT_S, remaining))
             try:
-                return await call(dispatcher)
-            except (NotLeaderError, DeadlineExceededError, UnavailableError):
-                if time.monotonic() >= deadline:
+                gateway = await connect(attempt)
+                return await call(gateway, attempt)
+            except (NotLeaderError, FencingMismatchError, DeadlineExceededError, UnavailableError):
+                if time.monotonic() + 0.2 >= deadline:
                     raise
                 await asyncio.sleep(0.2)
 
@@ -125,35 +159,46 @@ class ClusterClient:
     def submit(self, graph: JobGraph, *, timeout: float = 60.0) -> str:
         request = dispatcher_pb2.SubmitJobRequest(job_graph=job_graph_to_proto(graph))
 
-        async def call(d: DispatcherClient) -> str:
-            return (await d.submit_job(request, timeout=min(timeout, 30.0))).job_id
+        tries = 0
+
+        async def call(d: DispatcherClient, attempt: float) -> str:
+            nonlocal tries
+            tries += 1
+            try:
+                # Submission stores the graph before answering: allow it more than a query.
+                return (await d.submit_job(request, timeout=max(attempt, 15.0))).job_id
+            except AlreadyExistsError:
+                if tries == 1:
+                    raise
+                # An earlier attempt reached a leader that stored the job before it died.
+                return graph.job_id
 
         return self._run(self._with_dispatcher(call, timeout))
 
     def list_jobs(self, *, timeout: float = 10.0) -> list[dispatcher_pb2.JobSummary]:
-        async def call(d: DispatcherClient) -> list[dispatcher_pb2.JobSummary]:
-            return list((await d.list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=timeout)).jobs)
+        async def call(d: DispatcherClient, attempt: float) -> list[dispatcher_pb2.JobSummary]:
+            return list((await d.list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=attempt)).jobs)
 
         return self._run(self._with_dispatcher(call, timeout))
 
     def status(self, job_id: str, *, timeout: float = 10.0) -> jobs_pb2.JobDetails:
-        async def call(d: DispatcherClient) -> jobs_pb2.JobDetails:
+        async def call(d: DispatcherClient, attempt: float) -> jobs_pb2.JobDetails:
             return await d.get_job_status(
-                dispatcher_pb2.GetJobStatusRequest(job_id=job_id), timeout=timeout
+                dispatcher_pb2.GetJobStatusRequest(job_id=job_id), timeout=attempt
             )
 
         return self._run(self._with_dispatcher(call, timeout))
 
     def cancel(self, job_id: str, *, timeout: float = 10.0) -> None:
-        async def call(d: DispatcherClient) -> None:
-            await d.cancel_job(dispatcher_pb2.CancelJobRequest(job_id=job_id), timeout=timeout)
+        async def call(d: DispatcherClient, attempt: float) -> None:
+            await d.cancel_job(dispatcher_pb2.CancelJobRequest(job_id=job_id), timeout=attempt)
 
         self._run(self._with_dispatcher(call, timeout))
 
     def result(self, job_id: str, *, timeout: float = 10.0) -> jobs_pb2.JobResult:
-        async def call(d: DispatcherClient) -> jobs_pb2.JobResult:
+        async def call(d: DispatcherClient, attempt: float) -> jobs_pb2.JobResult:
             return await d.get_job_result(
-                dispatcher_pb2.GetJobResultRequest(job_id=job_id), timeout=timeout
+                dispatcher_pb2.GetJobResultRequest(job_id=job_id), timeout=attempt
             )
 
         return self._run(self._with_dispatcher(call, timeout))
@@ -169,11 +214,11 @@ class ClusterClient:
         """Block until the job is terminal; returns its result (whatever the outcome)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            details = self.status(job_id)
+            details = self.status(job_id, timeout=STATUS_TIMEOUT_S)
             if progress is not None:
                 progress(details)
             if details.status in TERMINAL_STATUSES:
-                return self.result(job_id)
+                return self.result(job_id, timeout=STATUS_TIMEOUT_S)
             if deadline is not None and time.monotonic() > deadline:
                 raise DeadlineExceededError(
                     f"job {job_id} still {common_pb2.JobStatus.Name(details.status)} "
@@ -184,15 +229,31 @@ class ClusterClient:
     # -- cluster -------------------------------------------------------------------------------
 
     def cluster_status(self, *, timeout: float = 10.0) -> ClusterView:
+        async def services(d: DispatcherClient, attempt: float) -> dispatcher_pb2.ClusterServices:
+            return await d.get_cluster_services(
+                dispatcher_pb2.GetClusterServicesRequest(), timeout=attempt
+            )
+
+        async def slots(
+            rm: ResourceManagerClient, attempt: float
+        ) -> resource_manager_pb2.ClusterStatus:
+            return await rm.get_cluster_status(
+                resource_manager_pb2.GetClusterStatusRequest(), timeout=attempt
+            )
+
         async def query() -> ClusterView:
-            dispatcher = await self._dispatcher(timeout)
-            services = await dispatcher.get_cluster_services(
-                dispatcher_pb2.GetClusterServicesRequest(), timeout=timeout
-            )
-            rm = await self._resource_manager(timeout)
-            status = await rm.get_cluster_status(
-                resource_manager_pb2.GetClusterStatusRequest(), timeout=timeout
-            )
-            return ClusterView(services.dispatcher, list(services.job_master_processes), status)
+            found = await self._with_dispatcher(services, timeout)
+            status = await self._with_resource_manager(slots, timeout)
+            leaders = {found.dispatcher.id, status.resource_manager.id}
+            standbys = []
+            members = await self._ha.members()
+            for role in ("dispatcher", "resource-manager"):
+                for blob in members.get(role, []):
+                    info = common_pb2.ServiceInfo()
+                    info.ParseFromString(blob)
+                    if info.id not in leaders:
+                        info.is_leader = False
+                        standbys.append(info)
+            return ClusterView(found.dispatcher, list(found.job_master_processes), status, standbys)
 
         return self._run(query())

@@ -66,8 +66,11 @@ class LocalCluster:
     task_executors: int = 2
     slots: int = 2
     extra_config: dict[str, Any] = field(default_factory=dict)
+    ha: bool = False  # high-availability.mode: zookeeper with a local ZooKeeper server
+    standbys: int = 0  # extra dispatchers, resource managers and job-master processes
     processes: list[ServiceProcess] = field(default_factory=list)
     _popen: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    zookeeper: Any = field(default=None, repr=False)
 
     @property
     def config_path(self) -> Path:
@@ -77,7 +80,7 @@ class LocalCluster:
     def log_dir(self) -> Path:
         return self.directory / "logs"
 
-    def write_config(self) -> dict[str, Any]:
+    def write_config(self, zookeeper_address: str = "") -> dict[str, Any]:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
         config: dict[str, Any] = {
@@ -88,8 +91,22 @@ class LocalCluster:
             "taskmanager.numberOfTaskSlots": self.slots,
             "exchange.dir": str(self.directory / "exchange"),
             **LOCAL_DEFAULTS,
-            **self.extra_config,
         }
+        if zookeeper_address:
+            config.update(
+                {
+                    # Leaders are found through ZooKeeper, so every process binds a free port.
+                    "dispatcher.rpc-address": "tcp://127.0.0.1:0",
+                    "resourcemanager.rpc-address": "tcp://127.0.0.1:0",
+                    "high-availability.mode": "zookeeper",
+                    "high-availability.zookeeper.quorum": zookeeper_address,
+                    "high-availability.storageDir": str(self.directory / "ha-storage"),
+                    "high-availability.cluster-id": "local",
+                    "high-availability.zookeeper.client.session-timeout": "4 s",
+                    "high-availability.zookeeper.client.connection-timeout": "5 s",
+                }
+            )
+        config.update(self.extra_config)
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
         return config
 
@@ -109,10 +126,24 @@ class LocalCluster:
         self.processes.append(ServiceProcess(role, index, proc.pid, str(log_file)))
 
     def start(self, *, wait_timeout_s: float = 60.0) -> None:
-        self.write_config()
-        self._spawn("resource-manager", 0)
-        self._spawn("dispatcher", 0)
-        self._spawn("job-master", 0)
+        zookeeper_address = ""
+        if self.ha:
+            from common.zookeeper.server import ZooKeeperServer
+
+            self.zookeeper = ZooKeeperServer(self.directory / "zookeeper")
+            self.zookeeper.start()
+            assert self.zookeeper.process is not None
+            zookeeper_address = self.zookeeper.address
+            self.processes.append(
+                ServiceProcess(
+                    "zookeeper", 0, self.zookeeper.process.pid, str(self.zookeeper.log_file)
+                )
+            )
+        self.write_config(zookeeper_address)
+        for index in range(1 + self.standbys):
+            self._spawn("resource-manager", index)
+            self._spawn("dispatcher", index)
+            self._spawn("job-master", index)
         for index in range(self.task_executors):
             self._spawn("task-executor", index)
         self._save()
@@ -136,7 +167,7 @@ class LocalCluster:
                 try:
                     status = client.cluster_status(timeout=2.0)
                     registered = len(status.resource_manager.task_executors)
-                    if registered >= expected and status.job_master_processes >= 1:
+                    if registered >= expected and status.job_master_processes > self.standbys:
                         return
                     last_error = (
                         f"{registered}/{expected} task executors and "
@@ -152,6 +183,8 @@ class LocalCluster:
 
     def _check_alive(self) -> None:
         for proc in self.processes:
+            if proc.role == "zookeeper":
+                continue
             popen = self._popen.get(proc.pid)
             if popen is not None and popen.poll() is not None:
                 tail = Path(proc.log_file).read_text(errors="replace")[-3000:]
@@ -174,6 +207,9 @@ class LocalCluster:
         cluster.processes = [ServiceProcess(**p) for p in json.loads(path.read_text())]
         return cluster
 
+    def find(self, role: str, pid: int | None = None) -> list[ServiceProcess]:
+        return [p for p in self.processes if p.role == role and (pid is None or p.pid == pid)]
+
     def kill(self, proc: ServiceProcess, sig: int = signal.SIGKILL) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, sig)
@@ -182,12 +218,14 @@ class LocalCluster:
             popen.wait(timeout=30)
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM every process, then SIGKILL what is still alive after ``grace_s``."""
-        for proc in reversed(self.processes):
+        """SIGTERM every service, then SIGKILL what is still alive after ``grace_s``; then
+        ZooKeeper (last: the services deregister from it while they stop)."""
+        services = [p for p in self.processes if p.role != "zookeeper"]
+        for proc in reversed(services):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        for proc in self.processes:
+        for proc in services:
             while _alive(proc.pid, self._popen.get(proc.pid)) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if _alive(proc.pid, self._popen.get(proc.pid)):
@@ -196,6 +234,18 @@ class LocalCluster:
         for popen in self._popen.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=5)
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+        for proc in self.processes:
+            if proc.role == "zookeeper" and _alive(proc.pid, None):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+                stop_by = time.monotonic() + 10
+                while _alive(proc.pid, None) and time.monotonic() < stop_by:
+                    time.sleep(0.05)
+                if _alive(proc.pid, None):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.pid, signal.SIGKILL)
         path = self.directory / PROCESSES_FILE
         if path.exists():
             path.unlink()

@@ -44,6 +44,7 @@ class ZooKeeperConnection:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[StateListener] = []
         self._connected: asyncio.Event | None = None
+        self._closing = False
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
@@ -72,7 +73,7 @@ class ZooKeeperConnection:
         if state == self.state:
             return
         previous, self.state = self.state, state
-        level = logging.INFO if state == KazooState.CONNECTED else logging.WARNING
+        level = logging.INFO if state == KazooState.CONNECTED or self._closing else logging.WARNING
         log.log(level, "ZooKeeper connection %s -> %s", previous, state)
         assert self._connected is not None
         if state == KazooState.CONNECTED:
@@ -127,6 +128,7 @@ class ZooKeeperConnection:
             loop.call_soon_threadsafe(callback)
 
     async def close(self) -> None:
+        self._closing = True
         client, self.client = self.client, None
         if client is None:
             return

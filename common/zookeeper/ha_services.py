@@ -12,7 +12,11 @@ Large data (job graphs, job results) lives in ``high-availability.storageDir``.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from pathlib import Path
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from common import config_options as opt
 from common.config import Configuration
@@ -28,6 +32,8 @@ from common.zookeeper.election import (
 )
 from common.zookeeper.stores import FileSystemJobResultStore, ZooKeeperJobGraphStore
 
+log = logging.getLogger(__name__)
+
 
 class ZooKeeperHaServices(HighAvailabilityServices):
     def __init__(self, settings: ClusterSettings, config: Configuration) -> None:
@@ -41,6 +47,7 @@ class ZooKeeperHaServices(HighAvailabilityServices):
         )
         self.tolerate_suspended = config.get(opt.HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS)
         self.storage_dir = Path(config.get(opt.HA_STORAGE_DIR))
+        self._announcement: tuple[str, str, bytes] | None = None
 
     def _election(self, role: str) -> LeaderElectionService:
         return ZooKeeperLeaderElectionService(
@@ -83,6 +90,57 @@ class ZooKeeperHaServices(HighAvailabilityServices):
 
     def job_result_store(self) -> JobResultStore:
         return FileSystemJobResultStore(self.storage_dir)
+
+    async def announce(self, role: str, member_id: str, info: bytes) -> None:
+        self._announcement = (role, member_id, info)
+        self.connection.add_listener(self._on_state)
+        await self.connection.wait_connected(f"announcing this {role}")
+        await self._announce()
+
+    def _on_state(self, state: str) -> None:
+        if state == "CONNECTED":  # a new session after LOST has no ephemeral node of ours
+            asyncio.get_running_loop().create_task(self._announce())
+
+    async def _announce(self) -> None:
+        if self._announcement is None or self.connection.client is None:
+            return
+        role, member_id, info = self._announcement
+        client = self.connection.client
+        path = self.connection.path("members", role, member_id)
+
+        def create() -> None:
+            try:
+                client.create(path, info, ephemeral=True, makepath=True)
+            except NodeExistsError:
+                client.set(path, info)
+
+        try:
+            await self.connection.call(create)
+        except Exception as exc:  # retried on the next reconnect
+            log.warning("could not announce %s %s in ZooKeeper: %s", role, member_id[:8], exc)
+
+    async def members(self) -> dict[str, list[bytes]]:
+        await self.connection.wait_connected("listing cluster members")
+        client = self.connection.client
+        assert client is not None
+        root = self.connection.path("members")
+
+        def read() -> dict[str, list[bytes]]:
+            found: dict[str, list[bytes]] = {}
+            try:
+                roles = client.get_children(root)
+            except NoNodeError:
+                return found
+            for role in roles:
+                for member in client.get_children(f"{root}/{role}"):
+                    try:
+                        data, _ = client.get(f"{root}/{role}/{member}")
+                    except NoNodeError:
+                        continue
+                    found.setdefault(role, []).append(data)
+            return found
+
+        return await self.connection.call(read)
 
     async def start(self) -> None:
         await self.connection.ensure_started()

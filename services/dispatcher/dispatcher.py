@@ -289,7 +289,7 @@ class Dispatcher(DispatcherServicer):
         job = self.jobs.get(JobID(request.job_id))
         if job is None:
             raise NotFoundError(f"job {short(request.job_id)} is unknown to this dispatcher")
-        if job.terminal:
+        if job.result is not None:
             return common_pb2.Empty()  # a late or repeated report; the result is final
         newly_elected = request.status in (JobStatus.CREATED.value, JobStatus.RUNNING.value)
         if job.session_id and request.job_master_session_id != job.session_id and not newly_elected:
@@ -333,7 +333,10 @@ class Dispatcher(DispatcherServicer):
             if job is not None and not job.terminal and hosted.job_master_session_id:
                 # It survived our leader change: adopt it instead of starting it again.
                 job.session_id = hosted.job_master_session_id
-                job.status = JobStatus(hosted.status)
+                hosted_status = JobStatus(hosted.status)
+                if not hosted_status.is_globally_terminal:
+                    # A terminal status only counts with its result, in the JobMaster's report.
+                    job.status = hosted_status
                 self._assign(job, process.process_id, process.address)
                 log.info(
                     "job %s is led by job-master process %s; adopted",

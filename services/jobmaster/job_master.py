@@ -165,6 +165,7 @@ class JobMaster:
         await self.election.confirm_leadership(session_id, self.process.identity.address)
         self.status = JobStatus.CREATED
         self._report_status(JobStatus.CREATED, "")
+        self.on_resource_manager_leader(self.process.rm_leader)
         # Scheduling starts once the call stack that started us has returned.
         asyncio.get_running_loop().call_soon(self.scheduler.start_scheduling)
 

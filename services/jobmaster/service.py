@@ -179,8 +179,9 @@ class JobMasterProcess(JobMasterServicer):
             submitted_at=request.submitted_at,
         )
         self.job_masters[graph.job_id] = job_master
+        # In standalone mode leadership is granted inside start(); with ZooKeeper it may come
+        # later (another JobMaster of the job may still lead), and the session id with it.
         await job_master.start()
-        job_master.on_resource_manager_leader(self.rm_leader)
         return job_master_pb2.StartJobResponse(
             job_master_session_id=job_master.session_id, job_master_address=self.identity.address
         )

@@ -57,15 +57,19 @@ def shared_cluster(
 
 @pytest.fixture(autouse=True)
 def _dump_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    # Resolve the clusters now: at teardown their fixtures may be gone (the log files stay).
+    holders = [
+        request.getfixturevalue(name)
+        for name in ("shared_cluster", "cluster_factory")
+        if name in request.fixturenames
+    ]
     yield
     if not request.node.stash.get(FAILED_KEY, False):
         return
-    for name in ("shared_cluster", "cluster_factory"):
-        if name in request.fixturenames:
-            value = request.getfixturevalue(name)
-            clusters = value.started if isinstance(value, ClusterFactory) else [value]
-            for running in clusters:
-                print(running.cluster.logs())
+    for holder in holders:
+        clusters = holder.started if isinstance(holder, ClusterFactory) else [holder]
+        for running in clusters:
+            print(running.cluster.logs())
 
 
 class ClusterFactory:

@@ -1,0 +1,210 @@
+"""High availability with a real ZooKeeper server and real service processes (issue 4).
+
+Every control process has a standby; leaders are SIGKILLed (or SIGSTOPped past their ZooKeeper
+session) in the middle of a multi-stage job, which must still finish exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+from common.errors import FencingMismatchError, NotLeaderError
+from common.rpc.client import RpcClient
+from common.zookeeper.server import zookeeper_available
+from sparkmill.testing import noop_pipeline
+from sparkmill.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
+from sparkmill.v1.gateways import DispatcherClient, ResourceManagerClient
+from tests.integration.conftest import ClusterFactory, RunningCluster, eventually
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not zookeeper_available(),
+        reason="Debian's zookeeper package is not installed (scripts/bootstrap.sh installs it)",
+    ),
+]
+
+FINISHED = common_pb2.EXECUTION_FINISHED
+
+
+@pytest.fixture
+def ha_cluster(cluster_factory: ClusterFactory) -> RunningCluster:
+    return cluster_factory(task_executors=2, slots=2, ha=True, standbys=1)
+
+
+def long_job(name: str = "ha-job", sleep_s: float = 1.0):
+    # 3 stages x 4 subtasks x 1 s on 4 slots: ~3-4 s of work in waves.
+    return noop_pipeline(name, parallelism=4, vertices=3, pattern="ALL_TO_ALL", sleep_s=sleep_s)
+
+
+def finished_tasks(cluster: RunningCluster, job_id: str) -> int:
+    details = cluster.client.status(job_id, timeout=30)
+    return sum(v.tasks_by_state.get(FINISHED, 0) for v in details.vertices)
+
+
+def leader_pid(cluster: RunningCluster, role: str) -> int:
+    view = cluster.client.cluster_status(timeout=30)
+    if role == "dispatcher":
+        return view.dispatcher.pid
+    return view.resource_manager.resource_manager.pid
+
+
+def kill(cluster: RunningCluster, pid: int, sig: int = signal.SIGKILL) -> None:
+    os.kill(pid, sig)
+    if sig == signal.SIGKILL:
+        popen = cluster.cluster._popen.get(pid)
+        if popen is not None:
+            popen.wait(timeout=30)
+
+
+def test_dispatcher_leader_killed_mid_job(ha_cluster: RunningCluster) -> None:
+    client = ha_cluster.client
+    job_id = client.submit(long_job().build_job_graph())
+    eventually(lambda: finished_tasks(ha_cluster, job_id) >= 2, timeout=60)
+    old = leader_pid(ha_cluster, "dispatcher")
+    kill(ha_cluster, old)
+    result = client.wait(job_id, timeout=120)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert leader_pid(ha_cluster, "dispatcher") != old
+    # Exactly once: every subtask finished in its first attempt, nothing ran twice.
+    assert result.details.restarts == 0
+    assert sum(v.tasks_by_state.get(FINISHED, 0) for v in result.details.vertices) == 12
+
+
+def test_job_acknowledged_just_before_the_dispatcher_dies_is_not_lost(
+    ha_cluster: RunningCluster,
+) -> None:
+    client = ha_cluster.client
+    old = leader_pid(ha_cluster, "dispatcher")
+    job_id = client.submit(long_job("acked", sleep_s=0.2).build_job_graph())
+    kill(ha_cluster, old)  # right after the acknowledgement
+    result = client.wait(job_id, timeout=120)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+
+
+def test_resource_manager_leader_killed_mid_job(ha_cluster: RunningCluster) -> None:
+    client = ha_cluster.client
+    job_id = client.submit(long_job("rm-failover").build_job_graph())
+    eventually(lambda: finished_tasks(ha_cluster, job_id) >= 2, timeout=60)
+    old = leader_pid(ha_cluster, "resource-manager")
+    kill(ha_cluster, old)
+    result = client.wait(job_id, timeout=120)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    # The new leader rebuilt its view from the task executors' slot reports.
+    view = eventually(
+        lambda: (v := client.cluster_status(timeout=30)).resource_manager.slots_total == 4 and v,
+        timeout=60,
+    )
+    assert view.resource_manager.resource_manager.pid != old
+
+
+def test_job_master_process_killed_mid_job(ha_cluster: RunningCluster) -> None:
+    client = ha_cluster.client
+    job_id = client.submit(long_job("jm-failover").build_job_graph())
+    eventually(lambda: finished_tasks(ha_cluster, job_id) >= 2, timeout=60)
+    address = client.status(job_id).job_master_address
+    view = client.cluster_status()
+    victim = next(p.pid for p in view.job_master_process_infos if p.address == address)
+    kill(ha_cluster, victim)
+    result = client.wait(job_id, timeout=180)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert client.status(job_id).job_master_address != address
+
+
+def test_finished_job_is_not_rerun_after_every_control_process_restarts(
+    ha_cluster: RunningCluster,
+) -> None:
+    client = ha_cluster.client
+    job_id = client.submit(long_job("once", sleep_s=0.0).build_job_graph())
+    assert client.wait(job_id, timeout=60).status == common_pb2.FINISHED
+    cluster = ha_cluster.cluster
+    for proc in [
+        p for p in cluster.processes if p.role in ("dispatcher", "resource-manager", "job-master")
+    ]:
+        kill(ha_cluster, proc.pid)
+        cluster.processes.remove(proc)
+    for index in range(2):
+        cluster._spawn("resource-manager", 10 + index)
+        cluster._spawn("dispatcher", 10 + index)
+        cluster._spawn("job-master", 10 + index)
+    cluster.wait_until_ready(90)
+    # The new leader knows the job as FINISHED (from the job result store) and runs nothing.
+    jobs = eventually(lambda: [j for j in client.list_jobs(timeout=30) if j.job_id == job_id])
+    assert jobs[0].status == common_pb2.FINISHED
+    time.sleep(3)
+    view = client.cluster_status()
+    assert view.resource_manager.slots_allocated == 0
+    assert list(view.resource_manager.registered_jobs) == []
+
+
+def test_zookeeper_session_expiry_deposes_the_leader_and_fences_it(
+    ha_cluster: RunningCluster,
+) -> None:
+    client = ha_cluster.client
+    view = client.cluster_status()
+    old_rm = view.resource_manager.resource_manager
+    old_dispatcher = view.dispatcher
+    # SIGSTOP both leaders past the 4 s ZooKeeper session timeout: their sessions expire and
+    # the standbys take over; then let the old leaders run again.
+    os.kill(old_rm.pid, signal.SIGSTOP)
+    os.kill(old_dispatcher.pid, signal.SIGSTOP)
+    try:
+        eventually(lambda: leader_pid(ha_cluster, "resource-manager") != old_rm.pid, timeout=60)
+        eventually(lambda: leader_pid(ha_cluster, "dispatcher") != old_dispatcher.pid, timeout=60)
+    finally:
+        os.kill(old_rm.pid, signal.SIGCONT)
+        os.kill(old_dispatcher.pid, signal.SIGCONT)
+
+    async def probe() -> tuple[BaseException | None, BaseException | None]:
+        outcomes: list[BaseException | None] = []
+        # A message fenced with the deposed leaders' session ids is refused...
+        for address, call in (
+            (
+                old_dispatcher.address,
+                lambda c: DispatcherClient(
+                    c, fencing_token=old_dispatcher.leader_session_id
+                ).list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=5),
+            ),
+            (
+                old_rm.address,
+                lambda c: ResourceManagerClient(
+                    c, fencing_token=old_rm.leader_session_id
+                ).get_cluster_status(resource_manager_pb2.GetClusterStatusRequest(), timeout=5),
+            ),
+        ):
+            rpc = RpcClient(address)
+            try:
+                await call(rpc)
+                outcomes.append(None)
+            except (NotLeaderError, FencingMismatchError) as exc:
+                outcomes.append(exc)
+            finally:
+                await rpc.close()
+        return outcomes[0], outcomes[1]
+
+    # ...once the resumed processes noticed their expired sessions.
+    def refused() -> bool:
+        first, second = asyncio.run(probe())
+        return first is not None and second is not None
+
+    eventually(refused, timeout=60)
+    # The cluster still runs jobs under the new leaders.
+    job_id = client.submit(long_job("after-expiry", sleep_s=0.0).build_job_graph())
+    assert client.wait(job_id, timeout=90).status == common_pb2.FINISHED
+
+
+def test_zookeeper_restart_does_not_lose_jobs(ha_cluster: RunningCluster) -> None:
+    client = ha_cluster.client
+    job_id = client.submit(long_job("zk-restart", sleep_s=0.5).build_job_graph())
+    zookeeper = ha_cluster.cluster.zookeeper
+    zookeeper.stop()
+    time.sleep(2)
+    zookeeper.start()
+    result = client.wait(job_id, timeout=180)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert isinstance(result, jobs_pb2.JobResult)
