@@ -34,7 +34,7 @@ from sparkmill.v1.gateways import DispatcherClient, ResourceManagerClient
 T = TypeVar("T")
 G = TypeVar("G", DispatcherClient, ResourceManagerClient)
 
-ATTEMPT_TIMEOUT_S = 5.0
+ATTEMPT_TIMEOUT_S = 2.0
 # While waiting for a job, one status query may ride out a leader failover.
 STATUS_TIMEOUT_S = 90.0
 TERMINAL_STATUSES = frozenset({common_pb2.FINISHED, common_pb2.FAILED, common_pb2.CANCELED})
