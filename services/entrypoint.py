@@ -18,9 +18,11 @@ from common.errors import ConfigurationError
 from common.ha import HighAvailabilityServices
 from common.ha_factory import create_ha_services, settings_from_config
 from common.ids import new_resource_id
+from common.metrics import MetricsHttpServer
 from common.rpc.client import RpcClientPool
 from common.rpc.server import RpcServer
 from common.settings import ClusterSettings
+from services import metrics as service_metrics
 from services.base import ServiceIdentity
 from services.dispatcher.dispatcher import Dispatcher
 from services.jobmaster.service import JobMasterProcess
@@ -109,21 +111,35 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     clients = RpcClientPool(
         f"{role} {identity_id[:8]}", max_message_bytes=settings.rpc_max_message_bytes
     )
+    metrics = service_metrics.process_metrics(identity, runtime, config)
     server = RpcServer(
-        _bind_address(role, settings), name=role, max_message_bytes=settings.rpc_max_message_bytes
+        _bind_address(role, settings),
+        name=role,
+        max_message_bytes=settings.rpc_max_message_bytes,
+        observer=metrics.rpc,
     )
     servicer = _build(role, settings, config, runtime, ha, clients, identity)
     server.add_servicer(servicer)
+    service_metrics.register_service(servicer, metrics)
+    endpoint: MetricsHttpServer | None = None
 
     async def start() -> None:
+        nonlocal endpoint
         identity.address = await server.start()
         log.info("%s %s listening on %s", role, identity_id[:8], identity.address)
+        endpoint = await service_metrics.start_endpoint(metrics, settings, identity)
         await servicer.start()
+        if role != "task-executor":  # task executors are listed by the resource manager
+            runtime.spawn(
+                ha.announce(role, identity_id, identity.info().SerializeToString()), "announce"
+            )
 
     async def stop() -> None:
         await servicer.stop()
         await server.stop()
         await clients.close()
         await ha.close()
+        if endpoint is not None:
+            await endpoint.stop()
 
     await runtime.serve(start, stop)

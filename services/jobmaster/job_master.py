@@ -519,11 +519,22 @@ class JobMaster:
         )
         for ejv in self.graph.job_vertices:
             counts: dict[int, int] = {}
+            attempts: list[int] = []
             for vertex in ejv.task_vertices:
                 state = vertex.current_execution.state.value
                 counts[state] = counts.get(state, 0) + 1
+                attempts.append(vertex.current_execution.attempt_number)
+            io = self.scheduler.io.get(ejv.name)
             details.vertices.add(
-                vertex_id=ejv.id, name=ejv.name, parallelism=ejv.parallelism, tasks_by_state=counts
+                vertex_id=ejv.id,
+                name=ejv.name,
+                parallelism=ejv.parallelism,
+                tasks_by_state=counts,
+                subtask_attempts=attempts,
+                records_in=io.records_in if io else 0,
+                records_out=io.records_out if io else 0,
+                bytes_in=io.bytes_in if io else 0,
+                bytes_out=io.bytes_out if io else 0,
             )
         if self.scheduler.failure_cause and self.status in (
             JobStatus.FAILED,

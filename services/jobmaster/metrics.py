@@ -12,7 +12,9 @@ Everything is read from the hosted :class:`JobMaster` objects when scraped:
 The collector learns about a JobMaster when the process stores it in ``job_masters`` (a dict that
 tells the collector about insertions), so even a job shorter than a scrape interval is seen. A job
 that left the process (it ended, or was suspended) is read one last time and its final numbers are
-kept for :data:`~common.metrics.ENDED_JOB_RETENTION_S`, then its series are dropped.
+kept for :data:`~common.metrics.ENDED_JOB_RETENTION_S`, then its series are dropped. Per-job series
+come only from the JobMaster that leads the job (it has a session id); standby JobMasters (ZooKeeper
+HA) are only counted.
 """
 
 from __future__ import annotations
@@ -124,27 +126,35 @@ class JobMasterCollector:
                     tracked.done.add(attempt)
                     tracked.scheduling_seen.discard(attempt)
 
-    def _refresh(self) -> list[_JobSnapshot]:
-        """Observe new latencies; retire JobMasters that left the process; live snapshots."""
+    def _refresh(self) -> tuple[list[_JobSnapshot], int]:
+        """Observe new latencies; retire JobMasters that left the process. Returns the leading
+        JobMasters' snapshots and the number of standby JobMasters (ZooKeeper HA: they wait for
+        the job's leadership and have run nothing)."""
         hosted = {id(jm) for jm in self.process.job_masters.values()}
         for jm in self.process.job_masters.values():
             self.track(jm)
         live: list[_JobSnapshot] = []
+        standby = 0
         now = time.monotonic()
         for key, tracked in list(self._tracked.items()):
+            jm = tracked.jm
             self._observe(tracked)
             if key in hosted:
-                live.append(_snapshot(tracked.jm))
+                if jm.session_id:
+                    live.append(_snapshot(jm))
+                else:
+                    standby += 1
                 continue
             del self._tracked[key]
-            snapshot = _snapshot(tracked.jm)
-            self._ended[snapshot.job_id] = (now, snapshot)
-            self._heartbeat_timeouts.retire(tracked.jm.heartbeats.timeouts_total)
+            self._heartbeat_timeouts.retire(jm.heartbeats.timeouts_total)
+            if jm.session_id:
+                snapshot = _snapshot(jm)
+                self._ended[snapshot.job_id] = (now, snapshot)
         live_ids = {s.job_id for s in live}
         for job_id, (ended, _) in list(self._ended.items()):
             if job_id in live_ids or now - ended > self.retention_s:
                 del self._ended[job_id]
-        return live
+        return live, standby
 
     # -- scrape -------------------------------------------------------------------------------
 
@@ -152,11 +162,11 @@ class JobMasterCollector:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        live = self._refresh()
+        live, standby = self._refresh()
         jobs = [*live, *(s for _, s in self._ended.values())]
         by_status = gauge(
             "job_master_jobs",
-            "Jobs of this job-master process by status (ended jobs stay for a while).",
+            "Jobs led by this job-master process by status (ended jobs stay for a while).",
             ["status"],
         )
         counts = {status.name: 0 for status in JobStatus}
@@ -164,6 +174,11 @@ class JobMasterCollector:
             counts[job.status.name] += 1
         for status, value in counts.items():
             by_status.add_metric([status], float(value))
+        standbys = gauge(
+            "job_master_standby_jobs",
+            "Jobs this process hosts a standby JobMaster for (waiting for the job's leadership).",
+        )
+        standbys.add_metric([], float(standby))
         registered = gauge(
             "job_master_registered",
             "1 while this job-master process is registered at a dispatcher leader.",
@@ -180,7 +195,7 @@ class JobMasterCollector:
         timeouts.add_metric(
             ["task-executor-or-resource-manager"], self._heartbeat_timeouts.value(live_timeouts)
         )
-        yield from (by_status, registered, timeouts)
+        yield from (by_status, standbys, registered, timeouts)
         yield from _job_families(jobs)
 
 

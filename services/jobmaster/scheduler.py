@@ -26,7 +26,7 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from common.errors import RpcError
+from common.errors import ResourceExhaustedError, RpcError
 from common.ids import ExecutionAttemptID, short
 from services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
 from services.jobmaster.pipelined_regions import PipelinedRegion
@@ -165,7 +165,11 @@ class DefaultScheduler:
             if isinstance(result, BaseException):
                 if execution.is_current and execution.state is ES.SCHEDULED:
                     self._fail_execution(
-                        execution, f"could not allocate a slot: {result}", type(result).__name__
+                        execution,
+                        f"could not allocate a slot: {result}",
+                        type(result).__name__,
+                        # The resource manager said the request can never be served.
+                        suppress_restarts=isinstance(result, ResourceExhaustedError),
                     )
                 continue
             stale = (
@@ -277,7 +281,13 @@ class DefaultScheduler:
     # -- failures -------------------------------------------------------------------------------
 
     def _fail_execution(
-        self, execution: Execution, message: str, exception_type: str = "", details: str = ""
+        self,
+        execution: Execution,
+        message: str,
+        exception_type: str = "",
+        details: str = "",
+        *,
+        suppress_restarts: bool = False,
     ) -> None:
         slot = self._slots.get(execution.attempt_id)
         if slot is None and isinstance(execution.assigned_resource, PhysicalSlot):
@@ -304,7 +314,14 @@ class DefaultScheduler:
             message.splitlines()[0] if message else "",
         )
         if self.status is JobStatus.RUNNING:
-            self._handle_task_failure(execution, message)
+            if suppress_restarts:
+                # Seed 003's SuppressRestartsException: no restart can fix this failure.
+                self.fail_job(
+                    f"{execution.description} failed: {message} (not restarted: "
+                    f"restarting cannot help)"
+                )
+            else:
+                self._handle_task_failure(execution, message)
         self._after_terminal()
 
     def _handle_task_failure(self, execution: Execution, message: str) -> None:

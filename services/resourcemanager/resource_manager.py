@@ -15,10 +15,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from common.actor import ServiceRuntime
-from common.errors import FailedPreconditionError, NotFoundError, RpcError
+from common.errors import (
+    FailedPreconditionError,
+    NotFoundError,
+    ResourceExhaustedError,
+    RpcError,
+)
 from common.heartbeat import HeartbeatManager, TimeoutListener
 from common.ids import AllocationID, InstanceID, JobID, ResourceID, new_instance_id, short
 from common.leader import LeaderElectionService
@@ -29,6 +35,7 @@ from common.proto_convert import (
     slot_report_from_proto,
     slot_status_to_proto,
 )
+from common.resources import ResourceProfile
 from common.rpc.client import RpcClientPool
 from common.rpc.server import CallContext, MethodSpec
 from common.settings import ClusterSettings
@@ -92,6 +99,7 @@ class ResourceManager(ResourceManagerServicer):
         self._timers: AsyncioTimerService | None = None
         self.te_heartbeats = self._heartbeats("rm->te", self._on_task_executor_timeout)
         self.jm_heartbeats = self._heartbeats("rm->jm", self._on_job_master_timeout)
+        self.slot_request_served: Callable[[float], None] | None = None  # set by the metrics
 
     def _heartbeats(self, name: str, on_timeout: TimeoutListener) -> HeartbeatManager:
         return HeartbeatManager(
@@ -126,6 +134,7 @@ class ResourceManager(ResourceManagerServicer):
             task_manager_idle_timeout_s=self.settings.task_manager_idle_timeout_s,
             spread_out=self.settings.evenly_spread_out_slots,
             allocation_timeout_s=self.settings.rpc_timeout_s,
+            on_request_served=self.slot_request_served,
         )
         self.session_id = session_id
         log.info(
@@ -377,15 +386,45 @@ class ResourceManager(ResourceManagerServicer):
                 f"slot request {short(request.allocation_id)} refused: no JobMaster of job "
                 f"{short(job_id)} is registered (register first)"
             )
+        profile = profile_from_proto(request.resource_profile)
+        unsatisfiable = self._unsatisfiable(job_id, profile)
+        if unsatisfiable:
+            raise ResourceExhaustedError(unsatisfiable)
         slots.register_slot_request(
             SlotRequest(
                 job_id=job_id,
                 allocation_id=AllocationID(request.allocation_id),
-                resource_profile=profile_from_proto(request.resource_profile),
+                resource_profile=profile,
                 job_master_address=request.job_master_address,
             )
         )
         return common_pb2.Empty()
+
+    def _unsatisfiable(self, job_id: JobID, profile: ResourceProfile) -> str:
+        """A diagnostic when no registered task executor could ever serve ``profile``.
+
+        Waiting for the slot request timeout would only delay the inevitable: fail fast and
+        say what is registered. With no task executor registered yet, the request waits (they
+        may still be starting).
+        """
+        if profile.is_unknown or not self.task_executors:
+            return ""
+        offered: dict[str, int] = {}
+        for record in self.task_executors.values():
+            slot = profile_from_proto(record.request.default_slot_profile)
+            if slot.is_matching(profile):
+                return ""
+            key = f"{slot} (of {profile_from_proto(record.request.total_resources)})"
+            offered[key] = offered.get(key, 0) + record.request.number_slots
+        described = ", ".join(f"{n} x {p}" for p, n in sorted(offered.items()))
+        return (
+            f"slot request of job {short(job_id)} for {profile} can never be served: no "
+            f"registered task executor offers slots that large ({len(self.task_executors)} "
+            f"task executors registered, slots: {described}); lower the operator's resource "
+            f"profile or add task executors with more cpu/memory per slot "
+            f"(taskmanager.cpu.cores, taskmanager.memory.process.size, "
+            f"taskmanager.numberOfTaskSlots)"
+        )
 
     async def cancel_slot_request(
         self, request: resource_manager_pb2.CancelSlotRequestRequest, context: CallContext

@@ -32,7 +32,7 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -174,6 +174,7 @@ class SlotManager:
         task_manager_idle_timeout_s: float,
         spread_out: bool = True,
         allocation_timeout_s: float = 10.0,
+        on_request_served: Callable[[float], None] | None = None,
     ) -> None:
         timeouts = (slot_request_timeout_s, task_manager_idle_timeout_s, allocation_timeout_s)
         if min(timeouts) <= 0:
@@ -187,6 +188,7 @@ class SlotManager:
         self._idle_timeout_s = task_manager_idle_timeout_s
         self._allocation_timeout_s = allocation_timeout_s
         self._spread_out = spread_out
+        self._on_request_served = on_request_served  # gets the seconds a served request waited
         self._timer_owner = object()  # keeps our timer keys apart on a shared timer service
         self._seq = itertools.count()
         self._tes: dict[InstanceID, _TaskExecutor] = {}  # registration order
@@ -536,6 +538,8 @@ class SlotManager:
         entry.live = False
         if self._waiting.pop(allocation_id, None) is not None:
             self._timers.cancel(self._key("request", allocation_id))
+        if self._on_request_served is not None:
+            self._on_request_served(self._timers.now() - entry.deadline + self._request_timeout_s)
         return entry.request
 
     # ---------------------------------------------------------------- internals: timeouts

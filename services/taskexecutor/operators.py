@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from common.jobgraph import NOOP_OPERATOR_KIND
+from common.jobgraph import NOOP_OPERATOR_KIND, SPARK_OPERATOR_KIND
 
 NOOP_KIND = NOOP_OPERATOR_KIND
 
@@ -134,8 +134,19 @@ def decode_noop_payload(payload: bytes) -> NoOpOptions:
     return NoOpOptions(float(raw.get("sleep_s", 0.0)), int(raw.get("fail_attempts", 0)))
 
 
-OPERATOR_KINDS: dict[str, Callable[[], Invokable]] = {NOOP_KIND: NoOpInvokable}
-"""Operator kind → factory of a fresh invokable per attempt. The data plane registers more."""
+def _spark_invokable() -> Invokable:
+    # Imported on first use: the control plane (and a task executor running only noop tasks)
+    # never loads the data plane.
+    from services.taskexecutor.spark.invokable import SparkInvokable
+
+    return SparkInvokable()
+
+
+OPERATOR_KINDS: dict[str, Callable[[], Invokable]] = {
+    NOOP_KIND: NoOpInvokable,
+    SPARK_OPERATOR_KIND: _spark_invokable,
+}
+"""Operator kind → factory of a fresh invokable per attempt."""
 
 
 def known_operator_kinds() -> frozenset[str]:

@@ -50,7 +50,7 @@ from services.base import ServiceIdentity
 from services.jobmaster.states import ExecutionState
 from services.taskexecutor.operators import OPERATOR_KINDS, TaskOutcome
 from services.taskexecutor.slot_table import TaskSlotTable
-from services.taskexecutor.task import Task, TaskFailureInfo
+from services.taskexecutor.task import StateListener, Task, TaskFailureInfo
 from services.taskexecutor.task_services import close_task_services, install_task_services
 from sparkmill.v1 import (
     common_pb2,
@@ -124,6 +124,7 @@ class TaskExecutor(TaskExecutorServicer):
         self.tasks_started = 0
         # Process-wide facilities tasks may use (the data plane adds its SparkSession here).
         self.task_services: dict[str, object] = {}
+        self.task_state_listener: StateListener | None = None  # set by the metrics
         self.heartbeats = HeartbeatManager(
             "te",
             interval_s=settings.heartbeat_interval_s,
@@ -488,6 +489,8 @@ class TaskExecutor(TaskExecutorServicer):
         failure: TaskFailureInfo | None,
         outcome: TaskOutcome | None,
     ) -> None:
+        if self.task_state_listener is not None:
+            self.task_state_listener(task, state, failure, outcome)
         update = job_master_pb2.TaskExecutionState(
             attempt_id=task.tdd.attempt_id,
             state=state.value,  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VertexDetails(_message.Message):
-    __slots__ = ("vertex_id", "name", "parallelism", "tasks_by_state")
+    __slots__ = ("vertex_id", "name", "parallelism", "tasks_by_state", "subtask_attempts", "records_in", "records_out", "bytes_in", "bytes_out")
     class TasksByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -20,11 +20,21 @@ class VertexDetails(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     TASKS_BY_STATE_FIELD_NUMBER: _ClassVar[int]
+    SUBTASK_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_IN_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_OUT_FIELD_NUMBER: _ClassVar[int]
+    BYTES_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
     vertex_id: str
     name: str
     parallelism: int
     tasks_by_state: _containers.ScalarMap[int, int]
-    def __init__(self, vertex_id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., tasks_by_state: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    subtask_attempts: _containers.RepeatedScalarFieldContainer[int]
+    records_in: int
+    records_out: int
+    bytes_in: int
+    bytes_out: int
+    def __init__(self, vertex_id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., tasks_by_state: _Optional[_Mapping[int, int]] = ..., subtask_attempts: _Optional[_Iterable[int]] = ..., records_in: _Optional[int] = ..., records_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ...) -> None: ...
 
 class TaskFailure(_message.Message):
     __slots__ = ("timestamp", "vertex_name", "subtask_index", "attempt_number", "task_executor", "error")

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,16 @@ def test_impossible_resource_profile_fails_with_the_slot_request_error(
         "too-big",
         parallelism=1,
         resource_profile=ResourceProfile(cpu_cores=64, memory_mb=1_000_000),
-        config={"slot.request.timeout": "2 s"},
+        config={"slot.request.timeout": "20 s", "restart-strategy.type": "fixed-delay"},
     )
+    started = time.monotonic()
     _, result = submit_and_wait(shared_cluster, pipeline, timeout=60)
     assert result.status == common_pb2.FAILED
     message = result.failure.message
-    assert "slot" in message and "cpu=64" in message, message
+    # Fails fast (not after the 2 s request timeout) with what was asked and what exists.
+    assert "can never be served" in message, message
+    assert "cpu=64" in message and "3 task executors registered" in message, message
+    assert time.monotonic() - started < 2.0
     # Nothing stays pending at the resource manager for the failed job.
     eventually(
         lambda: shared_cluster.client.cluster_status().resource_manager.pending_slot_requests == 0

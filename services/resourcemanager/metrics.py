@@ -1,0 +1,82 @@
+"""Metrics of the resource manager: task executors, slots by state, slot requests, leadership.
+
+The gauges are read from the :class:`ResourceManager` when scraped, from the same
+``SlotManager.slot_counts()`` that ``GetClusterStatus`` (``sparkmill cluster status``) reports,
+so both always agree. Slot gauges exist only while this resource manager leads (a standby has
+no slot view). The slot request wait time is observed by the SlotManager when a request is
+served (from its registration to the allocation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import Histogram
+from prometheus_client.core import Metric
+
+from common.metrics import PREFIX, ProcessMetrics, counter, gauge
+from services.resourcemanager.resource_manager import ResourceManager
+from services.resourcemanager.slot_manager import SlotState
+
+SLOT_REQUEST_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class ResourceManagerCollector:
+    def __init__(self, rm: ResourceManager) -> None:
+        self.rm = rm
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        rm = self.rm
+        leader = gauge(
+            "leader", "1 while this process leads its role (dispatcher, resource manager)."
+        )
+        leader.add_metric([], 1.0 if rm.session_id is not None else 0.0)
+        executors = gauge(
+            "resource_manager_task_executors", "Task executors registered at the resource manager."
+        )
+        executors.add_metric([], float(len(rm.task_executors)))
+        job_masters = gauge(
+            "resource_manager_job_masters", "JobMasters registered at the resource manager."
+        )
+        job_masters.add_metric([], float(len(rm.job_masters)))
+        timeouts = counter(
+            "heartbeat_timeouts",
+            "Heartbeat targets declared dead (no heartbeat within heartbeat.timeout, or too many "
+            "failed heartbeat RPCs), by the kind of peer watched.",
+            ["peer"],
+        )
+        timeouts.add_metric(["task-executor"], rm.te_heartbeats.timeouts_total)
+        timeouts.add_metric(["job-master"], rm.jm_heartbeats.timeouts_total)
+        yield from (leader, executors, job_masters, timeouts)
+        slots = rm.slot_manager
+        if slots is None:
+            return
+        by_state = gauge(
+            "resource_manager_slots",
+            "Slots of the registered task executors by state: free, pending (a slot request to "
+            "the task executor is in flight) or allocated.",
+            ["state"],
+        )
+        counts = slots.slot_counts()
+        for state in SlotState:
+            by_state.add_metric([state.value.lower()], float(counts.get(state, 0)))
+        pending = gauge(
+            "resource_manager_pending_slot_requests",
+            "Slot requests of JobMasters waiting for a free slot.",
+        )
+        pending.add_metric([], float(slots.number_pending_requests()))
+        yield from (by_state, pending)
+
+
+def register(rm: ResourceManager, metrics: ProcessMetrics) -> None:
+    metrics.register(ResourceManagerCollector(rm))
+    wait = Histogram(
+        PREFIX + "resource_manager_slot_request_wait_seconds",
+        "Time from a JobMaster's slot request to the allocation of a slot for it.",
+        buckets=SLOT_REQUEST_WAIT_BUCKETS,
+        registry=metrics.registry,
+    )
+    rm.slot_request_served = wait.observe

@@ -1,0 +1,211 @@
+"""Run one subtask of a chain: build its DataFrame, write every output, count what it did.
+
+Building the DataFrame runs the user's code (``transform`` functions, recorded expressions) on
+the task thread; Spark only computes when the outputs are written. Only when *every* output
+was written (and the task was not cancelled) are the sinks' attempt directories committed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import pickle
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from services.taskexecutor.operators import TaskCancelledError, TaskContext, TaskOutcome
+from services.taskexecutor.spark import exchange, sinks, sources
+from services.taskexecutor.spark import spec as S
+from services.taskexecutor.spark.errors import OperatorError, SparkJobError, summarize
+from services.taskexecutor.spark.metrics import SparkIOMetrics
+from sparkmill.functions import resolve
+
+log = logging.getLogger(__name__)
+
+MAX_COLLECT_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class _Built:
+    frames: list[Any]
+    rows_in: int  # records of in-memory sources (Spark counts no input for them)
+
+
+def check_cancelled(cancelled: threading.Event) -> None:
+    if cancelled.is_set():
+        raise TaskCancelledError("the task was cancelled")
+
+
+def build(spark: Any, spec: S.ChainSpec, context: TaskContext) -> _Built:
+    frames: list[Any] = []
+    rows_in = 0
+    gates = {gate.dataset_id: gate for gate in context.inputs}
+    for node in spec.nodes:
+        check_cancelled(context.cancelled)
+        inputs = [frames[i] for i in node.inputs]
+        try:
+            op = node.op
+            if isinstance(op, S.RowsSource):
+                df, count = sources.read_rows(spark, op, context.subtask_index, context.parallelism)
+                rows_in += count
+            elif isinstance(op, S.GateInput):
+                gate = gates.get(op.dataset_id)
+                if gate is None:
+                    raise OperatorError(f"no input gate for data set {op.dataset_id}")
+                df = exchange.read_gate(
+                    spark,
+                    gate,
+                    context.exchange_dir,
+                    context.job_id,
+                    context.subtask_index,
+                    context.parallelism,
+                )
+            else:
+                df = _evaluate(spark, op, inputs, context)
+        except (TaskCancelledError, OperatorError):
+            raise
+        except Exception as exc:
+            raise OperatorError(f"operator '{node.label}' failed: {summarize(exc)}") from exc
+        frames.append(df)
+    return _Built(frames, rows_in)
+
+
+def _evaluate(spark: Any, op: S.Operation, inputs: list[Any], context: TaskContext) -> Any:
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    subtask, parallelism = context.subtask_index, context.parallelism
+    if isinstance(op, S.FileSource):
+        return sources.read_files(spark, op, subtask, parallelism)
+    if isinstance(op, S.RangeSource):
+        return sources.read_range(spark, op, subtask, parallelism)
+    df = inputs[0]
+    if isinstance(op, S.Apply):
+        return getattr(df, op.method)(*resolve(op.args), **resolve(op.kwargs))
+    if isinstance(op, S.Transform):
+        result = op.fn(df)
+        if not isinstance(result, DataFrame):
+            raise TypeError(f"the function returned a {type(result).__name__}, not a DataFrame")
+        return result
+    if isinstance(op, S.Aggregate | S.PartialAgg):
+        return df.groupBy(*op.keys).agg(*resolve(op.aggs))
+    if isinstance(op, S.FinalAgg):
+        types = {f.name: f.dataType for f in df.schema.fields}
+        merged = [
+            getattr(F, function)(F.col(partial)).cast(types[partial]).alias(name)
+            for function, partial, name in op.merges
+        ]
+        return df.groupBy(*op.keys).agg(*merged)
+    if isinstance(op, S.Join):
+        return df.join(inputs[1], on=list(op.on), how=op.how)
+    if isinstance(op, S.Union):
+        if op.by_name:
+            return functools.reduce(
+                lambda a, b: a.unionByName(b, allowMissingColumns=op.allow_missing_columns),
+                inputs,
+            )
+        return functools.reduce(lambda a, b: a.union(b), inputs)
+    raise OperatorError(f"unknown operation {type(op).__name__}")
+
+
+def run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> TaskOutcome:
+    built = build(spark, spec, context)
+    root = built.frames[spec.root]
+    metrics = SparkIOMetrics(spark.sparkContext, tag)
+    persisted = len(spec.outputs) > 1
+    if persisted:
+        from pyspark import StorageLevel
+
+        root = root.persist(StorageLevel.MEMORY_AND_DISK)
+    written: list[tuple[S.SinkOutput, Any]] = []
+    accumulator = b""
+    collected = 0
+    try:
+        for output in spec.outputs:
+            check_cancelled(context.cancelled)
+            try:
+                if isinstance(output, S.ExchangeOutput):
+                    target = exchange.partition_dir(
+                        context.exchange_dir,
+                        context.job_id,
+                        output.dataset_id,
+                        context.subtask_index,
+                        context.attempt_id,
+                    )
+                    exchange.write_partition(
+                        root, output, target, context.subtask_index, context.parallelism
+                    )
+                elif isinstance(output, S.SinkOutput):
+                    path = sinks.write_attempt(
+                        root,
+                        output,
+                        context.exchange_dir,
+                        context.job_id,
+                        context.subtask_index,
+                        context.attempt_id,
+                    )
+                    written.append((output, path))
+                else:
+                    accumulator, collected = _collect(root, output, context.subtask_index)
+                metrics.mark_inputs_read()
+            except (TaskCancelledError, OperatorError, sinks.CommitError):
+                raise
+            except Exception as exc:
+                check_cancelled(context.cancelled)
+                raise SparkJobError(
+                    f"vertex '{spec.vertex_name}' failed writing {_describe(output)}: "
+                    f"{summarize(exc)}"
+                ) from exc
+    finally:
+        if persisted:
+            root.unpersist(blocking=False)
+    counts = metrics.totals()
+    check_cancelled(context.cancelled)
+    for output, path in written:
+        sinks.commit_task(output, context.job_id, context.subtask_index, path)
+    return TaskOutcome(
+        records_in=counts.records_in + built.rows_in,
+        records_out=counts.records_out + collected,
+        bytes_in=counts.bytes_in,
+        bytes_out=counts.bytes_out + len(accumulator),
+        accumulator=accumulator,
+    )
+
+
+def _describe(output: S.Output) -> str:
+    if isinstance(output, S.ExchangeOutput):
+        return f"its {output.partitioner} exchange to {output.consumer_parallelism} subtasks"
+    if isinstance(output, S.SinkOutput):
+        return f"{output.format} output {output.path}"
+    return f"collect '{output.name}'"
+
+
+def _collect(df: Any, output: S.CollectOutput, subtask: int) -> tuple[bytes, int]:
+    rows = df.limit(output.limit + 1).collect()
+    truncated = len(rows) > output.limit
+    rows = rows[: output.limit]
+    blob = pickle.dumps(
+        {"columns": list(df.columns), "rows": [tuple(r) for r in rows], "truncated": truncated},
+        protocol=pickle.HIGHEST_PROTOCOL,
+    )
+    if len(blob) > MAX_COLLECT_BYTES:
+        raise OperatorError(
+            f"collect '{output.name}': subtask {subtask} returned {len(blob) >> 20} MiB, more "
+            f"than {MAX_COLLECT_BYTES >> 20} MiB; collect() is for small results, write large "
+            "ones to a sink"
+        )
+    return blob, len(rows)
+
+
+def run_commit(spec: S.CommitSpec, context: TaskContext) -> TaskOutcome:
+    """The final vertex: publish every sink, then drop the job's exchange data."""
+    from services.taskexecutor.spark.cleanup import cleanup_job
+
+    files = 0
+    for sink in spec.sinks:
+        check_cancelled(context.cancelled)
+        files += sinks.commit_job(sink, context.job_id)
+        log.info("job %s: committed %s (%d files)", context.job_id, sink.path, files)
+    cleanup_job(context.exchange_dir, context.job_id)
+    return TaskOutcome(records_out=files)

@@ -1,0 +1,210 @@
+"""One SparkSession per task-executor process, shared by all its slots.
+
+Creating a session starts a JVM (~10 s), so it happens once, on a background thread: right when
+the task executor starts (``spark.session.start: eager``) or when the first task asks for it
+(``lazy``). Tasks wait for it (:meth:`SparkSessionManager.session`) instead of starting their
+own, and never block the task executor's event loop.
+
+Each slot is a FAIR scheduler pool: a task runs its Spark jobs in the pool of its slot
+(:meth:`SparkSessionManager.pool`), so concurrently running tasks share the session's cores
+instead of queueing behind each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from services.taskexecutor.operators import TaskCancelledError
+
+log = logging.getLogger(__name__)
+
+SERVICE_KEY = "spark"
+"""Key of the manager in ``TaskContext.services``."""
+
+_QUIET_LOGGERS = ("py4j", "DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+
+class SparkSessionUnavailableError(RuntimeError):
+    """The Spark session could not be started (the cause is in the message)."""
+
+
+def default_spark_conf(master: str, app_name: str, ui_enabled: bool) -> dict[str, str]:
+    return {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "true" if ui_enabled else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.scheduler.mode": "FAIR",
+        # Python workers must be this interpreter (it has pyspark and the project on its path).
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        # A task's own data is small compared to a whole job: few shuffle partitions, and AQE
+        # merges them further.
+        "spark.sql.shuffle.partitions": "8",
+        # Reading a data set lists one directory per producer: list them on the driver.
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "512",
+    }
+
+
+class SparkSessionManager:
+    def __init__(
+        self,
+        master: str,
+        *,
+        app_name: str = "sparkmill",
+        ui_enabled: bool = False,
+        conf: dict[str, str] | None = None,
+        warm_up: bool = True,
+    ) -> None:
+        self.master = master
+        self.warm_up = warm_up
+        self.conf = {**default_spark_conf(master, app_name, ui_enabled), **(conf or {})}
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._session: Any = None
+        self._error: BaseException | None = None
+        self._stopping = False
+        self._lanes: set[int] = set()
+        self.started_at = 0.0
+        self.startup_s = 0.0
+
+    # -- state ------------------------------------------------------------------------------------
+
+    @property
+    def is_up(self) -> bool:
+        """True once the session is usable (and until it is stopped)."""
+        return self._ready.is_set() and self._session is not None and not self._stopping
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+    # -- start ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start creating the session in the background (idempotent, never blocks)."""
+        with self._lock:
+            if self._thread is not None or self._stopping:
+                return
+            self.started_at = time.monotonic()
+            self._thread = threading.Thread(
+                target=self._create, name="spark-session-start", daemon=True
+            )
+            self._thread.start()
+
+    def _create(self) -> None:
+        try:
+            if self.master.startswith("local"):
+                os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            # py4j chatters; PySpark logs every query error a second time (the task reports it).
+            logging.getLogger("py4j").setLevel(logging.WARNING)
+            for name in _QUIET_LOGGERS[1:]:
+                logging.getLogger(name).setLevel(logging.CRITICAL)
+            from pyspark.sql import SparkSession
+
+            builder = SparkSession.builder
+            for key, value in self.conf.items():
+                builder = builder.config(key, value)
+            session = builder.getOrCreate()
+            session.sparkContext.setLogLevel("WARN")
+            if self.warm_up:
+                _warm_up(session)
+            self.startup_s = time.monotonic() - self.started_at
+            log.info(
+                "Spark session up in %.1fs (master %s, Spark %s)",
+                self.startup_s,
+                self.master,
+                session.version,
+            )
+            if self._stopping:
+                session.stop()
+                return
+            self._session = session
+        except BaseException as exc:
+            log.exception("the Spark session could not be started")
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    def session(self, cancelled: threading.Event | None = None, timeout_s: float = 300.0) -> Any:
+        """The SparkSession, waiting for it to come up (starts it if it is lazy)."""
+        self.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._ready.wait(0.1):
+            if cancelled is not None and cancelled.is_set():
+                raise TaskCancelledError("cancelled while waiting for the Spark session")
+            if time.monotonic() > deadline:
+                raise SparkSessionUnavailableError(
+                    f"the Spark session did not come up within {timeout_s:g}s"
+                )
+        if self._error is not None:
+            raise SparkSessionUnavailableError(
+                f"the Spark session could not be started: {type(self._error).__name__}: "
+                f"{self._error}"
+            ) from self._error
+        if self._session is None or self._stopping:
+            raise SparkSessionUnavailableError("the Spark session is stopped")
+        return self._session
+
+    # -- slots ------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def pool(self, slot: int | None = None) -> Iterator[str]:
+        """The FAIR pool of a running task: its slot's, or (when the slot is unknown) one of a
+        set of lanes no larger than the number of tasks running at once."""
+        if slot is not None:
+            yield f"slot-{slot}"
+            return
+        with self._lock:
+            lane = next(i for i in range(len(self._lanes) + 1) if i not in self._lanes)
+            self._lanes.add(lane)
+        try:
+            yield f"slot-{lane}"
+        finally:
+            with self._lock:
+                self._lanes.discard(lane)
+
+    # -- stop -------------------------------------------------------------------------------------
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the session (waits for a start in progress). Blocking: run it off the loop."""
+        with self._lock:
+            self._stopping = True
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout_s)
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                session.stop()
+                log.info("Spark session stopped")
+            except Exception:
+                log.exception("stopping the Spark session failed")
+
+
+def _warm_up(session: Any) -> None:
+    """Run the kind of job every task runs once, so the first task does not pay for class
+    loading and JIT warm-up (seconds in a fresh JVM)."""
+    import tempfile
+
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="sparkmill-warmup-") as scratch:
+        try:
+            df = session.range(64).withColumn("k", F.col("id") % 4)
+            df.groupBy("k").agg(F.count("*").alias("n")).write.partitionBy("k").parquet(
+                f"{scratch}/out"
+            )
+            session.read.parquet(f"{scratch}/out").collect()
+        except Exception:
+            log.warning("the Spark warm-up job failed", exc_info=True)
+    log.info("Spark warm-up took %.1fs", time.monotonic() - started)

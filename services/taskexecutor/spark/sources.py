@@ -1,0 +1,114 @@
+"""Sources: each subtask reads its own share of the input.
+
+Files are listed through Hadoop's file system API (so ``hdfs://`` and ``s3a://`` paths work as
+well as local ones), hidden files (``_*``, ``.*``) skipped, and shared out among the subtasks
+deterministically: largest file first to the subtask with the fewest bytes so far (ties: the
+lower subtask, then the path). Every subtask lists the same files, so the shares are disjoint
+and complete. ``range`` and ``from_rows`` are split into contiguous slices.
+
+Every subtask reads with the same schema (given, or found over *all* files of the source), so
+the subtasks' results fit together even when a subtask gets no file at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from services.taskexecutor.spark import spec as S
+
+
+class InputNotFoundError(FileNotFoundError):
+    """A source path matches no file."""
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    size: int
+
+
+def list_files(spark: Any, patterns: tuple[str, ...]) -> list[InputFile]:
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    found: dict[str, InputFile] = {}
+    for pattern in patterns:
+        path = jvm.org.apache.hadoop.fs.Path(pattern)
+        fs = path.getFileSystem(conf)
+        statuses = fs.globStatus(path)
+        if statuses is None or len(statuses) == 0:
+            raise InputNotFoundError(f"input path {pattern} does not exist or matches no file")
+        todo = [(status, True) for status in statuses]
+        while todo:
+            status, matched = todo.pop()
+            name = str(status.getPath().getName())
+            if name.startswith(("_", ".")) and not matched:
+                continue  # hidden: _SUCCESS, .crc files, _temporary...
+            if status.isDirectory():
+                todo.extend((child, False) for child in fs.listStatus(status.getPath()))
+            else:
+                text = str(status.getPath().toString())
+                found[text] = InputFile(text, int(status.getLen()))
+    return sorted(found.values(), key=lambda f: f.path)
+
+
+def assign_files(files: list[InputFile], parallelism: int) -> list[list[str]]:
+    """Largest first to the least loaded subtask; each share sorted by path."""
+    shares: list[list[str]] = [[] for _ in range(parallelism)]
+    loads = [0] * parallelism
+    for f in sorted(files, key=lambda f: (-f.size, f.path)):
+        target = min(range(parallelism), key=lambda i: (loads[i], i))
+        shares[target].append(f.path)
+        loads[target] += max(f.size, 1)
+    return [sorted(share) for share in shares]
+
+
+def _slice(total: int, subtask: int, parallelism: int) -> tuple[int, int]:
+    return subtask * total // parallelism, (subtask + 1) * total // parallelism
+
+
+def _reader(spark: Any, source: S.FileSource) -> Any:
+    reader = spark.read.format(source.format)
+    if source.options:
+        reader = reader.options(**source.options)
+    return reader
+
+
+def read_files(spark: Any, source: S.FileSource, subtask: int, parallelism: int) -> Any:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    files = list_files(spark, source.paths)
+    mine = assign_files(files, parallelism)[subtask] if files else []
+    schema: Any = source.schema
+    if source.format == "text":
+        schema = StructType([StructField("value", StringType(), True)])
+    elif schema is None and files:
+        if source.format == "parquet":
+            # Every file of a source is expected to share one schema: read it from the share
+            # (or the first file when the share is empty).
+            schema = _reader(spark, source).load(mine or [files[0].path]).schema
+        else:
+            schema = _reader(spark, source).load([f.path for f in files]).schema
+    if not mine:
+        return spark.createDataFrame([], schema if schema is not None else StructType([]))
+    reader = _reader(spark, source)
+    if schema is not None:
+        reader = reader.schema(schema)
+    return reader.load(mine)
+
+
+def read_range(spark: Any, source: S.RangeSource, subtask: int, parallelism: int) -> Any:
+    total = len(range(source.start, source.end, source.step))
+    low, high = _slice(total, subtask, parallelism)
+    start = source.start + low * source.step
+    return spark.range(start, source.start + high * source.step, source.step)
+
+
+def read_rows(spark: Any, source: S.RowsSource, subtask: int, parallelism: int) -> tuple[Any, int]:
+    """The subtask's slice of the rows (and how many), with the schema of all rows."""
+    schema = source.schema
+    if schema is None or isinstance(schema, list | tuple):
+        schema = spark.createDataFrame(list(source.rows), schema).schema
+    low, high = _slice(len(source.rows), subtask, parallelism)
+    mine = list(source.rows[low:high])
+    return spark.createDataFrame(mine, schema), len(mine)

@@ -1,0 +1,351 @@
+"""The data plane end to end: pipelines run by a real local cluster, checked row for row
+against the same computation done directly in one PySpark session.
+
+One cluster (2 task executors x 2 slots, each with a local[1] Spark session started eagerly)
+serves every test of the module; the data is tiny, so the run time is dominated by the Spark
+sessions' start and per-task overhead.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sparkmill as sm
+from sparkmill import functions as F
+from sparkmill.client import ClusterClient
+from sparkmill.local_cluster import LocalCluster
+from sparkmill.v1 import common_pb2
+from tests.conftest import FAILED_KEY
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+JOB_TIMEOUT_S = 300.0
+
+
+class DataCluster:
+    def __init__(self, cluster: LocalCluster, client: ClusterClient) -> None:
+        self.cluster = cluster
+        self.client = client
+
+    @property
+    def exchange_dir(self) -> Path:
+        return self.cluster.directory / "exchange"
+
+    def run(self, pipeline: sm.Pipeline, expect: int = common_pb2.FINISHED) -> Any:
+        graph = pipeline.build_job_graph()
+        job_id = self.client.submit(graph)
+        result = self.client.wait(job_id, timeout=JOB_TIMEOUT_S)
+        assert result.status == expect, (
+            f"job {graph.name} ended {common_pb2.JobStatus.Name(result.status)}: "
+            f"{result.failure.message}"
+        )
+        return result
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataCluster]:
+    local = LocalCluster(
+        tmp_path_factory.mktemp("data-plane"),
+        task_executors=2,
+        slots=2,
+        extra_config={"spark.session.start": "eager", "spark.master": "local[1]"},
+    )
+    try:
+        local.start(wait_timeout_s=120)
+    except Exception:
+        print(local.logs())
+        local.stop()
+        raise
+    client = ClusterClient.from_config_file(local.config_path)
+    yield DataCluster(local, client)
+    client.close()
+    local.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(cluster: DataCluster) -> Iterator[Any]:
+    """The reference: one plain PySpark session in the test process."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("sparkmill-reference")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _logs_on_failure(request: pytest.FixtureRequest, cluster: DataCluster) -> Iterator[None]:
+    yield
+    if request.node.stash.get(FAILED_KEY, False):
+        print(cluster.cluster.logs())
+
+
+def rows(df: Any) -> list[tuple[Any, ...]]:
+    """All rows as tuples, in a stable order (None sorts first)."""
+    return sorted((tuple(r) for r in df.collect()), key=_sort_key)
+
+
+def _sort_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((v is not None, v if v is not None else 0) for v in row)
+
+
+def collected(pipeline: sm.Pipeline, result: Any, name: str) -> list[tuple[Any, ...]]:
+    return sorted((tuple(r) for r in pipeline.collected(result)[name]), key=_sort_key)
+
+
+def write_lines(path: Path, lines: list[str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+
+
+# -- results ----------------------------------------------------------------------------------
+
+
+def test_wordcount_with_unicode_matches_pyspark(
+    cluster: DataCluster, spark: Any, tmp_path: Path
+) -> None:
+    from pyspark.sql import functions as PF
+
+    write_lines(tmp_path / "in/a.txt", ["hello world", "hello  spark ", "", "naïve café"])
+    write_lines(tmp_path / "in/b.txt", ["東京 東京 données", "Straße straße STRASSE", "hello"])
+    write_lines(tmp_path / "in/c.txt", ["🙂 🙂 world"])
+    (tmp_path / "in/_ignored.txt").write_text("hidden files are not read\n")
+    out = tmp_path / "out"
+
+    pipeline = sm.Pipeline("wordcount", parallelism=3)
+    (
+        pipeline.read_text(str(tmp_path / "in"))
+        .select(F.explode(F.split("value", r"\s+")).alias("word"))
+        .where(F.col("word") != "")
+        .key_by("word")
+        .agg(F.count("*").alias("count"))
+        .write_parquet(str(out))
+    )
+    result = cluster.run(pipeline)
+
+    expected = (
+        spark.read.text([str(tmp_path / f"in/{n}.txt") for n in "abc"])
+        .select(PF.explode(PF.split("value", r"\s+")).alias("word"))
+        .where(PF.col("word") != "")
+        .groupBy("word")
+        .agg(PF.count("*").alias("count"))
+    )
+    assert rows(spark.read.parquet(str(out))) == rows(expected)
+    assert ("東京", 2) in rows(expected)
+    names = sorted(p.name for p in out.iterdir())
+    assert "_SUCCESS" in names and "_temporary" not in names
+    assert all(n == "_SUCCESS" or n.startswith("part-000") for n in names)
+    assert not (cluster.exchange_dir / result.job_id).exists(), "exchange data left behind"
+
+
+def test_join_and_aggregation_match_pyspark(
+    cluster: DataCluster, spark: Any, tmp_path: Path
+) -> None:
+    from pyspark.sql import functions as PF
+
+    write_lines(
+        tmp_path / "orders/1.csv",
+        ["order_id,customer_id,product,quantity"]
+        + [f"{i},{i % 7},{['a', 'b', 'c'][i % 3]},{i % 5 + 1}" for i in range(0, 60, 2)],
+    )
+    write_lines(
+        tmp_path / "orders/2.csv",
+        ["order_id,customer_id,product,quantity"]
+        + [f"{i},{i % 9},{['a', 'b'][i % 2]},{i % 4}" for i in range(1, 60, 2)],
+    )
+    write_lines(
+        tmp_path / "customers.csv",
+        ["customer_id,country"] + [f"{c},{['DE', 'FR', 'JP'][c % 3]}" for c in range(8)],
+    )
+    prices = [("a", 1.5), ("b", 2.0), ("c", 10.0)]
+    orders_schema = "order_id BIGINT, customer_id INT, product STRING, quantity INT"
+    customers_schema = "customer_id BIGINT, country STRING"  # a different key type on purpose
+
+    pipeline = sm.Pipeline("sales", parallelism=3)
+    orders = pipeline.read_csv(str(tmp_path / "orders/*.csv"), schema=orders_schema)
+    customers = pipeline.read_csv(
+        str(tmp_path / "customers.csv"), schema=customers_schema
+    ).set_parallelism(1)
+    price_list = pipeline.from_rows(prices, ["product", "price"]).set_parallelism(1)
+    (
+        orders.join(customers, on="customer_id")
+        .join(price_list.broadcast(), on="product")
+        .with_column("revenue", F.col("quantity") * F.col("price"))
+        .key_by("country")
+        .agg(
+            F.sum("revenue").alias("revenue"),
+            F.count("*").alias("orders"),
+            F.max("quantity").alias("largest"),
+        )
+        .set_parallelism(2)
+        .write_parquet(str(tmp_path / "report"))
+    )
+    cluster.run(pipeline)
+
+    ref_orders = spark.read.csv(str(tmp_path / "orders/*.csv"), header=True, schema=orders_schema)
+    ref_customers = spark.read.csv(
+        str(tmp_path / "customers.csv"), header=True, schema=customers_schema
+    )
+    expected = (
+        ref_orders.join(ref_customers, on="customer_id")
+        .join(spark.createDataFrame(prices, ["product", "price"]), on="product")
+        .withColumn("revenue", PF.col("quantity") * PF.col("price"))
+        .groupBy("country")
+        .agg(
+            PF.sum("revenue").alias("revenue"),
+            PF.count("*").alias("orders"),
+            PF.max("quantity").alias("largest"),
+        )
+    )
+    actual = spark.read.parquet(str(tmp_path / "report"))
+    assert actual.schema == expected.schema
+    assert rows(actual) == rows(expected)
+
+
+def test_null_and_skewed_keys_match_pyspark(cluster: DataCluster, spark: Any) -> None:
+    from pyspark.sql import functions as PF
+
+    left = [(None, 1), ("a", 2), (None, 3), ("b", 4), ("a", 5), ("c", None)]
+    right = [(None, "x"), ("a", "y"), ("b", "z"), ("b", "zz")]
+    skew_key = F.when(F.col("id") % 10 < 8, F.lit(0)).otherwise(F.col("id") % 50)
+
+    pipeline = sm.Pipeline("keys", parallelism=3)
+    lhs = pipeline.from_rows(left, "k STRING, v INT")
+    rhs = pipeline.from_rows(right, "k STRING, w STRING").set_parallelism(2)
+    lhs.key_by("k").agg(F.count("*").alias("n"), F.sum("v").alias("total")).collect(name="agg")
+    lhs.join(rhs, on="k", how="left").collect(name="left")
+    lhs.join(rhs, on="k", how="inner").collect(name="inner")
+    (
+        pipeline.range(3000)
+        .with_column("key", skew_key)
+        .key_by("key")
+        .agg(F.count("*").alias("n"), F.min("id").alias("first"))
+        .collect(name="skew")
+    )
+    result = cluster.run(pipeline)
+
+    l_df = spark.createDataFrame(left, "k STRING, v INT")
+    r_df = spark.createDataFrame(right, "k STRING, w STRING")
+    skew = spark.range(3000).withColumn(
+        "key", PF.when(PF.col("id") % 10 < 8, PF.lit(0)).otherwise(PF.col("id") % 50)
+    )
+    expected = {
+        "agg": l_df.groupBy("k").agg(PF.count("*").alias("n"), PF.sum("v").alias("total")),
+        "left": l_df.join(r_df, on="k", how="left"),
+        "inner": l_df.join(r_df, on="k", how="inner"),
+        "skew": skew.groupBy("key").agg(PF.count("*").alias("n"), PF.min("id").alias("first")),
+    }
+    for name, df in expected.items():
+        assert collected(pipeline, result, name) == rows(df), name
+    assert (None, 2, 4) in collected(pipeline, result, "agg")
+    assert (0, 2400, 0) in collected(pipeline, result, "skew")
+
+
+def test_empty_input(cluster: DataCluster, spark: Any, tmp_path: Path) -> None:
+    (tmp_path / "empty.txt").write_text("")
+    pipeline = sm.Pipeline("empty", parallelism=2)
+    counts = (
+        pipeline.read_text(str(tmp_path / "empty.txt"))
+        .select(F.explode(F.split("value", " ")).alias("word"))
+        .key_by("word")
+        .agg(F.count("*").alias("count"))
+    )
+    counts.write_parquet(str(tmp_path / "out"))
+    counts.collect(name="rows")
+    result = cluster.run(pipeline)
+    assert pipeline.collected(result) == {"rows": []}
+    written = spark.read.parquet(str(tmp_path / "out"))
+    assert written.columns == ["word", "count"] and written.count() == 0
+    assert (tmp_path / "out/_SUCCESS").exists()
+
+
+def test_parallelism_changes_lose_and_duplicate_nothing(cluster: DataCluster) -> None:
+    pipeline = sm.Pipeline("rescale", parallelism=3)
+    numbers = pipeline.range(500).set_parallelism(3)
+    (
+        numbers.transform(lambda df: df.withColumn("twice", df.id * 2), name="3 to 7")
+        .set_parallelism(7)  # POINTWISE 3 -> 7
+        .select("id", "twice")
+        .set_parallelism(3)  # POINTWISE 7 -> 3
+        .collect(limit=1000, name="pointwise")
+    )
+    numbers.rebalance().select("id").set_parallelism(4).collect(limit=1000, name="rebalanced")
+    result = cluster.run(pipeline)
+    assert collected(pipeline, result, "pointwise") == [(i, 2 * i) for i in range(500)]
+    assert collected(pipeline, result, "rebalanced") == [(i,) for i in range(500)]
+
+
+# -- failures ---------------------------------------------------------------------------------
+
+
+def _explode_on_13(df: Any) -> Any:
+    from pyspark.sql import functions as PF
+
+    def check(value: int) -> int:
+        if value == 13:
+            raise ValueError(f"boom: bad record {value}")
+        return value
+
+    return df.select(PF.udf(check, "long")("id").alias("id"))
+
+
+def test_a_failing_user_function_fails_the_job_with_its_error(cluster: DataCluster) -> None:
+    pipeline = sm.Pipeline("failing-udf", parallelism=2)
+    pipeline.range(40).transform(_explode_on_13, name="validate").collect()
+    result = cluster.run(pipeline, expect=common_pb2.FAILED)
+    assert "ValueError: boom: bad record 13" in result.failure.message
+    first = result.details.exceptions[0].error
+    assert first.message.splitlines()[0].endswith("ValueError: boom: bad record 13"), first.message
+    assert "\tat org.apache" not in first.message
+
+    columns = sm.Pipeline("unknown-column", parallelism=1)
+    columns.range(3).where(F.col("nope") > 1).collect()
+    result = cluster.run(columns, expect=common_pb2.FAILED)
+    message = result.details.exceptions[0].error.message
+    assert "operator 'where'" in message and "`nope`" in message, message
+    assert "UNRESOLVED_COLUMN" in message and "'Project" not in message, message
+
+
+def test_cancel_stops_the_running_spark_job(cluster: DataCluster, tmp_path: Path) -> None:
+    heartbeat = tmp_path / "heartbeat"
+
+    def slow(df: Any) -> Any:
+        from pyspark.sql import functions as PF
+
+        def tick(value: int) -> int:
+            heartbeat.write_text(f"{value} {time.time()}")
+            time.sleep(0.3)
+            return value
+
+        return df.repartition(1).select(PF.udf(tick, "long")("id").alias("id"))
+
+    pipeline = sm.Pipeline("long-running", parallelism=1)
+    pipeline.range(100_000).transform(slow, name="slow").collect()
+    job_id = cluster.client.submit(pipeline.build_job_graph())
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not heartbeat.exists():
+        assert time.monotonic() < deadline, "the Spark job never started"
+        time.sleep(0.2)
+    time.sleep(1.0)
+    cancelled_at = time.monotonic()
+    cluster.client.cancel(job_id)
+    result = cluster.client.wait(job_id, timeout=60)
+    took = time.monotonic() - cancelled_at
+    assert result.status == common_pb2.CANCELED
+    assert took < 15, f"cancelling took {took:.1f}s"
+    # The Spark job itself stopped: the UDF stops ticking.
+    time.sleep(2.0)
+    last = heartbeat.read_text()
+    time.sleep(3.0)
+    assert heartbeat.read_text() == last, "the Spark job kept running after the cancel"
