@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -26,14 +27,14 @@ FIXED_DELAY = {
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> RunningCluster:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster]:
     factory = ClusterFactory(tmp_path_factory.mktemp("failover"))
     running = factory(task_executors=2, slots=2)
-    yield running  # type: ignore[misc]
+    yield running
     running.close()
 
 
-def run(cluster: RunningCluster, pipeline: object, timeout: float = 90):  # type: ignore[no-untyped-def]
+def run(cluster: RunningCluster, pipeline: object, timeout: float = 90):
     job_id = cluster.client.submit(pipeline.build_job_graph())  # type: ignore[attr-defined]
     return job_id, cluster.client.wait(job_id, timeout=timeout)
 
@@ -103,7 +104,7 @@ def _victim(cluster: RunningCluster, job_id: str) -> tuple[int, int]:
     raise AssertionError("no task executor holds a slot of the job")
 
 
-def _check_region_rerun(result, held: int) -> None:  # type: ignore[no-untyped-def]
+def _check_region_rerun(result, held: int) -> None:
     assert result.status == common_pb2.FINISHED, result.failure.message
     first, second = result.details.vertices
     # Only the subtasks that ran on the lost executor ran again (each its own region).

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Detection time of a killed (SIGKILL) and a hung (SIGSTOP) task executor.
+
+Runs a job of long ``noop`` subtasks with a fixed-delay restart strategy on a local cluster,
+kills or freezes a task executor running one of them, and measures the time until the
+JobMaster has failed the lost attempts over (the job's restart count goes up). A killed process
+is found by failed heartbeat RPCs (``heartbeat.rpc-failure-threshold`` consecutive failures,
+each RPC timing out after one ``heartbeat.interval``); a hung one only by ``heartbeat.timeout``.
+Local clusters use a 1 s interval and a 6 s timeout.
+
+    PYTHONPATH=. python benchmarks/bench_detection.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from sparkmill.client import ClusterClient
+from sparkmill.local_cluster import LocalCluster
+from sparkmill.testing import noop_pipeline
+from sparkmill.v1 import common_pb2
+
+
+def one_round(cluster: LocalCluster, client: ClusterClient, sig: int) -> float:
+    pipeline = noop_pipeline("detect", 2, sleep_s=60, config={
+        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "10"})
+    job_id = client.submit(pipeline.build_job_graph())
+    while client.status(job_id).vertices[0].tasks_by_state.get(
+            common_pb2.EXECUTION_RUNNING, 0) < 2:
+        time.sleep(0.05)
+    view = client.cluster_status()
+    victim = next(te.info.pid for te in view.resource_manager.task_executors
+                  if any(s.job_id == job_id for s in te.slots))
+    started = time.monotonic()
+    os.kill(victim, sig)
+    while client.status(job_id, timeout=30).restarts == 0:
+        time.sleep(0.05)
+    detected = time.monotonic() - started
+    client.cancel(job_id)
+    client.wait(job_id, timeout=60)
+    if sig == signal.SIGSTOP:
+        os.kill(victim, signal.SIGCONT)
+    else:
+        proc = next(p for p in cluster.processes if p.pid == victim)
+        cluster.processes.remove(proc)
+        cluster.add_task_executor()
+    # Wait until the cluster is whole again.
+    while client.cluster_status().resource_manager.slots_total < 6:
+        time.sleep(0.2)
+    return detected
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sm-detect-") as tmp:
+        cluster = LocalCluster(Path(tmp), task_executors=3, slots=2)
+        cluster.start()
+        try:
+            with ClusterClient.from_config_file(cluster.config_path) as client:
+                for name, sig in (("killed (SIGKILL)", signal.SIGKILL),
+                                  ("hung (SIGSTOP)", signal.SIGSTOP)):
+                    times = [one_round(cluster, client, sig) for _ in range(args.rounds)]
+                    print(f"{name}: " + ", ".join(f"{t:.2f}s" for t in times)
+                          + f"; median {statistics.median(times):.2f}s")
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
