@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient, KazooState
 
 from common.errors import UnavailableError
+from common.metrics import ZOOKEEPER
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class ZooKeeperConnection:
             return
         self._loop = asyncio.get_running_loop()
         self._connected = asyncio.Event()
+        ZOOKEEPER.enable()
         client = KazooClient(
             hosts=self.quorum,
             timeout=self.session_timeout_s,
@@ -73,6 +75,7 @@ class ZooKeeperConnection:
         if state == self.state:
             return
         previous, self.state = self.state, state
+        ZOOKEEPER.set(state)
         level = logging.INFO if state == KazooState.CONNECTED or self._closing else logging.WARNING
         log.log(level, "ZooKeeper connection %s -> %s", previous, state)
         assert self._connected is not None
