@@ -19,7 +19,8 @@ exception class at the caller::
     │   ├── ResourceExhaustedError      RESOURCE_EXHAUSTED: e.g. a slot request cannot be served
     │   ├── UnimplementedError          UNIMPLEMENTED: unknown service or method
     │   └── InternalError               INTERNAL: the server failed unexpectedly (a bug there)
-    └── JobExecutionError               a job ended FAILED or CANCELED (client side)
+    ├── JobExecutionError               a job ended FAILED or CANCELED (client side)
+    └── SuppressRestartsError           raised in a task: no restart can fix this failure
 
 :class:`IllegalStateBug` is deliberately *not* a :class:`SparkmillError`: it signals a broken
 invariant inside this process, i.e. a bug, and must never be caught as an expected failure.
@@ -70,6 +71,12 @@ class JobExecutionError(SparkmillError):
         super().__init__(f"job {job_id} ended {status}: {message}")
         self.job_id = job_id
         self.status = status
+
+
+class SuppressRestartsError(SparkmillError):
+    """Raised inside a task for a failure that no restart can fix (seed 003's
+    ``SuppressRestartsException``), e.g. a user function that cannot be deserialized: the job
+    fails at once instead of consuming its restart strategy."""
 
 
 class RpcError(SparkmillError):

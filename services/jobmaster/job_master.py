@@ -475,12 +475,27 @@ class JobMaster:
 
     def task_executor_lost(self, resource_id: str, cause: str) -> None:
         rid = ResourceID(resource_id)
-        if self.task_executors.pop(rid, None) is None:
+        te = self.task_executors.pop(rid, None)
+        if te is None:
             return
         self.heartbeats.unmonitor(rid)
+        # It may only be hung and come back: tell it to drop whatever it still runs for us
+        # (best effort; its slots are written off here either way).
+        self.runtime.spawn(self._disconnect_task_executor(te, cause), "te-disconnect")
         self.slot_pool.release_task_executor(
             rid, UnavailableError(f"task executor {short(rid)} is lost: {cause}")
         )
+
+    async def _disconnect_task_executor(self, te: _TaskExecutorConnection, cause: str) -> None:
+        try:
+            await te.client.disconnect_job_master(
+                task_executor_pb2.DisconnectJobMasterFromTaskExecutorRequest(
+                    job_id=self.job_id, cause=f"the JobMaster wrote this executor off: {cause}"
+                ),
+                timeout=self.settings.heartbeat_timeout_s,
+            )
+        except RpcError as exc:
+            log.debug("task executor %s not told to disconnect: %s", short(te.resource_id), exc)
 
     def _on_heartbeat_timeout(self, target: str, reason: str) -> None:
         if target == "rm":

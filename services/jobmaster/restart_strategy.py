@@ -10,8 +10,8 @@ Flink's ``RestartBackoffTimeStrategy`` family (seed 003's ``tryRestartOrFail``):
   ``max-backoff`` (with ``jitter-factor``), and goes back to the initial value after
   ``reset-backoff-threshold`` without failures.
 
-Some failures suppress restarts altogether (:class:`SuppressRestartsError`): restarting cannot
-help, so the job fails at once with the reason.
+Some failures suppress restarts altogether (:class:`common.errors.SuppressRestartsError`, raised
+in a task): restarting cannot help, so the job fails at once with the reason.
 """
 
 from __future__ import annotations
@@ -20,10 +20,6 @@ import random
 from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
-
-
-class SuppressRestartsError(Exception):
-    """A failure no restart can fix (e.g. an operator that cannot be deserialized)."""
 
 
 class RestartStrategy(Protocol):

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 ES = ExecutionState
 MAX_EXCEPTIONS_KEPT = 100
+SUPPRESS_RESTARTS_EXCEPTIONS = frozenset({"SuppressRestartsError"})
+"""Exception types (as reported by task executors) after which restarting cannot help."""
 
 
 class SchedulerActions(Protocol):
@@ -238,7 +240,13 @@ class DefaultScheduler:
             totals.bytes_in += io.bytes_in
             totals.bytes_out += io.bytes_out
         if state is ES.FAILED:
-            self._fail_execution(execution, message or "the task failed", exception_type, details)
+            self._fail_execution(
+                execution,
+                message or "the task failed",
+                exception_type,
+                details,
+                suppress_restarts=exception_type in SUPPRESS_RESTARTS_EXCEPTIONS,
+            )
         elif state is ES.FINISHED:
             execution.transition_to(ES.FINISHED)
             if accumulator:

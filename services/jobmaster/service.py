@@ -34,8 +34,6 @@ from sparkmill.v1.gateways import DispatcherClient, JobMasterServicer
 
 log = logging.getLogger(__name__)
 
-_UNFENCED_BY_JOB = frozenset({"StartJob", "HeartbeatFromDispatcher", "GetServiceInfo"})
-
 
 @dataclass
 class _DispatcherConnection:

@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from common.actor import ServiceRuntime
 from common.errors import (
     AlreadyExistsError,
+    DeadlineExceededError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
     RpcError,
+    UnavailableError,
 )
 from common.heartbeat import HeartbeatManager
 from common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
@@ -387,7 +389,9 @@ class TaskExecutor(TaskExecutorServicer):
                 reply = await connection.client.offer_slots(request)
                 break
             except RpcError as exc:
-                if attempt == OFFER_RETRIES - 1 or not isinstance(exc, type(exc)):
+                # Only a missing answer is worth another try; a refusal is final.
+                retriable = isinstance(exc, DeadlineExceededError | UnavailableError)
+                if attempt == OFFER_RETRIES - 1 or not retriable:
                     for offer in offers:
                         self._free_slot(
                             AllocationID(offer.allocation_id),
