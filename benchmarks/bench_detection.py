@@ -28,15 +28,24 @@ from sparkmill.v1 import common_pb2
 
 
 def one_round(cluster: LocalCluster, client: ClusterClient, sig: int) -> float:
-    pipeline = noop_pipeline("detect", 2, sleep_s=60, config={
-        "restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": "10"})
+    pipeline = noop_pipeline(
+        "detect",
+        2,
+        sleep_s=60,
+        config={
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": "10",
+        },
+    )
     job_id = client.submit(pipeline.build_job_graph())
-    while client.status(job_id).vertices[0].tasks_by_state.get(
-            common_pb2.EXECUTION_RUNNING, 0) < 2:
+    while client.status(job_id).vertices[0].tasks_by_state.get(common_pb2.EXECUTION_RUNNING, 0) < 2:
         time.sleep(0.05)
     view = client.cluster_status()
-    victim = next(te.info.pid for te in view.resource_manager.task_executors
-                  if any(s.job_id == job_id for s in te.slots))
+    victim = next(
+        te.info.pid
+        for te in view.resource_manager.task_executors
+        if any(s.job_id == job_id for s in te.slots)
+    )
     started = time.monotonic()
     os.kill(victim, sig)
     while client.status(job_id, timeout=30).restarts == 0:
@@ -65,11 +74,16 @@ def main() -> None:
         cluster.start()
         try:
             with ClusterClient.from_config_file(cluster.config_path) as client:
-                for name, sig in (("killed (SIGKILL)", signal.SIGKILL),
-                                  ("hung (SIGSTOP)", signal.SIGSTOP)):
+                for name, sig in (
+                    ("killed (SIGKILL)", signal.SIGKILL),
+                    ("hung (SIGSTOP)", signal.SIGSTOP),
+                ):
                     times = [one_round(cluster, client, sig) for _ in range(args.rounds)]
-                    print(f"{name}: " + ", ".join(f"{t:.2f}s" for t in times)
-                          + f"; median {statistics.median(times):.2f}s")
+                    print(
+                        f"{name}: "
+                        + ", ".join(f"{t:.2f}s" for t in times)
+                        + f"; median {statistics.median(times):.2f}s"
+                    )
         finally:
             cluster.stop()
 

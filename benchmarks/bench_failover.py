@@ -26,8 +26,10 @@ from sparkmill.local_cluster import LocalCluster
 
 def leader(client: ClusterClient, role: str, timeout: float = 30.0) -> int:
     view = client.cluster_status(timeout=timeout)
-    return view.dispatcher.pid if role == "dispatcher" else (
-        view.resource_manager.resource_manager.pid
+    return (
+        view.dispatcher.pid
+        if role == "dispatcher"
+        else (view.resource_manager.resource_manager.pid)
     )
 
 
@@ -56,8 +58,10 @@ def main() -> None:
                             time.sleep(0.05)
                         gap = time.monotonic() - killed_at
                         results[role].append(gap)
-                        print(f"round {round_ + 1}: {role} leader killed, standby serving "
-                              f"after {gap:.2f}s")
+                        print(
+                            f"round {round_ + 1}: {role} leader killed, standby serving "
+                            f"after {gap:.2f}s"
+                        )
                         # Replace the victim so the next round has a standby again.
                         victim = cluster.find(role, old)[0]
                         cluster.processes.remove(victim)
@@ -66,8 +70,10 @@ def main() -> None:
         finally:
             cluster.stop()
         for role, gaps in results.items():
-            print(f"{role}: median {statistics.median(gaps):.2f}s, max {max(gaps):.2f}s "
-                  f"over {len(gaps)} kills (session timeout 4 s)")
+            print(
+                f"{role}: median {statistics.median(gaps):.2f}s, max {max(gaps):.2f}s "
+                f"over {len(gaps)} kills (session timeout 4 s)"
+            )
 
 
 if __name__ == "__main__":

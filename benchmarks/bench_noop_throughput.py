@@ -36,23 +36,31 @@ def main() -> None:
         cluster = LocalCluster(Path(tmp), task_executors=args.task_executors, slots=args.slots)
         started = time.monotonic()
         cluster.start()
-        print(f"cluster of {args.task_executors} x {args.slots} slots up in "
-              f"{time.monotonic() - started:.1f}s")
+        print(
+            f"cluster of {args.task_executors} x {args.slots} slots up in "
+            f"{time.monotonic() - started:.1f}s"
+        )
         try:
             with ClusterClient.from_config_file(cluster.config_path) as client:
                 subtasks = args.parallelism * args.vertices
                 for run in range(args.runs):
-                    pipeline = noop_pipeline(f"bench-{run}", parallelism=args.parallelism,
-                                             vertices=args.vertices, pattern=args.pattern)
+                    pipeline = noop_pipeline(
+                        f"bench-{run}",
+                        parallelism=args.parallelism,
+                        vertices=args.vertices,
+                        pattern=args.pattern,
+                    )
                     graph = pipeline.build_job_graph()
                     t0 = time.monotonic()
                     job_id = client.submit(graph)
                     result = client.wait(job_id, poll_s=0.05)
                     elapsed = time.monotonic() - t0
                     assert result.status == common_pb2.FINISHED, result.failure.message
-                    print(f"run {run + 1}: {subtasks} subtasks ({args.vertices} x "
-                          f"{args.parallelism}, {args.pattern}) in {elapsed:.2f}s = "
-                          f"{subtasks / elapsed:.0f} subtasks/s")
+                    print(
+                        f"run {run + 1}: {subtasks} subtasks ({args.vertices} x "
+                        f"{args.parallelism}, {args.pattern}) in {elapsed:.2f}s = "
+                        f"{subtasks / elapsed:.0f} subtasks/s"
+                    )
         finally:
             cluster.stop()
 

@@ -1,0 +1,3 @@
+from sparkmill.pipeline import Pipeline
+
+__all__ = ["Pipeline"]

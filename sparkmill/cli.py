@@ -501,7 +501,14 @@ def _run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.pipeline)  # fail fast, before starting any process
     with tempfile.TemporaryDirectory(prefix="sparkmill-run-") as tmp:
         directory = (args.dir or Path(tmp)).resolve()
-        cluster = LocalCluster(directory, task_executors=args.task_executors, slots=args.slots)
+        from sparkmill.pipeline import Pipeline
+
+        # A PySpark pipeline needs Spark sessions: start them with the task executors, in
+        # parallel, instead of on the first task (test operators do not need Spark at all).
+        extra = {"spark.session.start": "eager"} if isinstance(pipeline, Pipeline) else {}
+        cluster = LocalCluster(
+            directory, task_executors=args.task_executors, slots=args.slots, extra_config=extra
+        )
         print(
             f"starting a local cluster ({args.task_executors} task executors x {args.slots} "
             f"slots) in {directory}",

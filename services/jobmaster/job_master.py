@@ -41,6 +41,7 @@ from services.jobmaster.restart_strategy import (
 from services.jobmaster.scheduler import DefaultScheduler, IOTotals
 from services.jobmaster.slot_pool import PhysicalSlot, SlotOffer, SlotPool, TaskExecutorInfo
 from services.jobmaster.states import ExecutionState, JobStatus
+from services.taskexecutor.spark.cleanup import cleanup_job
 from sparkmill.v1 import (
     common_pb2,
     dispatcher_pb2,
@@ -194,6 +195,15 @@ class JobMaster:
 
     async def _finish(self, status: JobStatus, cause: str) -> None:
         await self._release_resources(f"job {status.name}")
+        if status is not JobStatus.FINISHED:
+            # A successful job's commit vertex removes its intermediate results; after a
+            # failure or a cancellation nobody else will.
+            try:
+                await self.runtime.run_blocking(
+                    cleanup_job, self.settings.exchange_dir, self.job_id
+                )
+            except OSError as exc:
+                log.warning("job %s: intermediate results not removed: %s", short(self.job_id), exc)
         result = jobs_pb2.JobResult(
             job_id=self.job_id, status=cast(Any, status.value), details=self.details()
         )
@@ -337,6 +347,7 @@ class JobMaster:
                         allocation_id=allocation_id,
                         resource_profile=profile_to_proto(resource_profile),
                         job_master_address=self.process.identity.address,
+                        timeout_ms=int(self.config.get(opt.SLOT_REQUEST_TIMEOUT) * 1000),
                     )
                 )
             except RpcError as exc:

@@ -396,6 +396,7 @@ class ResourceManager(ResourceManagerServicer):
                 allocation_id=AllocationID(request.allocation_id),
                 resource_profile=profile,
                 job_master_address=request.job_master_address,
+                timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
             )
         )
         return common_pb2.Empty()

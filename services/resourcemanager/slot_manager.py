@@ -85,6 +85,8 @@ class SlotRequest:
     allocation_id: AllocationID
     resource_profile: ResourceProfile
     job_master_address: str
+    # The job's own slot.request.timeout (a job may override the cluster's); None = cluster's.
+    timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +318,7 @@ class SlotManager:
         allocation_id = request.allocation_id
         if allocation_id in self._requests or allocation_id in self._allocated:
             return False
-        entry = _Request(request, next(self._seq), self._timers.now() + self._request_timeout_s)
+        entry = _Request(request, next(self._seq), self._timers.now() + self._timeout_of(request))
         self._requests[allocation_id] = entry
         if not self._try_place(entry, exclude=None):
             log.info("slot request %s waits for a slot", short(allocation_id))
@@ -539,7 +541,8 @@ class SlotManager:
         if self._waiting.pop(allocation_id, None) is not None:
             self._timers.cancel(self._key("request", allocation_id))
         if self._on_request_served is not None:
-            self._on_request_served(self._timers.now() - entry.deadline + self._request_timeout_s)
+            waited = self._timers.now() - entry.deadline + self._timeout_of(entry.request)
+            self._on_request_served(waited)
         return entry.request
 
     # ---------------------------------------------------------------- internals: timeouts
@@ -555,12 +558,15 @@ class SlotManager:
         log.warning("%s", error)
         self._actions.notify_allocation_failure(request.job_id, request.allocation_id, error)
 
+    def _timeout_of(self, request: SlotRequest) -> float:
+        return request.timeout_s if request.timeout_s else self._request_timeout_s
+
     def _exhausted_message(self, request: SlotRequest) -> str:
         largest = max(self._free_by_profile, key=_size, default=None)
         total = sum(self._counts.values())
         return (
             f"no slot for allocation {request.allocation_id} of job {request.job_id} "
-            f"(asked for {request.resource_profile}) within {self._request_timeout_s:g}s: "
+            f"(asked for {request.resource_profile}) within {self._timeout_of(request):g}s: "
             f"{len(self._tes)} task executor(s) registered, {total} slot(s) in total, "
             f"{self._counts[SlotState.FREE]} free, largest free slot "
             f"{largest if largest is not None else 'none'}, "

@@ -45,6 +45,8 @@ class TaskContext:
     produced_dataset_ids: list[str] = field(default_factory=list)
     # Set by the task executor process.
     resource_id: str = ""
+    allocation_id: str = ""
+    slot_index: int | None = None
     exchange_dir: str = ""
     services: dict[str, object] = field(default_factory=dict)  # e.g. the SparkSession manager
 

@@ -467,6 +467,9 @@ class TaskExecutor(TaskExecutorServicer):
         self._table().try_mark_slot_active(JobID(tdd.job_id), AllocationID(tdd.allocation_id))
         task = Task(tdd, factory, self._on_task_state, asyncio.get_running_loop())
         task.context.resource_id = self.resource_id
+        task.context.allocation_id = tdd.allocation_id
+        slot = self._table().slot_info(AllocationID(tdd.allocation_id))
+        task.context.slot_index = slot.index if slot is not None else None
         task.context.exchange_dir = self.settings.exchange_dir
         task.context.services = self.task_services
         # Raises SlotNotFoundError / SlotNotActiveError: a task is never run in a slot that is

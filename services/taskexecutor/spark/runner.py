@@ -18,7 +18,7 @@ from services.taskexecutor.operators import TaskCancelledError, TaskContext, Tas
 from services.taskexecutor.spark import exchange, sinks, sources
 from services.taskexecutor.spark import spec as S
 from services.taskexecutor.spark.errors import OperatorError, SparkJobError, summarize
-from services.taskexecutor.spark.metrics import SparkIOMetrics
+from services.taskexecutor.spark.metrics import IOCounts, SparkIOMetrics
 from sparkmill.functions import resolve
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,11 @@ def run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> 
     finally:
         if persisted:
             root.unpersist(blocking=False)
-    counts = metrics.totals()
+    try:
+        counts = metrics.totals()
+    except Exception:  # counting must never fail a task that did its work
+        log.warning("%s: could not read Spark's task metrics", spec.vertex_name, exc_info=True)
+        counts = IOCounts()
     check_cancelled(context.cancelled)
     for output, path in written:
         sinks.commit_task(output, context.job_id, context.subtask_index, path)

@@ -16,6 +16,8 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.errors import SuppressRestartsError
+
 PAYLOAD_MAGIC = b"SMSPARK1"
 
 # Partitioners of a data set (JobEdge.partitioner).
@@ -211,7 +213,14 @@ def encode_spec(spec: Spec) -> bytes:
 def decode_spec(payload: bytes) -> Spec:
     if not payload.startswith(PAYLOAD_MAGIC):
         raise ValueError("the payload of a spark vertex is not a sparkmill chain spec")
-    spec = pickle.loads(payload[len(PAYLOAD_MAGIC) :])
+    try:
+        spec = pickle.loads(payload[len(PAYLOAD_MAGIC) :])
+    except Exception as exc:
+        # Code that cannot be loaded here will not load on a retry either.
+        raise SuppressRestartsError(
+            f"the pipeline's functions cannot be deserialized on this task executor "
+            f"({type(exc).__name__}: {exc}); are the modules they use installed here?"
+        ) from exc
     if not isinstance(spec, ChainSpec | CommitSpec):
         raise ValueError(f"the payload holds a {type(spec).__name__}, not a chain spec")
     return spec

@@ -1,0 +1,430 @@
+"""The pipeline API: describe a batch job of PySpark operators; sparkmill runs it.
+
+::
+
+    import sparkmill as sm
+    from sparkmill import functions as F
+
+    pipeline = sm.Pipeline("wordcount", parallelism=4)
+    (pipeline.read_text("data/*.txt")
+        .transform(lambda df: df.select(F.explode(F.split("value", r"\\s+")).alias("word")))
+        .where(F.col("word") != "")
+        .key_by("word")
+        .agg(F.count("*").alias("count"))
+        .write_parquet("out/wordcount"))
+
+Nothing runs here: the methods only build a logical plan, which
+:meth:`Pipeline.build_job_graph` compiles into a JobGraph (see ``sparkmill/_compile.py`` and
+``docs/pipelines.md``). Every record is later processed by Spark inside the task executors.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common.jobgraph import JobGraph
+from common.resources import ResourceProfile
+from services.taskexecutor.spark import spec as S
+
+DEFAULT_COLLECT_LIMIT = 1000
+DEFAULT_JOB_CONFIG = {"slot.request.timeout": "300 s"}
+_FORMATS = ("parquet", "csv", "json")
+_MODES = ("error", "overwrite")
+
+
+class PipelineError(ValueError):
+    """The pipeline is not valid (raised while it is built or compiled)."""
+
+
+@dataclass(frozen=True)
+class Edge:
+    node: Node
+    partitioner: str = S.FORWARD
+    keys: tuple[str, ...] = ()
+
+
+@dataclass(eq=False)
+class Node:
+    """One logical operator (the compiler chains several into one job vertex)."""
+
+    index: int
+    label: str
+    op: S.Operation | S.SinkOutput | S.CollectOutput
+    inputs: list[Edge] = field(default_factory=list)
+    parallelism: int | None = None
+    resources: ResourceProfile | None = None
+    slot_sharing_group: str | None = None
+    combine: bool = True  # aggregates: may the compiler split it (partial + final)?
+
+    @property
+    def is_terminal(self) -> bool:
+        return isinstance(self.op, S.SinkOutput | S.CollectOutput)
+
+
+class Pipeline:
+    """A batch pipeline; ``parallelism`` is the default number of subtasks per operator."""
+
+    def __init__(
+        self, name: str, parallelism: int = 2, *, config: dict[str, str] | None = None
+    ) -> None:
+        if parallelism < 1:
+            raise PipelineError(f"parallelism must be at least 1, not {parallelism}")
+        self.name = name
+        self.parallelism = parallelism
+        # Batch stages queue for slots while earlier stages run (Spark sessions may still be
+        # starting): wait for slots as long as Flink does by default, not a local cluster's 60 s.
+        self.config = {**DEFAULT_JOB_CONFIG, **(config or {})}
+        self.nodes: list[Node] = []
+        self._collects: dict[str, Collected] = {}
+        self._last_vertex_names: dict[str, str] = {}  # collect name -> vertex name (last build)
+
+    # -- sources --------------------------------------------------------------------------------
+
+    def read_text(self, path: str | Sequence[str], **options: Any) -> DataSet:
+        """Lines of text files (one column ``value``); globs and directories are expanded."""
+        return self._files("text", path, None, options)
+
+    def read_csv(
+        self, path: str | Sequence[str], *, schema: Any = None, header: bool = True, **options: Any
+    ) -> DataSet:
+        """CSV files. Without ``schema`` every column is a string unless ``inferSchema=True``
+        (inference reads all files in every subtask: give a schema for large inputs)."""
+        return self._files("csv", path, schema, {"header": header, **options})
+
+    def read_json(
+        self, path: str | Sequence[str], *, schema: Any = None, **options: Any
+    ) -> DataSet:
+        """JSON lines files (the schema is inferred over all files unless given)."""
+        return self._files("json", path, schema, options)
+
+    def read_parquet(self, path: str | Sequence[str], **options: Any) -> DataSet:
+        return self._files("parquet", path, None, options)
+
+    def range(self, start: int, end: int | None = None, step: int = 1) -> DataSet:
+        """Column ``id`` from ``start`` (inclusive) to ``end`` (exclusive), like ``spark.range``."""
+        if end is None:
+            start, end = 0, start
+        if step == 0:
+            raise PipelineError("range() step must not be 0")
+        return self._source("range", S.RangeSource(int(start), int(end), int(step)))
+
+    def from_rows(self, rows: Iterable[Any], schema: Any = None) -> DataSet:
+        """Small in-memory data (tuples, dicts or Rows), shared out among the subtasks."""
+        data = tuple(rows)
+        if not data and schema is None:
+            raise PipelineError("from_rows() of no rows needs a schema")
+        return self._source("from_rows", S.RowsSource(data, schema))
+
+    def _files(self, fmt: str, path: str | Sequence[str], schema: Any, options: Any) -> DataSet:
+        paths = (path,) if isinstance(path, str) else tuple(path)
+        if not paths:
+            raise PipelineError(f"read_{fmt}() needs at least one path")
+        opts = {k: _option_text(v) for k, v in options.items()}
+        source = S.FileSource(fmt, tuple(absolute_path(p) for p in paths), opts, schema)
+        return self._source(f"read_{fmt}", source)
+
+    def _source(self, label: str, op: S.Operation) -> DataSet:
+        return DataSet(self, self._add(label, op, []))
+
+    def _add(self, label: str, op: Any, inputs: list[Edge]) -> Node:
+        for edge in inputs:
+            if edge.node not in self.nodes:
+                raise PipelineError(f"'{label}' reads a data set of another pipeline")
+            if edge.node.is_terminal:
+                raise PipelineError(f"'{label}' cannot follow the sink '{edge.node.label}'")
+        node = Node(len(self.nodes), label, op, inputs)
+        self.nodes.append(node)
+        return node
+
+    # -- compilation and results ---------------------------------------------------------------
+
+    def build_job_graph(self) -> JobGraph:
+        from sparkmill._compile import compile_pipeline
+
+        compiled = compile_pipeline(self)
+        self._last_vertex_names = compiled.collect_vertices
+        return compiled.graph
+
+    def explain(self) -> str:
+        """The job vertices this pipeline becomes (chains, exchanges, parallelism)."""
+        from sparkmill._compile import compile_pipeline, describe_graph
+
+        return describe_graph(compile_pipeline(self).graph)
+
+    def collected(self, result: Any) -> dict[str, list[Any]]:
+        """Rows of every ``collect()`` of a finished job (a ``JobResult``), by collect name."""
+        return {name: handle.rows(result) for name, handle in self._collects.items()}
+
+    def render_result(self, result: Any) -> str:
+        """A few rows of every ``collect()`` and where every sink wrote (for the CLI)."""
+        lines: list[str] = []
+        for name, handle in self._collects.items():
+            rows = handle.rows(result)
+            more = " (truncated at the collect limit)" if handle.truncated(result) else ""
+            lines.append(f"{name}: {len(rows)} rows{more}")
+            lines.extend(_table(rows[:20]))
+            if len(rows) > 20:
+                lines.append(f"  ... {len(rows) - 20} more")
+        for node in self.nodes:
+            if isinstance(node.op, S.SinkOutput):
+                lines.append(f"output ({node.op.format}): {node.op.path}")
+        return "\n".join(lines)
+
+    def _vertex_of_collect(self, name: str) -> str:
+        if name not in self._last_vertex_names:
+            raise PipelineError("the pipeline has not been built (call build_job_graph first)")
+        return self._last_vertex_names[name]
+
+
+class DataSet:
+    """The result of an operator; each method adds a downstream operator."""
+
+    def __init__(self, pipeline: Pipeline, node: Node, partitioner: str = S.FORWARD) -> None:
+        self.pipeline = pipeline
+        self.node = node
+        self._partitioner = partitioner  # how the *next* operator receives this data
+
+    def _then(self, label: str, op: Any) -> DataSet:
+        edge = Edge(self.node, self._partitioner)
+        return DataSet(self.pipeline, self.pipeline._add(label, op, [edge]))
+
+    # -- operator settings (Flink-style: they apply to the operator that made this data set) --
+
+    def set_parallelism(self, parallelism: int) -> DataSet:
+        if parallelism < 1:
+            raise PipelineError(f"parallelism must be at least 1, not {parallelism}")
+        self.node.parallelism = parallelism
+        return self
+
+    def set_name(self, name: str) -> DataSet:
+        if not name:
+            raise PipelineError("an operator name must not be empty")
+        self.node.label = name
+        return self
+
+    def set_resources(self, cpu_cores: float, memory_mb: int) -> DataSet:
+        self.node.resources = ResourceProfile(cpu_cores, memory_mb)
+        return self
+
+    def set_slot_sharing_group(self, group: str) -> DataSet:
+        self.node.slot_sharing_group = group
+        return self
+
+    # -- transformations ------------------------------------------------------------------------
+
+    def transform(self, fn: Callable[[Any], Any], name: str | None = None) -> DataSet:
+        """``fn(DataFrame) -> DataFrame``, run on the task executor (use pyspark freely)."""
+        if not callable(fn):
+            raise PipelineError(f"transform() needs a function, not {type(fn).__name__}")
+        fn_name = getattr(fn, "__name__", "")
+        label = name or (
+            f"transform({fn_name})" if fn_name and fn_name != "<lambda>" else "transform"
+        )
+        return self._then(label, S.Transform(fn))
+
+    def select(self, *cols: Any) -> DataSet:
+        return self._then("select", S.Apply("select", cols))
+
+    def where(self, condition: Any) -> DataSet:
+        """Keep rows matching a recorded expression or a SQL string."""
+        return self._then("where", S.Apply("where", (condition,)))
+
+    filter = where
+
+    def with_column(self, name: str, column: Any) -> DataSet:
+        return self._then(f"with_column({name})", S.Apply("withColumn", (name, column)))
+
+    def with_column_renamed(self, existing: str, new: str) -> DataSet:
+        return self._then("with_column_renamed", S.Apply("withColumnRenamed", (existing, new)))
+
+    def drop(self, *cols: str) -> DataSet:
+        return self._then("drop", S.Apply("drop", cols))
+
+    def union(self, *others: DataSet) -> DataSet:
+        """All rows of this and the other data sets, matched by column position."""
+        return self._union(others, S.Union())
+
+    def union_by_name(self, *others: DataSet, allow_missing_columns: bool = False) -> DataSet:
+        return self._union(others, S.Union(True, allow_missing_columns))
+
+    def _union(self, others: Sequence[DataSet], op: S.Union) -> DataSet:
+        if not others:
+            raise PipelineError("union() needs at least one other data set")
+        edges = [Edge(d.node, d._partitioner) for d in (self, *others)]
+        return DataSet(self.pipeline, self.pipeline._add("union", op, edges))
+
+    def key_by(self, *keys: str) -> KeyedDataSet:
+        """Group by column names: rows with equal keys meet in one subtask (hash exchange)."""
+        return KeyedDataSet(self, _column_names("key_by", keys))
+
+    def join(self, other: DataSet, on: str | Sequence[str], how: str = "inner") -> DataSet:
+        """Join on equally named key columns. Both sides are hash-exchanged on the keys, unless
+        ``other`` is marked with :meth:`broadcast` (then every subtask reads all of it)."""
+        keys = _column_names("join", (on,) if isinstance(on, str) else tuple(on))
+        if other._partitioner == S.BROADCAST:
+            if how not in (
+                "inner",
+                "left",
+                "left_outer",
+                "leftouter",
+                "left_semi",
+                "left_anti",
+                "semi",
+                "anti",
+                "leftsemi",
+                "leftanti",
+            ):
+                raise PipelineError(
+                    f"a broadcast join cannot be '{how}': rows of the broadcast side would be "
+                    "repeated by every subtask (use a hash join)"
+                )
+            left = Edge(self.node, self._partitioner)
+            right = Edge(other.node, S.BROADCAST)
+        else:
+            left = Edge(self.node, S.HASH, keys)
+            right = Edge(other.node, S.HASH, keys)
+        node = self.pipeline._add("join", S.Join(keys, how), [left, right])
+        return DataSet(self.pipeline, node)
+
+    def rebalance(self) -> DataSet:
+        """Spread the rows evenly (round robin) over the next operator's subtasks."""
+        return DataSet(self.pipeline, self.node, S.REBALANCE)
+
+    def broadcast(self) -> DataSet:
+        """Send all rows to every subtask of the next operator (for small join sides)."""
+        return DataSet(self.pipeline, self.node, S.BROADCAST)
+
+    # -- sinks ----------------------------------------------------------------------------------
+
+    def write_parquet(self, path: str, *, mode: str = "error", **options: Any) -> DataSet:
+        return self._sink("parquet", path, mode, options)
+
+    def write_csv(
+        self, path: str, *, mode: str = "error", header: bool = True, **options: Any
+    ) -> DataSet:
+        return self._sink("csv", path, mode, {"header": header, **options})
+
+    def write_json(self, path: str, *, mode: str = "error", **options: Any) -> DataSet:
+        return self._sink("json", path, mode, options)
+
+    def _sink(self, fmt: str, path: str, mode: str, options: dict[str, Any]) -> DataSet:
+        if fmt not in _FORMATS:
+            raise PipelineError(f"unknown output format {fmt!r} (one of {', '.join(_FORMATS)})")
+        if mode not in _MODES:
+            raise PipelineError(f"write mode must be one of {', '.join(_MODES)}, not {mode!r}")
+        opts = {k: _option_text(v) for k, v in options.items()}
+        return self._then(f"write_{fmt}", S.SinkOutput(fmt, absolute_path(path), mode, opts))
+
+    def collect(self, limit: int = DEFAULT_COLLECT_LIMIT, name: str | None = None) -> Collected:
+        """Return up to ``limit`` rows to the client (for small results)."""
+        if limit < 1:
+            raise PipelineError("collect() limit must be at least 1")
+        name = name or f"collect-{len(self.pipeline._collects) + 1}"
+        if name in self.pipeline._collects:
+            raise PipelineError(f"there is already a collect() named {name!r}")
+        self._then(f"collect({name})", S.CollectOutput(name, limit))
+        handle = Collected(self.pipeline, name, limit)
+        self.pipeline._collects[name] = handle
+        return handle
+
+
+class KeyedDataSet:
+    """A data set grouped by key columns (see :meth:`DataSet.key_by`)."""
+
+    def __init__(self, data: DataSet, keys: tuple[str, ...]) -> None:
+        self._data = data
+        self.keys = keys
+
+    def agg(self, *aggs: Any, combine: bool = True) -> DataSet:
+        """``groupBy(keys).agg(*aggs)``: one row per key. With ``combine`` (the default) and only
+        aliased ``count``/``sum``/``min``/``max`` aggregates, each upstream subtask first
+        aggregates its own rows, so only one row per key and subtask is exchanged."""
+        if not aggs:
+            raise PipelineError("agg() needs at least one aggregate expression")
+        data = self._data
+        edge = Edge(data.node, S.HASH, self.keys)
+        node = data.pipeline._add("agg", S.Aggregate(self.keys, tuple(aggs)), [edge])
+        node.combine = combine
+        return DataSet(data.pipeline, node)
+
+    def count(self, name: str = "count") -> DataSet:
+        from sparkmill import functions as F
+
+        return self.agg(F.count("*").alias(name))
+
+
+class Collected:
+    """The handle of a ``collect()``: read its rows from the finished job's result."""
+
+    def __init__(self, pipeline: Pipeline, name: str, limit: int) -> None:
+        self.pipeline = pipeline
+        self.name = name
+        self.limit = limit
+
+    def _parts(self, result: Any) -> list[dict[str, Any]]:
+        from services.jobmaster.job_master import unpack_accumulators
+
+        vertex = self.pipeline._vertex_of_collect(self.name)
+        blob = result.accumulators.get(vertex, b"")
+        return [pickle.loads(part) for part in unpack_accumulators(blob) if part]
+
+    def rows(self, result: Any) -> list[Any]:
+        from pyspark.sql import Row
+
+        rows: list[Any] = []
+        for part in self._parts(result):
+            make = Row(*part["columns"])
+            rows.extend(make(*values) for values in part["rows"])
+        return rows[: self.limit]
+
+    def truncated(self, result: Any) -> bool:
+        parts = self._parts(result)
+        return any(p["truncated"] for p in parts) or sum(len(p["rows"]) for p in parts) > self.limit
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def absolute_path(path: str) -> str:
+    """Local paths become absolute (task executors may run elsewhere); URIs stay as they are."""
+    if "://" in path or path.startswith("file:"):
+        return path
+    return str(Path(path).expanduser().absolute())
+
+
+def _option_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _column_names(what: str, names: Sequence[Any]) -> tuple[str, ...]:
+    if not names:
+        raise PipelineError(f"{what}() needs at least one key column")
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise PipelineError(
+                f"{what}() keys must be column names, not {name!r} (add the column with "
+                "with_column() first)"
+            )
+    return tuple(names)
+
+
+def _table(rows: Sequence[Any]) -> list[str]:
+    if not rows:
+        return ["  (no rows)"]
+    columns = list(rows[0].__fields__)
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    out = ["  " + "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    out += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return out
+
+
+def _cell(value: Any) -> str:
+    text = "null" if value is None else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
