@@ -1,0 +1,174 @@
+"""Leaders and task executors die in the middle of a multi-stage PySpark pipeline (issues 4, 5).
+
+One HA cluster with real Spark sessions: a real ZooKeeper server, a standby for every control
+role, two task executors. The pipeline's output must be row-for-row what plain PySpark computes,
+with no duplicates, whatever was killed while it ran.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sparkmill as sm
+from common.zookeeper.server import zookeeper_available
+from sparkmill import functions as F
+from sparkmill.client import ClusterClient
+from sparkmill.local_cluster import LocalCluster
+from sparkmill.v1 import common_pb2
+from tests.conftest import FAILED_KEY
+from tests.integration.conftest import eventually
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(not zookeeper_available(), reason="Debian's zookeeper package is missing"),
+]
+
+FINISHED = common_pb2.EXECUTION_FINISHED
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(
+        tmp_path_factory.mktemp("pyspark-ha"),
+        task_executors=2,
+        slots=2,
+        ha=True,
+        standbys=1,
+        extra_config={"spark.session.start": "eager", "spark.master": "local[1]"},
+    )
+    try:
+        local.start(wait_timeout_s=180)
+    except Exception:
+        print(local.logs())
+        local.stop()
+        raise
+    yield local
+    local.stop()
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[ClusterClient]:
+    with ClusterClient.from_config_file(cluster.config_path) as c:
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def _logs_on_failure(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[None]:
+    yield
+    if request.node.stash.get(FAILED_KEY, False):
+        print(cluster.logs())
+
+
+def _slow(df: Any) -> Any:
+    time.sleep(2.0)  # runs once per task on the task executor: every subtask takes a while
+    return df
+
+
+def sales_pipeline(out: Path, config: dict[str, str] | None = None) -> sm.Pipeline:
+    pipeline = sm.Pipeline("ha-sales", parallelism=4, config=config)
+    (
+        pipeline.range(4000)
+        .transform(_slow, name="slow")
+        .with_column("k", F.col("id") % 13)
+        .key_by("k")
+        .agg(F.count("*").alias("n"), F.sum("id").alias("total"))
+        .write_parquet(str(out))
+    )
+    return pipeline
+
+
+def expected_rows() -> list[tuple[int, int, int]]:
+    groups: dict[int, list[int]] = {}
+    for i in range(4000):
+        groups.setdefault(i % 13, []).append(i)
+    return sorted((k, len(v), sum(v)) for k, v in groups.items())
+
+
+def output_rows(out: Path) -> list[tuple[int, int, int]]:
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("check")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    return sorted((r["k"], r["n"], r["total"]) for r in spark.read.parquet(str(out)).collect())
+
+
+def finished(client: ClusterClient, job_id: str) -> int:
+    details = client.status(job_id, timeout=60)
+    return sum(v.tasks_by_state.get(FINISHED, 0) for v in details.vertices)
+
+
+def sigkill(cluster: LocalCluster, pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    popen = cluster._popen.get(pid)
+    if popen is not None:
+        popen.wait(timeout=30)
+
+
+def test_leaders_killed_mid_pipeline_output_matches_pyspark(
+    cluster: LocalCluster, client: ClusterClient, tmp_path: Path
+) -> None:
+    out = tmp_path / "sales"
+    job_id = client.submit(sales_pipeline(out).build_job_graph())
+    eventually(lambda: finished(client, job_id) >= 1, timeout=240)
+    view = client.cluster_status(timeout=60)
+    sigkill(cluster, view.dispatcher.pid)
+    sigkill(cluster, view.resource_manager.resource_manager.pid)
+    address = client.status(job_id, timeout=60).job_master_address
+    job_master = next(
+        p.pid
+        for p in client.cluster_status(timeout=60).job_master_process_infos
+        if p.address == address
+    )
+    sigkill(cluster, job_master)
+    result = client.wait(job_id, timeout=600)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert output_rows(out) == expected_rows()
+    assert (out / "_SUCCESS").exists()
+
+
+def test_task_executor_killed_mid_pipeline_output_matches_pyspark(
+    cluster: LocalCluster, client: ClusterClient, tmp_path: Path
+) -> None:
+    # Runs last in the module: it leaves the cluster with one task executor fewer plus a new one.
+    cluster.add_task_executor()
+    eventually(
+        lambda: client.cluster_status(timeout=60).resource_manager.slots_total >= 6, timeout=180
+    )
+    out = tmp_path / "sales-te"
+    config = {
+        "restart-strategy.type": "fixed-delay",
+        "restart-strategy.fixed-delay.attempts": "5",
+        "restart-strategy.fixed-delay.delay": "500 ms",
+    }
+    job_id = client.submit(sales_pipeline(out, config).build_job_graph())
+    eventually(
+        lambda: any(
+            s.job_id == job_id
+            for te in client.cluster_status(timeout=60).resource_manager.task_executors
+            for s in te.slots
+        ),
+        timeout=240,
+    )
+    view = client.cluster_status(timeout=60)
+    victim = next(
+        te.info.pid
+        for te in view.resource_manager.task_executors
+        if any(s.job_id == job_id for s in te.slots)
+    )
+    sigkill(cluster, victim)
+    result = client.wait(job_id, timeout=600)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert result.details.restarts >= 1
+    assert output_rows(out) == expected_rows()
