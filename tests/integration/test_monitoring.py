@@ -285,3 +285,35 @@ def test_prometheus_sees_the_cluster_as_it_is_and_every_dashboard_query_has_data
     assert not empty, "dashboard queries without data:\n" + "\n".join(
         f"  {title}: {expr}" for title, expr in empty
     )
+
+
+def test_a_pyspark_pipeline_shows_up_in_the_metrics(
+    shared_cluster: RunningCluster, prometheus: Prometheus
+) -> None:
+    # Runs after the test above (same cluster): the task executors start Spark on first use.
+    import sparkmill as sm
+    from sparkmill import functions as F
+
+    pipeline = sm.Pipeline("monitored-pyspark", parallelism=2)
+    (
+        pipeline.range(1000)
+        .with_column("k", F.col("id") % 7)
+        .key_by("k")
+        .agg(F.count("*").alias("n"))
+        .collect(name="counts")
+    )
+    job_id = shared_cluster.client.submit(pipeline.build_job_graph())
+    result = shared_cluster.client.wait(job_id, timeout=300)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert sorted(tuple(r) for r in pipeline.collected(result)["counts"]) == [
+        (k, len(range(k, 1000, 7))) for k in range(7)
+    ]
+    p = prometheus
+    out = f'sum(sparkmill_task_records_out_total{{job_id="{job_id}"}})'
+    records_in = f'sum(sparkmill_task_records_in_total{{job_id="{job_id}"}})'
+    # The source read 1000 rows; the aggregation wrote 7; every stage counted something.
+    eventually(lambda: (p.value(records_in) or 0) >= 1000, timeout=20)
+    assert (p.value(out) or 0) >= 7
+    assert (p.value("sum(sparkmill_spark_session_up)") or 0) >= 1
+    details = _cli_json(shared_cluster, "jobs", "status", job_id)
+    assert details["status"] == "FINISHED"
