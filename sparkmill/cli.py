@@ -24,7 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.errors import ConfigurationError, RpcError, SparkmillError
+from common.errors import (
+    ConfigurationError,
+    DeadlineExceededError,
+    NotLeaderError,
+    RpcError,
+    SparkmillError,
+    UnavailableError,
+)
 from sparkmill.v1 import common_pb2, jobs_pb2
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -114,9 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineLoadError as exc:
         print(f"sparkmill: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except RpcError as exc:
-        print(f"sparkmill: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except (UnavailableError, DeadlineExceededError, NotLeaderError) as exc:
+        print(f"sparkmill: the cluster did not answer: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    except RpcError as exc:  # the cluster answered, and said no
+        print(f"sparkmill: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except SparkmillError as exc:
         print(f"sparkmill: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -499,6 +509,14 @@ def _run(args: argparse.Namespace) -> int:
     from sparkmill.local_cluster import LocalCluster
 
     pipeline = load_pipeline(args.pipeline)  # fail fast, before starting any process
+    try:
+        graph = pipeline.build_job_graph()
+    except SparkmillError:
+        raise
+    except Exception as exc:
+        raise PipelineLoadError(
+            f"{args.pipeline}: building the pipeline failed: {type(exc).__name__}: {exc}"
+        ) from None
     with tempfile.TemporaryDirectory(prefix="sparkmill-run-") as tmp:
         directory = (args.dir or Path(tmp)).resolve()
         from sparkmill.pipeline import Pipeline
@@ -517,7 +535,6 @@ def _run(args: argparse.Namespace) -> int:
         try:
             cluster.start()
             with ClusterClient.from_config_file(cluster.config_path) as client:
-                graph = pipeline.build_job_graph()
                 job_id = client.submit(graph)
                 print(f"submitted job {job_id} ('{graph.name}')", file=sys.stderr)
                 return _wait(client, job_id, as_json=args.json, pipeline=pipeline)

@@ -19,9 +19,10 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Coroutine
 from typing import Any
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from common.ids import new_leader_session_id, short
@@ -54,6 +55,25 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         self._session_id: str | None = None
         self._lock = asyncio.Lock()
         self._stopped = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run an election step in the background, kept referenced; a ZooKeeper error retries
+        the check after a pause instead of silently leaving the contender without a watch."""
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except KazooException as exc:
+                if self._stopped:
+                    return
+                log.warning("%s: election step failed (%s); retrying", self.name, exc)
+                await asyncio.sleep(1.0)
+                self._spawn(self._contend())
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     @property
     def latch_path(self) -> str:
@@ -66,7 +86,7 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
     async def start(self, contender: LeaderContender) -> None:
         self._contender = contender
         self.zk.add_listener(self._on_state)
-        asyncio.get_running_loop().create_task(self._contend())
+        self._spawn(self._contend())
 
     async def _contend(self) -> None:
         await self.zk.wait_connected(f"leader election for {self.name}")
@@ -101,11 +121,11 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
             if mine not in ordered:
                 # Our ephemeral node is gone (the session expired): contend anew.
                 self._node = None
-                asyncio.get_running_loop().create_task(self._contend())
+                self._spawn(self._contend())
                 return
             index = ordered.index(mine)
             if index == 0:
-                if self._session_id is None:
+                if self._session_id is None and self._may_lead():
                     self._session_id = new_leader_session_id()
                     log.info(
                         "%s: leadership granted (session %s)", self.name, short(self._session_id)
@@ -116,26 +136,32 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
             predecessor = f"{self.latch_path}/{ordered[index - 1]}"
             exists = await self.zk.call(client.exists, predecessor, watch=self._on_predecessor)
             if exists is None:
-                asyncio.get_running_loop().create_task(self._check())
+                self._spawn(self._check())
+
+    def _may_lead(self) -> bool:
+        """Re-read after the awaits above: the connection may have been suspended meanwhile."""
+        return self.zk.connected or self.tolerate_suspended
 
     def _on_predecessor(self, event: WatchedEvent) -> None:  # kazoo thread
         if event.type == EventType.DELETED:
-            self.zk.post(lambda: asyncio.get_running_loop().create_task(self._check()))
+            self.zk.post(lambda: self._spawn(self._check()))
 
     def _on_state(self, state: str) -> None:
         if state == "SUSPENDED" and not self.tolerate_suspended:
-            asyncio.get_running_loop().create_task(self._revoke("ZooKeeper connection suspended"))
+            self._spawn(self._revoke("ZooKeeper connection suspended"))
         elif state == "LOST":
             self._node = None  # the session's ephemeral nodes are gone
-            asyncio.get_running_loop().create_task(self._revoke("ZooKeeper session lost"))
+            self._spawn(self._revoke("ZooKeeper session lost"))
         elif state == "CONNECTED":
-            asyncio.get_running_loop().create_task(self._contend())
+            self._spawn(self._contend())
 
     async def _revoke(self, reason: str) -> None:
-        if self._session_id is None:
-            return
-        log.warning("%s: leadership revoked: %s", self.name, reason)
-        self._session_id = None
+        # Under the lock: a check that is about to grant must not slip past a suspension.
+        async with self._lock:
+            if self._session_id is None:
+                return
+            log.warning("%s: leadership revoked: %s", self.name, reason)
+            self._session_id = None
         if self._contender is not None:
             await self._contender.revoke_leadership()
 

@@ -150,11 +150,12 @@ class TaskExecutor(TaskExecutorServicer):
     async def stop(self) -> None:
         await self.rm_retrieval.stop()
         table = self._table()
-        tasks = [table.get_task(a) for a in list(_all_attempts(table))]
+        tasks = [t for t in (table.get_task(a) for a in _all_attempts(table)) if t is not None]
         table.close(FailedPreconditionError("the task executor is shutting down"))
-        for task in tasks:
-            if task is not None:
-                await self.runtime.run_blocking(task.join, 5.0)
+        # Join together: shutting down must not take 5 s per task.
+        await asyncio.gather(*(self.runtime.run_blocking(t.join, 5.0) for t in tasks))
+        for job_id in list(self.jobs):
+            self._drop_job_connection(job_id)
         rm = self.rm
         if rm is not None and rm.established:
             try:
@@ -536,7 +537,7 @@ class TaskExecutor(TaskExecutorServicer):
             except RpcError as exc:
                 if isinstance(exc, NotFoundError | FailedPreconditionError):
                     log.info("JobMaster of %s refused updates: %s", short(connection.job_id), exc)
-                    return
+                    break
                 log.info("state updates to %s failed (%s); retrying", short(connection.job_id), exc)
                 connection.updates[:0] = batch
                 await asyncio.sleep(delay)

@@ -444,3 +444,36 @@ def test_error_summaries_put_the_users_error_first() -> None:
     assert errors.summarize(analysis) == (
         "AnalysisException: [UNRESOLVED_COLUMN] `nope` cannot be resolved."
     )
+
+
+def test_a_late_older_attempt_never_replaces_a_newer_commit(tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    sink = S.SinkOutput("csv", out, "overwrite")
+
+    def attempt(attempt_id: str, content: str) -> Path:
+        d = sinks.attempt_dir(out, "j", 0, attempt_id)
+        d.mkdir(parents=True)
+        (d / "part-0000.csv").write_text(content)
+        return d
+
+    assert sinks.commit_task(sink, "j", 0, attempt("new", "attempt 1"), attempt_number=1)
+    # The restarted subtask's old attempt (a hung executor) finishes after the new one.
+    stale = attempt("old", "attempt 0")
+    assert not sinks.commit_task(sink, "j", 0, stale, attempt_number=0)
+    assert not stale.exists()
+    assert sinks.commit_job(S.SinkCommit(out, "csv", "overwrite", 1), "j") == 1
+    assert (Path(out) / "part-00000-000.csv").read_text() == "attempt 1"
+
+
+def test_commit_job_fails_rather_than_publish_incomplete_output(tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    d = sinks.attempt_dir(out, "j", 0, "a")
+    d.mkdir(parents=True)
+    (d / "part-0000.csv").write_text("rows")
+    sinks.commit_task(S.SinkOutput("csv", out, "overwrite"), "j", 0, d)
+    commit = S.SinkCommit(out, "csv", "overwrite", 1)
+    plan = sinks._plan(commit, "j")
+    Path(plan[0][0]).unlink()  # e.g. replaced by a late commit between plan and move
+    with pytest.raises(sinks.CommitError, match="vanished"):
+        sinks.commit_job(commit, "j")
+    assert not (Path(out) / "_SUCCESS").exists()

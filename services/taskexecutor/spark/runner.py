@@ -167,7 +167,9 @@ def run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> 
         counts = IOCounts()
     check_cancelled(context.cancelled)
     for output, path in written:
-        sinks.commit_task(output, context.job_id, context.subtask_index, path)
+        sinks.commit_task(
+            output, context.job_id, context.subtask_index, path, context.attempt_number
+        )
     return TaskOutcome(
         records_in=counts.records_in + built.rows_in,
         records_out=counts.records_out + collected,

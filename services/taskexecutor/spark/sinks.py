@@ -61,12 +61,33 @@ def write_attempt(
     return target
 
 
-def commit_task(output: S.SinkOutput, job_id: str, subtask: int, written: Path) -> None:
-    """Step 2: publish the attempt's directory as the subtask's committed output."""
+ATTEMPT_MARKER = "_ATTEMPT"
+
+
+def _attempt_of(directory: Path) -> int:
+    try:
+        return int((directory / ATTEMPT_MARKER).read_text())
+    except (OSError, ValueError):
+        return -1
+
+
+def commit_task(
+    output: S.SinkOutput, job_id: str, subtask: int, written: Path, attempt_number: int = 0
+) -> bool:
+    """Step 2: publish the attempt's directory as the subtask's committed output.
+
+    A later attempt replaces an earlier one's publication; an *older* attempt that commits
+    late (a task executor that hung while its subtask was restarted elsewhere) never replaces
+    a newer one: its output is discarded and ``False`` returned.
+    """
+    (written / ATTEMPT_MARKER).write_text(str(attempt_number))
     target = committed_dir(output.path, job_id, subtask)
     target.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(10):
         if target.exists():
+            if _attempt_of(target) > attempt_number:
+                shutil.rmtree(written, ignore_errors=True)
+                return False
             superseded = target.with_name(f"superseded-{subtask:05d}-{uuid.uuid4().hex[:8]}")
             try:
                 os.rename(target, superseded)
@@ -75,7 +96,7 @@ def commit_task(output: S.SinkOutput, job_id: str, subtask: int, written: Path) 
             shutil.rmtree(superseded, ignore_errors=True)
         try:
             os.rename(written, target)
-            return
+            return True
         except OSError:
             if not written.exists():
                 raise
@@ -135,6 +156,10 @@ def commit_job(sink: S.SinkCommit, job_id: str) -> int:
     for src, dst in plan:
         if os.path.exists(src):
             os.replace(src, dst)
+        elif not os.path.exists(dst):
+            # Neither moved by an earlier try of this commit nor still there: never report
+            # success for output that is not all in place.
+            raise CommitError(f"{sink.path}: planned output {src} vanished before publication")
     (root / SUCCESS_MARKER).touch()
     remove_sink_temporaries(sink.path, job_id)
     return len(plan)
