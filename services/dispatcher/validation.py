@@ -21,10 +21,11 @@ report; values that do not belong to their declared type are therefore expected 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from common.errors import InvalidJobGraphError
+from common.graphs import strongly_connected_components
 from common.jobgraph import (
     DistributionPattern,
     IntermediateDataSet,
@@ -238,7 +239,7 @@ class _Checker:
                 if producer is not None:
                     successors[producer].append(consumer)
         cycles = []
-        for component in _strongly_connected_components(successors):
+        for component in strongly_connected_components(successors):
             if len(component) > 1 or component[0] in successors[component[0]]:
                 cycles.append(component)
         cycles.sort(key=min)
@@ -269,49 +270,3 @@ class _Checker:
                 + ")"
             )
         return text
-
-
-def _strongly_connected_components(successors: list[list[int]]) -> Iterable[list[int]]:
-    """Tarjan's algorithm without recursion (a 10,000-vertex chain must not overflow the stack)."""
-    unvisited = -1
-    index = [unvisited] * len(successors)
-    lowlink = [0] * len(successors)
-    on_stack = [False] * len(successors)
-    stack: list[int] = []
-    counter = 0
-    for root in range(len(successors)):
-        if index[root] != unvisited:
-            continue
-        index[root] = lowlink[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack[root] = True
-        work = [(root, 0)]  # (node, position of the next successor to look at)
-        while work:
-            node, next_child = work[-1]
-            children = successors[node]
-            if next_child < len(children):
-                work[-1] = (node, next_child + 1)
-                child = children[next_child]
-                if index[child] == unvisited:
-                    index[child] = lowlink[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack[child] = True
-                    work.append((child, 0))
-                elif on_stack[child]:
-                    lowlink[node] = min(lowlink[node], index[child])
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                lowlink[parent] = min(lowlink[parent], lowlink[node])
-            if lowlink[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack[member] = False
-                    component.append(member)
-                    if member == node:
-                        break
-                yield component

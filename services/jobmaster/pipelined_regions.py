@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from common.graphs import strongly_connected_components
 from common.jobgraph import ResultPartitionType
 
 if TYPE_CHECKING:
@@ -144,59 +145,10 @@ def _merge_regions_on_cycles(uf: _UnionFind, blocking: Sequence[ConsumedPartitio
             successors[producer_node].append(hub)
 
     root_of_node = {n: root for root, n in node_of_root.items()}
-    for component in _strongly_connected_components(successors):
+    for component in strongly_connected_components(successors):
         roots = [root_of_node[n] for n in component if n in root_of_node]
         for other in roots[1:]:
             uf.union(roots[0], other)
-
-
-def _strongly_connected_components(successors: list[list[int]]) -> list[list[int]]:
-    """Tarjan's algorithm, iterative (no recursion limit); returns components of size > 1."""
-    count = len(successors)
-    index_of = [-1] * count
-    low = [0] * count
-    on_stack = [False] * count
-    stack: list[int] = []
-    components: list[list[int]] = []
-    next_index = 0
-    for start in range(count):
-        if index_of[start] != -1:
-            continue
-        work: list[tuple[int, int]] = [(start, 0)]
-        index_of[start] = low[start] = next_index
-        next_index += 1
-        stack.append(start)
-        on_stack[start] = True
-        while work:
-            current, position = work[-1]
-            edges = successors[current]
-            if position < len(edges):
-                work[-1] = (current, position + 1)
-                nxt = edges[position]
-                if index_of[nxt] == -1:
-                    index_of[nxt] = low[nxt] = next_index
-                    next_index += 1
-                    stack.append(nxt)
-                    on_stack[nxt] = True
-                    work.append((nxt, 0))
-                elif on_stack[nxt]:
-                    low[current] = min(low[current], index_of[nxt])
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[current])
-            if low[current] == index_of[current]:
-                component: list[int] = []
-                while True:
-                    member = stack.pop()
-                    on_stack[member] = False
-                    component.append(member)
-                    if member == current:
-                        break
-                if len(component) > 1:
-                    components.append(component)
-    return components
 
 
 def _attach_blocking_inputs(

@@ -27,15 +27,13 @@ from sparkmill.v1 import jobs_pb2 as sparkmill_dot_v1_dot_jobs__pb2
 from sparkmill.v1 import options_pb2 as sparkmill_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dsparkmill/v1/job_master.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\x1a\x17sparkmill/v1/jobs.proto\x1a\x1asparkmill/v1/options.proto\"\xee\x01\n\x0fStartJobRequest\x12)\n\tjob_graph\x18\x01 \x01(\x0b\x32\x16.sparkmill.v1.JobGraph\x12\x1a\n\x12\x64ispatcher_address\x18\x02 \x01(\t\x12\x14\n\x0csubmitted_at\x18\x03 \x01(\x01\x12H\n\x0e\x63luster_config\x18\x04 \x03(\x0b\x32\x30.sparkmill.v1.StartJobRequest.ClusterConfigEntry\x1a\x34\n\x12\x43lusterConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"M\n\x10StartJobResponse\x12\x1d\n\x15job_master_session_id\x18\x01 \x01(\t\x12\x1a\n\x12job_master_address\x18\x02 \x01(\t\"+\n\x19JobMasterCancelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"&\n\x14GetJobDetailsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\\\n$JobMasterRegisterTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"f\n%JobMasterRegisterTaskExecutorResponse\x12\x1e\n\x16job_master_resource_id\x18\x01 \x01(\t\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\r\"o\n\tSlotOffer\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12\x12\n\nslot_index\x18\x02 \x01(\x05\x12\x37\n\x10resource_profile\x18\x03 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\"r\n\x11OfferSlotsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\'\n\x06offers\x18\x04 \x03(\x0b\x32\x17.sparkmill.v1.SlotOffer\"?\n\x12OfferSlotsResponse\x12)\n\x08\x61\x63\x63\x65pted\x18\x01 \x03(\x0b\x32\x17.sparkmill.v1.SlotOffer\"Y\n\tIOMetrics\x12\x12\n\nrecords_in\x18\x01 \x01(\x03\x12\x13\n\x0brecords_out\x18\x02 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x03 \x01(\x03\x12\x11\n\tbytes_out\x18\x04 \x01(\x03\"\xbf\x01\n\x12TaskExecutionState\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.sparkmill.v1.ExecutionState\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\x12+\n\nio_metrics\x18\x04 \x01(\x0b\x32\x17.sparkmill.v1.IOMetrics\x12\x13\n\x0b\x61\x63\x63umulator\x18\x05 \x01(\x0c\"y\n\x1fUpdateTaskExecutionStateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x31\n\x07updates\x18\x03 \x03(\x0b\x32 .sparkmill.v1.TaskExecutionState\"s\n\"NotifySlotAllocationFailureRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rallocation_id\x18\x02 \x01(\t\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\"\\\n&JobMasterDisconnectTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\"^\n DisconnectResourceManagerRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x1b\n\x13resource_manager_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\">\n\x19JobMasterHeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tsender_id\x18\x02 \x01(\t\"G\n\nHostedJobs\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12%\n\x04jobs\x18\x02 \x03(\x0b\x32\x17.sparkmill.v1.HostedJob2\x9e\t\n\x10JobMasterGateway\x12U\n\x08StartJob\x12\x1d.sparkmill.v1.StartJobRequest\x1a\x1e.sparkmill.v1.StartJobResponse\"\n\x88\xb5\x18\x01\x90\xb5\x18\xb0\xea\x01\x12O\n\tCancelJob\x12\'.sparkmill.v1.JobMasterCancelJobRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12S\n\rGetJobDetails\x12\".sparkmill.v1.GetJobDetailsRequest\x1a\x18.sparkmill.v1.JobDetails\"\x04\x88\xb5\x18\x01\x12\x85\x01\n\x14RegisterTaskExecutor\x12\x32.sparkmill.v1.JobMasterRegisterTaskExecutorRequest\x1a\x33.sparkmill.v1.JobMasterRegisterTaskExecutorResponse\"\x04\x88\xb5\x18\x01\x12U\n\nOfferSlots\x12\x1f.sparkmill.v1.OfferSlotsRequest\x1a .sparkmill.v1.OfferSlotsResponse\"\x04\x88\xb5\x18\x01\x12\x64\n\x18UpdateTaskExecutionState\x12-.sparkmill.v1.UpdateTaskExecutionStateRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12j\n\x1bNotifySlotAllocationFailure\x12\x30.sparkmill.v1.NotifySlotAllocationFailureRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12i\n\x16\x44isconnectTaskExecutor\x12\x34.sparkmill.v1.JobMasterDisconnectTaskExecutorRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12\x66\n\x19\x44isconnectResourceManager\x12..sparkmill.v1.DisconnectResourceManagerRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12\x62\n\x1cHeartbeatFromResourceManager\x12\'.sparkmill.v1.JobMasterHeartbeatRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12S\n\x17HeartbeatFromDispatcher\x12\x1e.sparkmill.v1.HeartbeatRequest\x1a\x18.sparkmill.v1.HostedJobs\x12P\n\x0eGetServiceInfo\x12#.sparkmill.v1.GetServiceInfoRequest\x1a\x19.sparkmill.v1.ServiceInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dsparkmill/v1/job_master.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\x1a\x17sparkmill/v1/jobs.proto\x1a\x1asparkmill/v1/options.proto\"t\n\x0fStartJobRequest\x12)\n\tjob_graph\x18\x01 \x01(\x0b\x32\x16.sparkmill.v1.JobGraph\x12\x1a\n\x12\x64ispatcher_address\x18\x02 \x01(\t\x12\x14\n\x0csubmitted_at\x18\x03 \x01(\x01J\x04\x08\x04\x10\x05\"M\n\x10StartJobResponse\x12\x1d\n\x15job_master_session_id\x18\x01 \x01(\t\x12\x1a\n\x12job_master_address\x18\x02 \x01(\t\"+\n\x19JobMasterCancelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"&\n\x14GetJobDetailsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\\\n$JobMasterRegisterTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"f\n%JobMasterRegisterTaskExecutorResponse\x12\x1e\n\x16job_master_resource_id\x18\x01 \x01(\t\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\r\"o\n\tSlotOffer\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12\x12\n\nslot_index\x18\x02 \x01(\x05\x12\x37\n\x10resource_profile\x18\x03 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\"r\n\x11OfferSlotsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\'\n\x06offers\x18\x04 \x03(\x0b\x32\x17.sparkmill.v1.SlotOffer\"?\n\x12OfferSlotsResponse\x12)\n\x08\x61\x63\x63\x65pted\x18\x01 \x03(\x0b\x32\x17.sparkmill.v1.SlotOffer\"Y\n\tIOMetrics\x12\x12\n\nrecords_in\x18\x01 \x01(\x03\x12\x13\n\x0brecords_out\x18\x02 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x03 \x01(\x03\x12\x11\n\tbytes_out\x18\x04 \x01(\x03\"\xbf\x01\n\x12TaskExecutionState\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.sparkmill.v1.ExecutionState\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\x12+\n\nio_metrics\x18\x04 \x01(\x0b\x32\x17.sparkmill.v1.IOMetrics\x12\x13\n\x0b\x61\x63\x63umulator\x18\x05 \x01(\x0c\"y\n\x1fUpdateTaskExecutionStateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x31\n\x07updates\x18\x03 \x03(\x0b\x32 .sparkmill.v1.TaskExecutionState\"s\n\"NotifySlotAllocationFailureRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rallocation_id\x18\x02 \x01(\t\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\"\\\n&JobMasterDisconnectTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\"^\n DisconnectResourceManagerRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x1b\n\x13resource_manager_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\">\n\x19JobMasterHeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tsender_id\x18\x02 \x01(\t\"G\n\nHostedJobs\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12%\n\x04jobs\x18\x02 \x03(\x0b\x32\x17.sparkmill.v1.HostedJob2\x9e\t\n\x10JobMasterGateway\x12U\n\x08StartJob\x12\x1d.sparkmill.v1.StartJobRequest\x1a\x1e.sparkmill.v1.StartJobResponse\"\n\x88\xb5\x18\x01\x90\xb5\x18\xb0\xea\x01\x12O\n\tCancelJob\x12\'.sparkmill.v1.JobMasterCancelJobRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12S\n\rGetJobDetails\x12\".sparkmill.v1.GetJobDetailsRequest\x1a\x18.sparkmill.v1.JobDetails\"\x04\x88\xb5\x18\x01\x12\x85\x01\n\x14RegisterTaskExecutor\x12\x32.sparkmill.v1.JobMasterRegisterTaskExecutorRequest\x1a\x33.sparkmill.v1.JobMasterRegisterTaskExecutorResponse\"\x04\x88\xb5\x18\x01\x12U\n\nOfferSlots\x12\x1f.sparkmill.v1.OfferSlotsRequest\x1a .sparkmill.v1.OfferSlotsResponse\"\x04\x88\xb5\x18\x01\x12\x64\n\x18UpdateTaskExecutionState\x12-.sparkmill.v1.UpdateTaskExecutionStateRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12j\n\x1bNotifySlotAllocationFailure\x12\x30.sparkmill.v1.NotifySlotAllocationFailureRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12i\n\x16\x44isconnectTaskExecutor\x12\x34.sparkmill.v1.JobMasterDisconnectTaskExecutorRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12\x66\n\x19\x44isconnectResourceManager\x12..sparkmill.v1.DisconnectResourceManagerRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12\x62\n\x1cHeartbeatFromResourceManager\x12\'.sparkmill.v1.JobMasterHeartbeatRequest\x1a\x13.sparkmill.v1.Empty\"\x04\x88\xb5\x18\x01\x12S\n\x17HeartbeatFromDispatcher\x12\x1e.sparkmill.v1.HeartbeatRequest\x1a\x18.sparkmill.v1.HostedJobs\x12P\n\x0eGetServiceInfo\x12#.sparkmill.v1.GetServiceInfoRequest\x1a\x19.sparkmill.v1.ServiceInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sparkmill.v1.job_master_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STARTJOBREQUEST_CLUSTERCONFIGENTRY']._loaded_options = None
-  _globals['_STARTJOBREQUEST_CLUSTERCONFIGENTRY']._serialized_options = b'8\001'
   _globals['_JOBMASTERGATEWAY'].methods_by_name['StartJob']._loaded_options = None
   _globals['_JOBMASTERGATEWAY'].methods_by_name['StartJob']._serialized_options = b'\210\265\030\001\220\265\030\260\352\001'
   _globals['_JOBMASTERGATEWAY'].methods_by_name['CancelJob']._loaded_options = None
@@ -56,42 +54,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBMASTERGATEWAY'].methods_by_name['DisconnectResourceManager']._serialized_options = b'\210\265\030\001'
   _globals['_JOBMASTERGATEWAY'].methods_by_name['HeartbeatFromResourceManager']._loaded_options = None
   _globals['_JOBMASTERGATEWAY'].methods_by_name['HeartbeatFromResourceManager']._serialized_options = b'\210\265\030\001'
-  _globals['_STARTJOBREQUEST']._serialized_start=128
-  _globals['_STARTJOBREQUEST']._serialized_end=366
-  _globals['_STARTJOBREQUEST_CLUSTERCONFIGENTRY']._serialized_start=314
-  _globals['_STARTJOBREQUEST_CLUSTERCONFIGENTRY']._serialized_end=366
-  _globals['_STARTJOBRESPONSE']._serialized_start=368
-  _globals['_STARTJOBRESPONSE']._serialized_end=445
-  _globals['_JOBMASTERCANCELJOBREQUEST']._serialized_start=447
-  _globals['_JOBMASTERCANCELJOBREQUEST']._serialized_end=490
-  _globals['_GETJOBDETAILSREQUEST']._serialized_start=492
-  _globals['_GETJOBDETAILSREQUEST']._serialized_end=530
-  _globals['_JOBMASTERREGISTERTASKEXECUTORREQUEST']._serialized_start=532
-  _globals['_JOBMASTERREGISTERTASKEXECUTORREQUEST']._serialized_end=624
-  _globals['_JOBMASTERREGISTERTASKEXECUTORRESPONSE']._serialized_start=626
-  _globals['_JOBMASTERREGISTERTASKEXECUTORRESPONSE']._serialized_end=728
-  _globals['_SLOTOFFER']._serialized_start=730
-  _globals['_SLOTOFFER']._serialized_end=841
-  _globals['_OFFERSLOTSREQUEST']._serialized_start=843
-  _globals['_OFFERSLOTSREQUEST']._serialized_end=957
-  _globals['_OFFERSLOTSRESPONSE']._serialized_start=959
-  _globals['_OFFERSLOTSRESPONSE']._serialized_end=1022
-  _globals['_IOMETRICS']._serialized_start=1024
-  _globals['_IOMETRICS']._serialized_end=1113
-  _globals['_TASKEXECUTIONSTATE']._serialized_start=1116
-  _globals['_TASKEXECUTIONSTATE']._serialized_end=1307
-  _globals['_UPDATETASKEXECUTIONSTATEREQUEST']._serialized_start=1309
-  _globals['_UPDATETASKEXECUTIONSTATEREQUEST']._serialized_end=1430
-  _globals['_NOTIFYSLOTALLOCATIONFAILUREREQUEST']._serialized_start=1432
-  _globals['_NOTIFYSLOTALLOCATIONFAILUREREQUEST']._serialized_end=1547
-  _globals['_JOBMASTERDISCONNECTTASKEXECUTORREQUEST']._serialized_start=1549
-  _globals['_JOBMASTERDISCONNECTTASKEXECUTORREQUEST']._serialized_end=1641
-  _globals['_DISCONNECTRESOURCEMANAGERREQUEST']._serialized_start=1643
-  _globals['_DISCONNECTRESOURCEMANAGERREQUEST']._serialized_end=1737
-  _globals['_JOBMASTERHEARTBEATREQUEST']._serialized_start=1739
-  _globals['_JOBMASTERHEARTBEATREQUEST']._serialized_end=1801
-  _globals['_HOSTEDJOBS']._serialized_start=1803
-  _globals['_HOSTEDJOBS']._serialized_end=1874
-  _globals['_JOBMASTERGATEWAY']._serialized_start=1877
-  _globals['_JOBMASTERGATEWAY']._serialized_end=3059
+  _globals['_STARTJOBREQUEST']._serialized_start=127
+  _globals['_STARTJOBREQUEST']._serialized_end=243
+  _globals['_STARTJOBRESPONSE']._serialized_start=245
+  _globals['_STARTJOBRESPONSE']._serialized_end=322
+  _globals['_JOBMASTERCANCELJOBREQUEST']._serialized_start=324
+  _globals['_JOBMASTERCANCELJOBREQUEST']._serialized_end=367
+  _globals['_GETJOBDETAILSREQUEST']._serialized_start=369
+  _globals['_GETJOBDETAILSREQUEST']._serialized_end=407
+  _globals['_JOBMASTERREGISTERTASKEXECUTORREQUEST']._serialized_start=409
+  _globals['_JOBMASTERREGISTERTASKEXECUTORREQUEST']._serialized_end=501
+  _globals['_JOBMASTERREGISTERTASKEXECUTORRESPONSE']._serialized_start=503
+  _globals['_JOBMASTERREGISTERTASKEXECUTORRESPONSE']._serialized_end=605
+  _globals['_SLOTOFFER']._serialized_start=607
+  _globals['_SLOTOFFER']._serialized_end=718
+  _globals['_OFFERSLOTSREQUEST']._serialized_start=720
+  _globals['_OFFERSLOTSREQUEST']._serialized_end=834
+  _globals['_OFFERSLOTSRESPONSE']._serialized_start=836
+  _globals['_OFFERSLOTSRESPONSE']._serialized_end=899
+  _globals['_IOMETRICS']._serialized_start=901
+  _globals['_IOMETRICS']._serialized_end=990
+  _globals['_TASKEXECUTIONSTATE']._serialized_start=993
+  _globals['_TASKEXECUTIONSTATE']._serialized_end=1184
+  _globals['_UPDATETASKEXECUTIONSTATEREQUEST']._serialized_start=1186
+  _globals['_UPDATETASKEXECUTIONSTATEREQUEST']._serialized_end=1307
+  _globals['_NOTIFYSLOTALLOCATIONFAILUREREQUEST']._serialized_start=1309
+  _globals['_NOTIFYSLOTALLOCATIONFAILUREREQUEST']._serialized_end=1424
+  _globals['_JOBMASTERDISCONNECTTASKEXECUTORREQUEST']._serialized_start=1426
+  _globals['_JOBMASTERDISCONNECTTASKEXECUTORREQUEST']._serialized_end=1518
+  _globals['_DISCONNECTRESOURCEMANAGERREQUEST']._serialized_start=1520
+  _globals['_DISCONNECTRESOURCEMANAGERREQUEST']._serialized_end=1614
+  _globals['_JOBMASTERHEARTBEATREQUEST']._serialized_start=1616
+  _globals['_JOBMASTERHEARTBEATREQUEST']._serialized_end=1678
+  _globals['_HOSTEDJOBS']._serialized_start=1680
+  _globals['_HOSTEDJOBS']._serialized_end=1751
+  _globals['_JOBMASTERGATEWAY']._serialized_start=1754
+  _globals['_JOBMASTERGATEWAY']._serialized_end=2936
 # @@protoc_insertion_point(module_scope)

@@ -10,23 +10,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StartJobRequest(_message.Message):
-    __slots__ = ("job_graph", "dispatcher_address", "submitted_at", "cluster_config")
-    class ClusterConfigEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    __slots__ = ("job_graph", "dispatcher_address", "submitted_at")
     JOB_GRAPH_FIELD_NUMBER: _ClassVar[int]
     DISPATCHER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
-    CLUSTER_CONFIG_FIELD_NUMBER: _ClassVar[int]
     job_graph: _common_pb2.JobGraph
     dispatcher_address: str
     submitted_at: float
-    cluster_config: _containers.ScalarMap[str, str]
-    def __init__(self, job_graph: _Optional[_Union[_common_pb2.JobGraph, _Mapping]] = ..., dispatcher_address: _Optional[str] = ..., submitted_at: _Optional[float] = ..., cluster_config: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, job_graph: _Optional[_Union[_common_pb2.JobGraph, _Mapping]] = ..., dispatcher_address: _Optional[str] = ..., submitted_at: _Optional[float] = ...) -> None: ...
 
 class StartJobResponse(_message.Message):
     __slots__ = ("job_master_session_id", "job_master_address")
