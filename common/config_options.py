@@ -504,6 +504,17 @@ EXCHANGE_DIR = _option(
     "all task executors that exchange data. The default is under the system temp directory.",
     default_text="<temp dir>/sparkmill-exchange",
 )
+EXCHANGE_STORAGE = _option(
+    "exchange.storage",
+    STRING,
+    "shared",
+    "What happens to a task executor's finished intermediate results when it is lost. "
+    "'shared': exchange.dir is storage that outlives any task executor (a shared mount); "
+    "its results stay in use, and are produced again only if a consumer finds them missing. "
+    "'local': exchange.dir is on the task executors' own machines; the results of a lost "
+    "executor are lost with it, and those still needed are produced again at once.",
+    choices=("shared", "local"),
+)
 
 # --------------------------------------------------------------------------------------------
 _group("Logging", "Process logging.")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 
 from common.ids import JobID, new_leader_session_id
+from common.job_progress import JobProgressStore, NoJobProgressStore
 from common.job_stores import (
     InMemoryJobGraphStore,
     InMemoryJobResultStore,
@@ -51,6 +52,11 @@ class HighAvailabilityServices(abc.ABC):
 
     @abc.abstractmethod
     def job_result_store(self) -> JobResultStore: ...
+
+    def job_progress_store(self) -> JobProgressStore:
+        """Where JobMasters record finished subtasks for a JobMaster that takes over (nothing
+        without HA: no JobMaster ever takes a job over)."""
+        return NoJobProgressStore()
 
     async def announce(self, role: str, member_id: str, info: bytes) -> None:  # noqa: B027
         """Make this process visible as a member of ``role`` (leader or standby)."""

@@ -26,6 +26,10 @@ NOOP_OPERATOR_KIND = "noop"
 SPARK_OPERATOR_KIND = "spark"
 """A chain of PySpark operators (the data plane)."""
 
+NO_DATA_PARTITIONER = "none"
+"""The partitioner of an edge that carries no records: its consumer only waits for the producer
+to finish (e.g. a pipeline's final commit vertex). Such a result cannot be lost."""
+
 KNOWN_OPERATOR_KINDS = frozenset({NOOP_OPERATOR_KIND, SPARK_OPERATOR_KIND})
 DEFAULT_SLOT_SHARING_GROUP = "default"
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from common.ids import new_dataset_id, new_job_id, new_vertex_id
 from common.jobgraph import (
+    NO_DATA_PARTITIONER,
     SPARK_OPERATOR_KIND,
     DistributionPattern,
     IntermediateDataSet,
@@ -310,7 +311,7 @@ def _build_graph(pipeline: Pipeline, ops: list[_Op], groups: list[list[_Op]]) ->
             done = IntermediateDataSet(new_dataset_id(), entry.vertex.id)
             entry.vertex.produced.append(done)
             commit.inputs.append(
-                JobEdge(done.id, commit.id, DistributionPattern.ALL_TO_ALL, S.FORWARD)
+                JobEdge(done.id, commit.id, DistributionPattern.ALL_TO_ALL, NO_DATA_PARTITIONER)
             )
             if isinstance(root.op, S.SinkOutput):
                 sink_commits.append(

@@ -237,12 +237,15 @@ def _details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
         "submitted_at": details.submitted_at,
         "ended_at": details.ended_at or None,
         "restarts": details.restarts,
+        "recovered_subtasks": details.recovered_subtasks,
         "vertices": [
             {
                 "id": v.vertex_id,
                 "name": v.name,
                 "parallelism": v.parallelism,
                 "tasks": {_state_name(k): n for k, n in sorted(v.tasks_by_state.items())},
+                "attempts": list(v.subtask_attempts),
+                "task_executors": list(v.subtask_task_executors),
             }
             for v in details.vertices
         ],
@@ -370,12 +373,20 @@ def _print_details(details: jobs_pb2.JobDetails) -> None:
     print(
         f"job {details.job_id} ('{details.name}'): {_status_name(details.status)}"
         + (f", {details.restarts} restarts" if details.restarts else "")
+        + (
+            f", {details.recovered_subtasks} finished subtasks taken over from an earlier "
+            "JobMaster"
+            if details.recovered_subtasks
+            else ""
+        )
     )
     for v in details.vertices:
         states = ", ".join(
             f"{n} {_state_name(s).lower()}" for s, n in sorted(v.tasks_by_state.items()) if n
         )
-        print(f"  {v.name} (parallelism {v.parallelism}): {states}")
+        rerun = sum(1 for a in v.subtask_attempts if a > 0)
+        again = f"; {rerun} ran again (max attempt #{max(v.subtask_attempts)})" if rerun else ""
+        print(f"  {v.name} (parallelism {v.parallelism}): {states}{again}")
     if details.failure.message:
         print(f"failure: {details.failure.message}")
     if details.exceptions:

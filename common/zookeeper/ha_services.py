@@ -22,6 +22,7 @@ from common import config_options as opt
 from common.config import Configuration
 from common.ha import HighAvailabilityServices
 from common.ids import JobID
+from common.job_progress import FileJobProgressStore, JobProgressStore
 from common.job_stores import JobGraphStore, JobResultStore
 from common.leader import LeaderElectionService, LeaderRetrievalService
 from common.settings import ClusterSettings
@@ -90,6 +91,9 @@ class ZooKeeperHaServices(HighAvailabilityServices):
 
     def job_result_store(self) -> JobResultStore:
         return FileSystemJobResultStore(self.storage_dir)
+
+    def job_progress_store(self) -> JobProgressStore:
+        return FileJobProgressStore(self.storage_dir / "job-progress")
 
     async def announce(self, role: str, member_id: str, info: bytes) -> None:
         self._announcement = (role, member_id, info)

@@ -85,6 +85,7 @@ class Execution:
         "failure_info",
         "state",
         "state_timestamps",
+        "task_executor_id",
         "vertex",
     )
 
@@ -96,6 +97,8 @@ class Execution:
         self.state_timestamps: dict[ExecutionState, float] = {ExecutionState.CREATED: created_at}
         # Whatever the scheduler deployed this attempt into (e.g. its slot); opaque here.
         self.assigned_resource: object | None = None
+        # The task executor (resource id) it was deployed to: where its results were written.
+        self.task_executor_id = ""
         self.failure_info: FailureInfo | None = None
 
     @property
@@ -437,6 +440,38 @@ class ExecutionGraph:
         self._state_counts[old.state] -= 1
         self._state_counts[ExecutionState.CREATED] += 1
         return new
+
+    def restore_finished(
+        self,
+        vertex: ExecutionVertex,
+        attempt_id: ExecutionAttemptID,
+        attempt_number: int,
+        task_executor_id: str,
+    ) -> Execution:
+        """Make a finished attempt of an earlier JobMaster the vertex's current attempt.
+
+        Used when a JobMaster takes over a job whose results are still readable: consumers are
+        then deployed with ``attempt_id``'s partitions. Only an untouched vertex (attempt 0,
+        still CREATED) can be restored; anything else is a bug.
+        """
+        if vertex._graph is not self:
+            raise IllegalStateBug(f"{vertex!r} belongs to another execution graph")
+        current = vertex.current_execution
+        if current.state is not ExecutionState.CREATED or vertex.vertex_version != 0:
+            raise IllegalStateBug(f"cannot restore {vertex!r}: it has run in this graph already")
+        del self._executions[current.attempt_id]
+        current.attempt_id = attempt_id
+        current.attempt_number = attempt_number
+        current.task_executor_id = task_executor_id
+        self._executions[attempt_id] = current
+        now = self._clock()
+        current.state = ExecutionState.FINISHED
+        current.state_timestamps[ExecutionState.FINISHED] = now
+        self._state_counts[ExecutionState.CREATED] -= 1
+        self._state_counts[ExecutionState.FINISHED] += 1
+        for partition in vertex.produced_partitions:
+            partition.mark_finished()
+        return current
 
     def _on_transition(
         self, execution: Execution, old: ExecutionState, new: ExecutionState

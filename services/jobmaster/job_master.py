@@ -31,13 +31,8 @@ from common.rpc.client import RpcClientPool
 from common.settings import ClusterSettings
 from common.timers import AsyncioTimerService
 from services.jobmaster.execution_graph import Execution, ExecutionGraph
-from services.jobmaster.restart_strategy import (
-    ExponentialDelayRestartStrategy,
-    FailureRateRestartStrategy,
-    FixedDelayRestartStrategy,
-    NoRestartStrategy,
-    RestartStrategy,
-)
+from services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
+from services.jobmaster.restart_strategy import restart_strategy_from_config
 from services.jobmaster.scheduler import DefaultScheduler, IOTotals
 from services.jobmaster.slot_pool import PhysicalSlot, SlotOffer, SlotPool, TaskExecutorInfo
 from services.jobmaster.states import ExecutionState, JobStatus
@@ -56,31 +51,6 @@ if TYPE_CHECKING:
     from services.jobmaster.service import JobMasterProcess
 
 log = logging.getLogger(__name__)
-
-
-def restart_strategy_from_config(config: Configuration) -> RestartStrategy:
-    kind = config.get(opt.RESTART_STRATEGY_TYPE)
-    if kind == "fixed-delay":
-        return FixedDelayRestartStrategy(
-            config.get(opt.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS),
-            config.get(opt.RESTART_STRATEGY_FIXED_DELAY_DELAY),
-        )
-    if kind == "failure-rate":
-        return FailureRateRestartStrategy(
-            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_MAX_FAILURES),
-            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_INTERVAL),
-            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_DELAY),
-        )
-    if kind == "exponential-delay":
-        return ExponentialDelayRestartStrategy(
-            config.get(opt.RESTART_STRATEGY_EXP_INITIAL_BACKOFF),
-            config.get(opt.RESTART_STRATEGY_EXP_MAX_BACKOFF),
-            config.get(opt.RESTART_STRATEGY_EXP_BACKOFF_MULTIPLIER),
-            config.get(opt.RESTART_STRATEGY_EXP_RESET_BACKOFF_THRESHOLD),
-            config.get(opt.RESTART_STRATEGY_EXP_JITTER_FACTOR),
-            config.get(opt.RESTART_STRATEGY_EXP_ATTEMPTS_BEFORE_RESET),
-        )
-    return NoRestartStrategy()
 
 
 @dataclass
@@ -126,13 +96,17 @@ class JobMaster:
             slot_request_timeout_s=self.config.get(opt.SLOT_REQUEST_TIMEOUT) + 1.0,
             idle_slot_timeout_s=settings.slot_idle_timeout_s,
         )
+        self.progress = ProgressRecorder(process.progress_store, self.job_id, runtime)
         self.scheduler = DefaultScheduler(
             self.graph,
             self.slot_pool,
             self,
             restart_strategy_from_config(self.config),
             failover_strategy=self.config.get(opt.FAILOVER_STRATEGY),
+            progress=self.progress,
         )
+        # "local": a task executor's results are lost with it (see exchange.storage).
+        self.results_lost_with_executor = config.get(opt.EXCHANGE_STORAGE) == "local"
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
         self.rm_leader: LeaderInfo | None = None
         self.rm_client: ResourceManagerClient | None = None
@@ -164,6 +138,16 @@ class JobMaster:
             return
         self.session_id = session_id
         await self.election.confirm_leadership(session_id, self.process.identity.address)
+        # Before anything is scheduled: what an earlier JobMaster finished and is still
+        # readable is not run again.
+        await recover_finished_subtasks(
+            self.graph,
+            self.scheduler,
+            self.progress,
+            self.runtime,
+            self.settings.exchange_dir,
+            session_id,
+        )
         self.status = JobStatus.CREATED
         self._report_status(JobStatus.CREATED, "")
         self.on_resource_manager_leader(self.process.rm_leader)
@@ -178,6 +162,7 @@ class JobMaster:
             return
         log.warning("job %s suspended: %s", short(self.job_id), cause)
         self.status = JobStatus.SUSPENDED
+        self.progress.stop()
         await self._release_everything(cause)
 
     def cancel(self) -> None:
@@ -194,6 +179,7 @@ class JobMaster:
             self._report_status(status, cause)
 
     async def _finish(self, status: JobStatus, cause: str) -> None:
+        self.progress.stop()
         await self._release_resources(f"job {status.name}")
         if status is not JobStatus.FINISHED:
             # A successful job's commit vertex removes its intermediate results; after a
@@ -225,6 +211,10 @@ class JobMaster:
         )
         # Only once the outcome is recorded may the job's leadership go: a standby that takes
         # over then finds the result and stands down instead of running the job again.
+        try:
+            await self.runtime.run_blocking(self.process.progress_store.remove, self.job_id)
+        except OSError as exc:
+            log.warning("job %s: progress log not removed: %s", short(self.job_id), exc)
         await self.election.stop()
         self.process.job_master_done(self)
 
@@ -317,16 +307,11 @@ class JobMaster:
             )
             for partition in group:
                 producer = partition.producer.current_execution
-                resource = producer.assigned_resource
                 gate.partitions.add(
                     dataset_id=edge.source,
                     partition_number=partition.partition_number,
                     producer_attempt_id=producer.attempt_id,
-                    producer_resource_id=(
-                        resource.task_executor.resource_id
-                        if isinstance(resource, PhysicalSlot)
-                        else ""
-                    ),
+                    producer_resource_id=producer.task_executor_id,
                 )
         return tdd
 
@@ -496,6 +481,8 @@ class JobMaster:
         self.slot_pool.release_task_executor(
             rid, UnavailableError(f"task executor {short(rid)} is lost: {cause}")
         )
+        if self.results_lost_with_executor:
+            self.scheduler.results_lost_with_task_executor(rid, cause)
 
     async def _disconnect_task_executor(self, te: _TaskExecutorConnection, cause: str) -> None:
         try:
@@ -529,6 +516,10 @@ class JobMaster:
                 if update.HasField("io_metrics")
                 else None,
                 accumulator=update.accumulator,
+                lost_partitions=[
+                    (p.dataset_id, p.partition_number, p.producer_attempt_id)
+                    for p in update.lost_partitions
+                ],
             )
 
     # -- details ----------------------------------------------------------------------------
@@ -542,14 +533,17 @@ class JobMaster:
             ended_at=self.ended_at,
             job_master_address=self.process.identity.address,
             restarts=self.scheduler.restarts,
+            recovered_subtasks=self.scheduler.recovered_subtasks,
         )
         for ejv in self.graph.job_vertices:
             counts: dict[int, int] = {}
             attempts: list[int] = []
+            locations: list[str] = []
             for vertex in ejv.task_vertices:
-                state = vertex.current_execution.state.value
-                counts[state] = counts.get(state, 0) + 1
-                attempts.append(vertex.current_execution.attempt_number)
+                execution = vertex.current_execution
+                counts[execution.state.value] = counts.get(execution.state.value, 0) + 1
+                attempts.append(execution.attempt_number)
+                locations.append(execution.task_executor_id)
             io = self.scheduler.io.get(ejv.name)
             details.vertices.add(
                 vertex_id=ejv.id,
@@ -557,6 +551,7 @@ class JobMaster:
                 parallelism=ejv.parallelism,
                 tasks_by_state=counts,
                 subtask_attempts=attempts,
+                subtask_task_executors=locations,
                 records_in=io.records_in if io else 0,
                 records_out=io.records_out if io else 0,
                 bytes_in=io.bytes_in if io else 0,

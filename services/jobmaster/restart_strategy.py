@@ -21,6 +21,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
+from common import config_options as opt
+from common.config import Configuration
+
 
 class RestartStrategy(Protocol):
     def notify_failure(self, timestamp: float) -> None:
@@ -141,3 +144,28 @@ class ExponentialDelayRestartStrategy:
             f"exponential-delay ({self.initial_s:g}s..{self.max_s:g}s, "
             f"x{self.multiplier:g}, jitter {self.jitter:g})"
         )
+
+
+def restart_strategy_from_config(config: Configuration) -> RestartStrategy:
+    kind = config.get(opt.RESTART_STRATEGY_TYPE)
+    if kind == "fixed-delay":
+        return FixedDelayRestartStrategy(
+            config.get(opt.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS),
+            config.get(opt.RESTART_STRATEGY_FIXED_DELAY_DELAY),
+        )
+    if kind == "failure-rate":
+        return FailureRateRestartStrategy(
+            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_MAX_FAILURES),
+            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_INTERVAL),
+            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_DELAY),
+        )
+    if kind == "exponential-delay":
+        return ExponentialDelayRestartStrategy(
+            config.get(opt.RESTART_STRATEGY_EXP_INITIAL_BACKOFF),
+            config.get(opt.RESTART_STRATEGY_EXP_MAX_BACKOFF),
+            config.get(opt.RESTART_STRATEGY_EXP_BACKOFF_MULTIPLIER),
+            config.get(opt.RESTART_STRATEGY_EXP_RESET_BACKOFF_THRESHOLD),
+            config.get(opt.RESTART_STRATEGY_EXP_JITTER_FACTOR),
+            config.get(opt.RESTART_STRATEGY_EXP_ATTEMPTS_BEFORE_RESET),
+        )
+    return NoRestartStrategy()

@@ -14,6 +14,13 @@ Failures go to the restart strategy (seed 003's ``tryRestartOrFail``): restart t
 vertices after the back-off - the failed region and the regions downstream of it (``region``
 failover) or everything (``full``) - or fail the job, cancelling what still runs.
 
+Lost intermediate results: a task that cannot read an input names the lost partitions; their
+producers' regions are restarted along with the failed one (restarting only the consumer would
+fail again). When results live on the task executors' own storage (``exchange.storage:
+local``), the loss of an executor loses the finished results it wrote: those that a consumer
+still needs are produced again at once. Finished subtasks whose results are intact never run
+again.
+
 All methods run on the job master's event loop. I/O goes through :class:`SchedulerActions`.
 """
 
@@ -27,8 +34,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common.errors import ResourceExhaustedError, RpcError
-from common.ids import ExecutionAttemptID, short
-from services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
+from common.ids import ExecutionAttemptID, IntermediateDataSetID, short
+from common.jobgraph import NO_DATA_PARTITIONER
+from services.jobmaster.execution_graph import (
+    Execution,
+    ExecutionGraph,
+    ExecutionVertex,
+    PartitionID,
+)
 from services.jobmaster.pipelined_regions import PipelinedRegion
 from services.jobmaster.restart_strategy import RestartStrategy
 from services.jobmaster.slot_pool import PendingSlotRequest, PhysicalSlot, SlotPool
@@ -52,6 +65,27 @@ class SchedulerActions(Protocol):
         ...
 
     def job_status_changed(self, status: JobStatus, cause: str) -> None: ...
+
+
+class ProgressListener(Protocol):
+    """Told about finished attempts and about finished attempts that became void (a JobMaster
+    that takes the job over later restores what is still valid)."""
+
+    def attempt_finished(
+        self, execution: Execution, accumulator: bytes, io: IOTotals | None
+    ) -> None: ...
+
+    def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None: ...
+
+
+class NoProgressListener:
+    def attempt_finished(
+        self, execution: Execution, accumulator: bytes, io: IOTotals | None
+    ) -> None:
+        pass
+
+    def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None:
+        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +124,10 @@ class DefaultScheduler:
         restart_strategy: RestartStrategy,
         *,
         failover_strategy: str = "region",
+        progress: ProgressListener | None = None,
     ) -> None:
         self.graph = graph
+        self.progress: ProgressListener = progress or NoProgressListener()
         self.slot_pool = slot_pool
         self.actions = actions
         self.restart_strategy = restart_strategy
@@ -99,6 +135,7 @@ class DefaultScheduler:
         self.status = JobStatus.CREATED
         self.failure_cause = ""
         self.restarts = 0
+        self.recovered_subtasks = 0
         self.exceptions: list[FailureRecord] = []
         self.accumulators: dict[str, dict[int, bytes]] = {}
         self.io: dict[str, IOTotals] = {}
@@ -106,6 +143,11 @@ class DefaultScheduler:
         self._requests: dict[ExecutionAttemptID, PendingSlotRequest] = {}
         self._restarts: list[_Restart] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        # Data sets whose every consumer only waits for them (no records): never "lost".
+        consumed = [e for jv in graph.job_graph.vertices for e in jv.inputs]
+        self.no_data_results: frozenset[IntermediateDataSetID] = frozenset(
+            e.source for e in consumed if e.partitioner == NO_DATA_PARTITIONER
+        ) - {e.source for e in consumed if e.partitioner != NO_DATA_PARTITIONER}
 
     # -- job status -----------------------------------------------------------------------------
 
@@ -134,6 +176,19 @@ class DefaultScheduler:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("scheduler task %s died", task.get_name(), exc_info=task.exception())
+
+    def restore_finished(self, vertex: ExecutionVertex, accumulator: bytes, io: IOTotals) -> None:
+        """Take over what an earlier JobMaster's finished attempt of ``vertex`` reported (the
+        graph has restored the attempt itself)."""
+        name = vertex.job_vertex.name
+        if accumulator:
+            self.accumulators.setdefault(name, {})[vertex.subtask_index] = accumulator
+        totals = self.io.setdefault(name, IOTotals())
+        totals.records_in += io.records_in
+        totals.records_out += io.records_out
+        totals.bytes_in += io.bytes_in
+        totals.bytes_out += io.bytes_out
+        self.recovered_subtasks += 1
 
     # -- scheduling -----------------------------------------------------------------------------
 
@@ -196,6 +251,7 @@ class DefaultScheduler:
     def _deploy(self, execution: Execution, slot: PhysicalSlot) -> None:
         self._slots[execution.attempt_id] = slot
         execution.assigned_resource = slot
+        execution.task_executor_id = slot.task_executor.resource_id
         execution.transition_to(ES.DEPLOYING)
         self._spawn(self._submit(execution, slot), "submit")
 
@@ -224,8 +280,12 @@ class DefaultScheduler:
         exception_type: str = "",
         io: IOTotals | None = None,
         accumulator: bytes = b"",
+        lost_partitions: Iterable[tuple[str, int, str]] = (),
     ) -> bool:
-        """Apply a reported state; False when the attempt is unknown or superseded (stale)."""
+        """Apply a reported state; False when the attempt is unknown or superseded (stale).
+
+        ``lost_partitions`` (dataset id, partition number, producer attempt id) come with a
+        FAILED report of a task that could not read those inputs."""
         execution = self.graph.execution(attempt_id)
         if execution is None or execution.state.is_terminal:
             return False
@@ -246,9 +306,11 @@ class DefaultScheduler:
                 exception_type,
                 details,
                 suppress_restarts=exception_type in SUPPRESS_RESTARTS_EXCEPTIONS,
+                lost_producers=self._producers_of(lost_partitions),
             )
         elif state is ES.FINISHED:
             execution.transition_to(ES.FINISHED)
+            self.progress.attempt_finished(execution, accumulator, io)
             if accumulator:
                 name = execution.vertex.job_vertex.name
                 self.accumulators.setdefault(name, {})[execution.vertex.subtask_index] = accumulator
@@ -296,6 +358,7 @@ class DefaultScheduler:
         details: str = "",
         *,
         suppress_restarts: bool = False,
+        lost_producers: list[ExecutionVertex] | None = None,
     ) -> None:
         slot = self._slots.get(execution.attempt_id)
         if slot is None and isinstance(execution.assigned_resource, PhysicalSlot):
@@ -329,16 +392,110 @@ class DefaultScheduler:
                     f"restarting cannot help)"
                 )
             else:
-                self._handle_task_failure(execution, message)
+                lost = lost_producers or []
+                if lost:
+                    log.info(
+                        "job %s: %s lost results of %s; they run again",
+                        short(self.graph.job_id),
+                        execution.description,
+                        ", ".join(v.current_execution.description for v in lost[:5]),
+                    )
+                self._handle_failure(
+                    [execution.vertex, *lost], f"{execution.description} failed: {message}"
+                )
         self._after_terminal()
 
-    def _handle_task_failure(self, execution: Execution, message: str) -> None:
+    def _producers_of(self, lost: Iterable[tuple[str, int, str]]) -> list[ExecutionVertex]:
+        """The finished producers whose current results are the ``lost`` partitions (reports
+        about results that are already being produced again are ignored)."""
+        found: dict[int, ExecutionVertex] = {}
+        for dataset_id, number, attempt_id in lost:
+            try:
+                partition = self.graph.partition(
+                    PartitionID(IntermediateDataSetID(dataset_id), number)
+                )
+            except (KeyError, IndexError):
+                continue
+            producer = partition.producer.current_execution
+            if producer.attempt_id == attempt_id and producer.state is ES.FINISHED:
+                found.setdefault(id(partition.producer), partition.producer)
+        return list(found.values())
+
+    def results_lost_with_task_executor(self, resource_id: str, cause: str) -> None:
+        """The finished results written on ``resource_id`` are gone (``exchange.storage:
+        local``): produce again, at once, those a consumer still needs."""
+        if self.status is not JobStatus.RUNNING:
+            return
+        pending = self._pending_restart()
+        written_there = [
+            v
+            for v in self.graph.all_execution_vertices()
+            if v.current_execution.state is ES.FINISHED
+            and v.current_execution.task_executor_id == resource_id
+            and id(v) not in pending
+        ]
+        # Needed: a consumer has not finished, or will run again because of another lost
+        # result (so until nothing changes; one round when consumers are all unfinished).
+        lost: list[ExecutionVertex] = []
+        restarting: set[int] = set()
+        while True:
+            chosen = {id(v) for v in lost}
+            more = [
+                v
+                for v in written_there
+                if id(v) not in chosen and self._result_still_needed(v, restarting)
+            ]
+            if not more:
+                break
+            lost.extend(more)
+            restarting = {id(v) for v in self._vertices_to_restart(lost)}
+        if not lost:
+            return
+        message = (
+            f"the results of {len(lost)} finished subtask(s) were lost with task executor "
+            f"{short(resource_id)}: {cause}"
+        )
+        self.exceptions.append(
+            FailureRecord(
+                time.time(),
+                lost[0].job_vertex.name,
+                lost[0].subtask_index,
+                lost[0].current_execution.attempt_number,
+                resource_id,
+                message,
+                "\n".join(v.current_execution.description for v in lost),
+                "ResultPartitionLost",
+            )
+        )
+        del self.exceptions[:-MAX_EXCEPTIONS_KEPT]
+        log.warning("job %s: %s", short(self.graph.job_id), message)
+        self._handle_failure(lost, message)
+        self._after_terminal()
+
+    def _result_still_needed(self, vertex: ExecutionVertex, restarting: set[int]) -> bool:
+        for partition in vertex.produced_partitions:
+            if partition.result.id in self.no_data_results:
+                continue
+            for group in partition.consumer_vertex_groups:
+                if any(
+                    c.current_execution.state is not ES.FINISHED or id(c) in restarting
+                    for c in group.vertices
+                ):
+                    return True
+        return False
+
+    def _pending_restart(self) -> set[int]:
+        return {id(v) for restart in self._restarts for v in restart.vertices}
+
+    def _handle_failure(self, origins: list[ExecutionVertex], cause: str) -> None:
         self.restart_strategy.notify_failure(time.monotonic())
-        cause = f"{execution.description} failed: {message}"
         if not self.restart_strategy.can_restart():
             self.fail_job(f"{cause} (no restart left: {self.restart_strategy.describe()})")
             return
-        vertices = self._vertices_to_restart(execution.vertex)
+        pending = self._pending_restart()
+        # Vertices a restart already waits for are left to it (resetting them twice would
+        # throw away the attempt the first restart starts).
+        vertices = [v for v in self._vertices_to_restart(origins) if id(v) not in pending]
         self.restarts += 1
         backoff_s = self.restart_strategy.backoff_s()  # once: it may be jittered per call
         log.info(
@@ -351,6 +508,9 @@ class DefaultScheduler:
         )
         if self.failover_strategy == "full":
             self._transition(JobStatus.RESTARTING, cause)
+        self.progress.attempts_invalidated(
+            [v for v in vertices if v.current_execution.state is ES.FINISHED]
+        )
         for vertex in vertices:
             self._cancel_execution(vertex.current_execution)
             # Its output is void from now on (the reset would do this only after the back-off):
@@ -359,13 +519,13 @@ class DefaultScheduler:
                 partition.mark_unfinished()
         self._restarts.append(_Restart(vertices, backoff_s))
 
-    def _vertices_to_restart(self, failed: ExecutionVertex) -> list[ExecutionVertex]:
+    def _vertices_to_restart(self, origins: list[ExecutionVertex]) -> list[ExecutionVertex]:
         if self.failover_strategy == "full":
             return list(self.graph.all_execution_vertices())
-        # The failed region and every region downstream of it that has started: their inputs
-        # will be produced again, so whatever they did with the old ones is void.
+        # The failed regions and every region downstream of them that has started: their
+        # inputs will be produced again, so whatever they did with the old ones is void.
         regions: dict[int, PipelinedRegion] = {}
-        todo = [self.graph.region_of(failed)]
+        todo = [self.graph.region_of(v) for v in origins]
         while todo:
             region = todo.pop()
             if region.index in regions:

@@ -64,6 +64,7 @@ class JobMasterProcess(JobMasterServicer):
         self.rm_leader: LeaderInfo | None = None
         self._dispatcher_retrieval: LeaderRetrievalService = ha.dispatcher_retrieval()
         self.result_store = ha.job_result_store()
+        self.progress_store = ha.job_progress_store()
         self._rm_retrieval: LeaderRetrievalService = ha.resource_manager_retrieval()
 
     async def start(self) -> None:

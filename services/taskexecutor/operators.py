@@ -59,6 +59,16 @@ class InputPartitionInfo:
     producer_resource_id: str
 
 
+class PartitionNotFoundError(RuntimeError):
+    """Input partitions of the task are missing or unreadable (Flink's
+    ``PartitionNotFoundException``): running the task again cannot help until their producers
+    have run again, so the failure names them and the JobMaster restarts those producers too."""
+
+    def __init__(self, message: str, partitions: tuple[InputPartitionInfo, ...]) -> None:
+        super().__init__(message)
+        self.partitions = partitions
+
+
 @dataclass(frozen=True, slots=True)
 class InputGateInfo:
     dataset_id: str

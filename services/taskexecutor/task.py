@@ -27,6 +27,7 @@ from services.taskexecutor.operators import (
     InputGateInfo,
     InputPartitionInfo,
     Invokable,
+    PartitionNotFoundError,
     TaskCancelledError,
     TaskContext,
     TaskOutcome,
@@ -42,6 +43,8 @@ class TaskFailureInfo:
     exception_type: str
     message: str
     details: str
+    # Input partitions the task could not read (see PartitionNotFoundError).
+    lost_partitions: tuple[InputPartitionInfo, ...] = ()
 
 
 StateListener = Callable[["Task", ExecutionState, TaskFailureInfo | None, TaskOutcome | None], None]
@@ -177,7 +180,11 @@ class Task:
                 self._post(ExecutionState.CANCELED)
             else:
                 failure = TaskFailureInfo(
-                    ErrorCode.INTERNAL, type(exc).__name__, str(exc), traceback.format_exc()
+                    ErrorCode.INTERNAL,
+                    type(exc).__name__,
+                    str(exc),
+                    traceback.format_exc(),
+                    exc.partitions if isinstance(exc, PartitionNotFoundError) else (),
                 )
                 self._post(ExecutionState.FAILED, failure=failure)
 

@@ -508,6 +508,12 @@ class TaskExecutor(TaskExecutorServicer):
             update.error.message = failure.message
             update.error.details = failure.details
             update.error.exception_type = failure.exception_type
+            for lost in failure.lost_partitions:
+                update.lost_partitions.add(
+                    dataset_id=lost.dataset_id,
+                    partition_number=lost.partition_number,
+                    producer_attempt_id=lost.producer_attempt_id,
+                )
         if outcome is not None:
             update.io_metrics.records_in = outcome.records_in
             update.io_metrics.records_out = outcome.records_out

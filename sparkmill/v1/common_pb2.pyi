@@ -118,6 +118,16 @@ class Empty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ResultPartitionRef(_message.Message):
+    __slots__ = ("dataset_id", "partition_number", "producer_attempt_id")
+    DATASET_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    dataset_id: str
+    partition_number: int
+    producer_attempt_id: str
+    def __init__(self, dataset_id: _Optional[str] = ..., partition_number: _Optional[int] = ..., producer_attempt_id: _Optional[str] = ...) -> None: ...
+
 class ResourceProfile(_message.Message):
     __slots__ = ("cpu_cores", "memory_mb")
     CPU_CORES_FIELD_NUMBER: _ClassVar[int]

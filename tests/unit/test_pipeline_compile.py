@@ -91,7 +91,7 @@ def test_key_by_agg_splits_into_partial_and_final_across_a_hash_exchange() -> No
             "hash",
             "ALL_TO_ALL",
         ),
-        ("agg -> collect(collect-1)", "commit", "forward", "ALL_TO_ALL"),
+        ("agg -> collect(collect-1)", "commit", "none", "ALL_TO_ALL"),
     }
     producer = chain(vertices(graph)["range -> with_column(k) -> partial agg"])
     (out,) = producer.outputs

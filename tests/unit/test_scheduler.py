@@ -44,7 +44,7 @@ from services.jobmaster.restart_strategy import (
     NoRestartStrategy,
     RestartStrategy,
 )
-from services.jobmaster.scheduler import DefaultScheduler, IOTotals
+from services.jobmaster.scheduler import DefaultScheduler, IOTotals, ProgressListener
 from services.jobmaster.slot_pool import PhysicalSlot, SlotOffer, SlotPool, TaskExecutorInfo
 from services.jobmaster.states import ExecutionState, JobStatus
 from sparkmill.testing import noop_pipeline
@@ -154,8 +154,9 @@ class Harness:
         done = set(self.rm.cancelled) | set(self.offered)
         return [a for a in self.rm.requested if a not in done]
 
-    def offer(self, count: int | None = None) -> int:
-        """Offer one slot for each of the ``count`` oldest open RM requests (all by default)."""
+    def offer(self, count: int | None = None, te: TaskExecutorInfo | None = None) -> int:
+        """Offer one slot for each of the ``count`` oldest open RM requests (all by default),
+        from ``te`` (the harness's task executor by default)."""
         requests = self.open_requests()
         if count is not None:
             requests = requests[:count]
@@ -164,7 +165,7 @@ class Harness:
             for i, allocation_id in enumerate(requests)
         ]
         self.offered.extend(requests)
-        accepted = self.pool.offer_slots(self.te, offers)
+        accepted = self.pool.offer_slots(te or self.te, offers)
         self.accepted += len(accepted)
         return len(accepted)
 
@@ -207,6 +208,7 @@ class Harness:
         exception_type: str = "",
         io: IOTotals | None = None,
         accumulator: bytes = b"",
+        lost_partitions: list[tuple[str, int, str]] | None = None,
     ) -> bool:
         """What the task executor reports about the current attempt of ``name`` #``index``."""
         return self.scheduler.update_task_execution_state(
@@ -217,6 +219,7 @@ class Harness:
             exception_type=exception_type,
             io=io,
             accumulator=accumulator,
+            lost_partitions=lost_partitions or (),
         )
 
     def run(self, name: str, index: int) -> None:
@@ -260,6 +263,7 @@ def run(
     *,
     restart_strategy: RestartStrategy | None = None,
     failover: str = "region",
+    progress: ProgressListener | None = None,
 ) -> None:
     async def main() -> None:
         timers = ManualTimerService()
@@ -274,6 +278,7 @@ def run(
             actions,
             restart_strategy or NoRestartStrategy(),
             failover_strategy=failover,
+            progress=progress,
         )
         rm.scheduler = scheduler
         te = TaskExecutorInfo(new_resource_id(), "te-1:6123")

@@ -31,7 +31,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from services.taskexecutor.operators import InputGateInfo
+from common.jobgraph import NO_DATA_PARTITIONER
+from services.taskexecutor.operators import InputGateInfo, InputPartitionInfo
 from services.taskexecutor.spark import spec as S
 from services.taskexecutor.spark.cleanup import job_exchange_dir
 
@@ -125,6 +126,29 @@ def write_partition(
 
 
 # -- reading ------------------------------------------------------------------------------------
+
+
+def partition_readable(exchange_dir: str, job_id: str, part: InputPartitionInfo) -> bool:
+    """Whether a finished attempt's partition is (still) on disk: its schema file is written
+    only after the data."""
+    base = partition_dir(
+        exchange_dir, job_id, part.dataset_id, part.partition_number, part.producer_attempt_id
+    )
+    return (base / SCHEMA_FILE).is_file() and (base / DATA_DIR).is_dir()
+
+
+def missing_partitions(
+    gates: list[InputGateInfo], exchange_dir: str, job_id: str
+) -> tuple[InputPartitionInfo, ...]:
+    """The partitions named by ``gates`` that are not readable (a stat or two per partition:
+    called after a task failed, to tell a lost input from any other failure)."""
+    return tuple(
+        part
+        for gate in gates
+        if gate.partitioner != NO_DATA_PARTITIONER
+        for part in gate.partitions
+        if not partition_readable(exchange_dir, job_id, part)
+    )
 
 
 def gate_paths(

@@ -14,7 +14,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from services.taskexecutor.operators import TaskCancelledError, TaskContext, TaskOutcome
+from common.ids import short
+from services.taskexecutor.operators import (
+    PartitionNotFoundError,
+    TaskCancelledError,
+    TaskContext,
+    TaskOutcome,
+)
 from services.taskexecutor.spark import exchange, sinks, sources
 from services.taskexecutor.spark import spec as S
 from services.taskexecutor.spark.errors import OperatorError, SparkJobError, summarize
@@ -110,6 +116,30 @@ def _evaluate(spark: Any, op: S.Operation, inputs: list[Any], context: TaskConte
 
 
 def run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> TaskOutcome:
+    try:
+        return _run_chain(spark, spec, context, tag)
+    except TaskCancelledError:
+        raise
+    except Exception as exc:
+        # Whatever Spark said (a missing file, a corrupt footer, ...): if inputs are gone, that
+        # is the cause, and only running their producers again can fix it.
+        lost = exchange.missing_partitions(context.inputs, context.exchange_dir, context.job_id)
+        if not lost:
+            raise
+        names = ", ".join(
+            f"{short(p.dataset_id)}[{p.partition_number}] of attempt {short(p.producer_attempt_id)}"
+            for p in lost[:5]
+        )
+        more = f" and {len(lost) - 5} more" if len(lost) > 5 else ""
+        raise PartitionNotFoundError(
+            f"vertex '{spec.vertex_name}' cannot read {len(lost)} input partition(s): "
+            f"{names}{more} (missing under {context.exchange_dir}); their producers must run "
+            f"again. Cause: {summarize(exc).splitlines()[0]}",
+            lost,
+        ) from exc
+
+
+def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> TaskOutcome:
     built = build(spark, spec, context)
     root = built.frames[spec.root]
     metrics = SparkIOMetrics(spark.sparkContext, tag)

@@ -1,0 +1,251 @@
+"""Taking over a running batch job without running its finished subtasks again.
+
+The leading JobMaster records progress through :class:`ProgressRecorder` (a
+:class:`~services.jobmaster.scheduler.ProgressListener`): every finished attempt, and every
+finished attempt that a restart made void, goes to the job's progress log
+(:mod:`common.job_progress`) in the order the scheduler saw them - one writer, batched, off
+the event loop.
+
+A JobMaster that takes the job over calls :func:`recover_finished_subtasks` before it
+schedules anything. A recorded attempt is restored as FINISHED - its consumers read its
+partitions, it never runs again - only if
+
+* its result partitions are still readable under ``exchange.dir``;
+* every producer it read from is restored too (a consumer's output is only valid with the very
+  inputs it read);
+* its whole pipelined region is restorable (regions run all or nothing).
+
+Everything else runs again as usual. Losing the log (or part of it) costs re-running, never
+correctness: a subtask without a valid record simply runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from common.actor import ServiceRuntime
+from common.ids import ExecutionAttemptID, JobVertexID, short
+from common.job_progress import (
+    FINISHED,
+    INVALIDATED,
+    LEADER,
+    FinishedAttempt,
+    JobProgressStore,
+    ProgressEvent,
+    replay,
+)
+from services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
+from services.jobmaster.scheduler import DefaultScheduler, IOTotals
+from services.taskexecutor.operators import InputPartitionInfo
+from services.taskexecutor.spark.exchange import partition_readable
+
+log = logging.getLogger(__name__)
+
+SubtaskKey = tuple[str, int]
+
+
+class ProgressRecorder:
+    """Appends the scheduler's progress to the job's log, in order, in batches."""
+
+    def __init__(self, store: JobProgressStore, job_id: str, runtime: ServiceRuntime) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.runtime = runtime
+        self.session_id = ""
+        self._pending: list[ProgressEvent] = []
+        self._writing = False
+        self.failed_writes = 0
+
+    def start(self, session_id: str, invalid: Iterable[SubtaskKey] = ()) -> None:
+        """Open this leader's stretch of the log (``invalid``: records it will not use)."""
+        self.session_id = session_id
+        self._enqueue(ProgressEvent(LEADER, session_id))
+        stale = tuple(invalid)
+        if stale:
+            self._enqueue(ProgressEvent(INVALIDATED, session_id, subtasks=stale))
+
+    def attempt_finished(
+        self, execution: Execution, accumulator: bytes, io: IOTotals | None
+    ) -> None:
+        if not self.session_id:
+            return
+        vertex = execution.vertex
+        counts = (io.records_in, io.records_out, io.bytes_in, io.bytes_out) if io else (0, 0, 0, 0)
+        attempt = FinishedAttempt(
+            vertex.job_vertex.id,
+            vertex.subtask_index,
+            execution.attempt_id,
+            execution.attempt_number,
+            execution.task_executor_id,
+            accumulator,
+            counts,
+        )
+        self._enqueue(ProgressEvent(FINISHED, self.session_id, attempt))
+
+    def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None:
+        if not self.session_id or not vertices:
+            return
+        keys = tuple((v.job_vertex.id, v.subtask_index) for v in vertices)
+        self._enqueue(ProgressEvent(INVALIDATED, self.session_id, subtasks=keys))
+
+    def stop(self) -> None:
+        """Record nothing more (the job ended or this JobMaster was deposed)."""
+        self.session_id = ""
+
+    @property
+    def idle(self) -> bool:
+        return not self._pending and not self._writing
+
+    def _enqueue(self, event: ProgressEvent) -> None:
+        self._pending.append(event)
+        if not self._writing:
+            self._writing = True
+            self.runtime.spawn(self._write(), "progress-log")
+
+    async def _write(self) -> None:
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                try:
+                    await self.runtime.run_blocking(self.store.append, self.job_id, batch)
+                except OSError as exc:
+                    # Progress is an optimisation: without these records a JobMaster taking
+                    # over runs those subtasks again.
+                    self.failed_writes += 1
+                    log.warning(
+                        "job %s: %d progress events not recorded (%s); a JobMaster taking "
+                        "over would run those subtasks again",
+                        short(self.job_id),
+                        len(batch),
+                        exc,
+                    )
+        finally:
+            self._writing = False
+
+
+def _data_partitions(
+    graph: ExecutionGraph, scheduler: DefaultScheduler, vertex: ExecutionVertex, attempt_id: str
+) -> list[InputPartitionInfo]:
+    return [
+        InputPartitionInfo(p.result.id, p.partition_number, attempt_id, "")
+        for p in vertex.produced_partitions
+        if p.result.id not in scheduler.no_data_results
+    ]
+
+
+def plan_recovery(
+    graph: ExecutionGraph,
+    finished: dict[SubtaskKey, FinishedAttempt],
+    readable: Callable[[ExecutionVertex, FinishedAttempt], bool],
+) -> list[tuple[ExecutionVertex, FinishedAttempt]]:
+    """Which recorded attempts to restore (see the module docstring). Pure but for
+    ``readable``; O(vertices + partitions) per pass, one pass for all-blocking graphs."""
+    candidates: dict[int, FinishedAttempt] = {}
+    for vertex in graph.all_execution_vertices():
+        record = finished.get((vertex.job_vertex.id, vertex.subtask_index))
+        if record is not None and readable(vertex, record):
+            candidates[id(vertex)] = record
+    while True:
+        restored: dict[int, FinishedAttempt] = {}
+        group_ok: dict[int, bool] = {}
+        for vertex in graph.all_execution_vertices():  # producers come first
+            record = candidates.get(id(vertex))
+            if record is None:
+                continue
+            inputs_ok = True
+            for group in vertex.consumed_partition_groups:
+                ok = group_ok.get(id(group))
+                if ok is None:
+                    ok = all(id(p.producer) in restored for p in group.partitions)
+                    group_ok[id(group)] = ok
+                if not ok:
+                    inputs_ok = False
+                    break
+            if inputs_ok:
+                restored[id(vertex)] = record
+        dropped = False
+        for region in graph.pipelined_regions():
+            if any(id(v) in restored for v in region) and not all(
+                id(v) in restored for v in region
+            ):
+                for v in region:
+                    if candidates.pop(id(v), None) is not None:
+                        dropped = True
+        if not dropped:
+            return [
+                (v, restored[id(v)]) for v in graph.all_execution_vertices() if id(v) in restored
+            ]
+
+
+async def recover_finished_subtasks(
+    graph: ExecutionGraph,
+    scheduler: DefaultScheduler,
+    recorder: ProgressRecorder,
+    runtime: ServiceRuntime,
+    exchange_dir: str,
+    session_id: str,
+) -> int:
+    """Restore what an earlier JobMaster finished; returns how many subtasks were restored.
+    Always opens ``recorder`` for ``session_id`` (also when nothing could be read)."""
+    job_id = graph.job_id
+    try:
+        events = await runtime.run_blocking(recorder.store.load, job_id)
+    except OSError as exc:
+        log.warning(
+            "job %s: progress log unreadable (%s); running it from the start", short(job_id), exc
+        )
+        events = []
+    finished = replay(events)
+    if not finished:
+        recorder.start(session_id)
+        return 0
+    # The file checks run off the loop; the graph is only read here, on the loop.
+    to_check = {
+        key: _data_partitions(
+            graph, scheduler, graph.vertex(JobVertexID(key[0]), key[1]), record.attempt_id
+        )
+        for key, record in finished.items()
+        if _known(graph, key)
+    }
+
+    def check() -> set[SubtaskKey]:
+        return {
+            key
+            for key, parts in to_check.items()
+            if all(partition_readable(exchange_dir, job_id, p) for p in parts)
+        }
+
+    readable_keys = await runtime.run_blocking(check)
+    plan = plan_recovery(
+        graph,
+        finished,
+        lambda v, _record: (v.job_vertex.id, v.subtask_index) in readable_keys,
+    )
+    for vertex, record in plan:
+        graph.restore_finished(
+            vertex,
+            ExecutionAttemptID(record.attempt_id),
+            record.attempt_number,
+            record.task_executor_id,
+        )
+        scheduler.restore_finished(vertex, record.accumulator, IOTotals(*record.io))
+    restored = {(v.job_vertex.id, v.subtask_index) for v, _ in plan}
+    recorder.start(session_id, invalid=[k for k in finished if k not in restored])
+    log.info(
+        "job %s: %d of %d recorded finished subtasks restored (%d not readable any more or "
+        "depending on such)",
+        short(job_id),
+        len(plan),
+        len(finished),
+        len(finished) - len(plan),
+    )
+    return len(plan)
+
+
+def _known(graph: ExecutionGraph, key: SubtaskKey) -> bool:
+    try:
+        graph.vertex(JobVertexID(key[0]), key[1])
+    except (KeyError, IndexError):
+        return False
+    return True
