@@ -24,6 +24,8 @@ from sparkmill.local_cluster import LocalCluster
 from sparkmill.v1 import common_pb2
 from tests.conftest import FAILED_KEY
 from tests.integration.conftest import eventually
+from tests.integration.held_pipeline import A_PARALLELISM, held, held_pipeline, runs
+from tests.integration.held_pipeline import expected_rows as expected_held_rows
 
 pytestmark = [
     pytest.mark.integration,
@@ -136,6 +138,34 @@ def test_leaders_killed_mid_pipeline_output_matches_pyspark(
     assert result.status == common_pb2.FINISHED, result.failure.message
     assert output_rows(out) == expected_rows()
     assert (out / "_SUCCESS").exists()
+
+
+def test_job_master_takeover_keeps_the_finished_subtasks(
+    cluster: LocalCluster, client: ClusterClient, tmp_path: Path
+) -> None:
+    # stage-a finishes, stage-b holds: the JobMaster dies with stage-a's results unread. The
+    # JobMaster that takes over restores stage-a's finished subtasks instead of running them.
+    out, markers, release = tmp_path / "out", tmp_path / "markers", tmp_path / "release"
+    job_id = client.submit(held_pipeline("jm-takeover", out, markers, release).build_job_graph())
+    eventually(lambda: held(client.status(job_id, timeout=60)), timeout=240)
+    address = client.status(job_id, timeout=60).job_master_address
+    job_master = next(
+        p.pid
+        for p in client.cluster_status(timeout=60).job_master_process_infos
+        if p.address == address
+    )
+    sigkill(cluster, job_master)
+    eventually(
+        lambda: client.status(job_id, timeout=60).job_master_address not in ("", address),
+        timeout=120,
+    )
+    release.touch()  # lets the old stage-b attempt's thread end; the new attempt never waits
+    result = client.wait(job_id, timeout=600)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert output_rows(out) == expected_held_rows()
+    assert runs(markers, "a") == A_PARALLELISM  # not one stage-a subtask ran again
+    assert result.details.recovered_subtasks == A_PARALLELISM
+    assert runs(markers, "b") == 2  # stage-b had not finished: it ran again
 
 
 def test_task_executor_killed_mid_pipeline_output_matches_pyspark(
