@@ -212,6 +212,7 @@ class JobMaster:
         # Only once the outcome is recorded may the job's leadership go: a standby that takes
         # over then finds the result and stands down instead of running the job again.
         try:
+            await self.progress.flush()  # no late append may recreate the removed log
             await self.runtime.run_blocking(self.process.progress_store.remove, self.job_id)
         except OSError as exc:
             log.warning("job %s: progress log not removed: %s", short(self.job_id), exc)

@@ -21,6 +21,7 @@ correctness: a subtask without a valid record simply runs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
@@ -32,6 +33,7 @@ from common.job_progress import (
     LEADER,
     FinishedAttempt,
     JobProgressStore,
+    NoJobProgressStore,
     ProgressEvent,
     replay,
 )
@@ -54,11 +56,15 @@ class ProgressRecorder:
         self.runtime = runtime
         self.session_id = ""
         self._pending: list[ProgressEvent] = []
-        self._writing = False
+        self._writer: asyncio.Task[None] | None = None
         self.failed_writes = 0
+        # Without HA nothing is kept: skip the work (and the thread hop per batch) entirely.
+        self.enabled = not isinstance(store, NoJobProgressStore)
 
     def start(self, session_id: str, invalid: Iterable[SubtaskKey] = ()) -> None:
         """Open this leader's stretch of the log (``invalid``: records it will not use)."""
+        if not self.enabled:
+            return
         self.session_id = session_id
         self._enqueue(ProgressEvent(LEADER, session_id))
         stale = tuple(invalid)
@@ -93,35 +99,36 @@ class ProgressRecorder:
         """Record nothing more (the job ended or this JobMaster was deposed)."""
         self.session_id = ""
 
+    async def flush(self) -> None:
+        """Wait until everything recorded so far is written (or its write failed)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.wait({self._writer})  # never raises: the runtime logs a failure
+
     @property
     def idle(self) -> bool:
-        return not self._pending and not self._writing
+        return not self._pending and (self._writer is None or self._writer.done())
 
     def _enqueue(self, event: ProgressEvent) -> None:
         self._pending.append(event)
-        if not self._writing:
-            self._writing = True
-            self.runtime.spawn(self._write(), "progress-log")
+        if self._writer is None or self._writer.done():
+            self._writer = self.runtime.spawn(self._write(), "progress-log")
 
     async def _write(self) -> None:
-        try:
-            while self._pending:
-                batch, self._pending = self._pending, []
-                try:
-                    await self.runtime.run_blocking(self.store.append, self.job_id, batch)
-                except OSError as exc:
-                    # Progress is an optimisation: without these records a JobMaster taking
-                    # over runs those subtasks again.
-                    self.failed_writes += 1
-                    log.warning(
-                        "job %s: %d progress events not recorded (%s); a JobMaster taking "
-                        "over would run those subtasks again",
-                        short(self.job_id),
-                        len(batch),
-                        exc,
-                    )
-        finally:
-            self._writing = False
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await self.runtime.run_blocking(self.store.append, self.job_id, batch)
+            except OSError as exc:
+                # Progress is an optimisation: without these records a JobMaster taking
+                # over runs those subtasks again.
+                self.failed_writes += 1
+                log.warning(
+                    "job %s: %d progress events not recorded (%s); a JobMaster taking "
+                    "over would run those subtasks again",
+                    short(self.job_id),
+                    len(batch),
+                    exc,
+                )
 
 
 def _data_partitions(
@@ -189,6 +196,8 @@ async def recover_finished_subtasks(
     """Restore what an earlier JobMaster finished; returns how many subtasks were restored.
     Always opens ``recorder`` for ``session_id`` (also when nothing could be read)."""
     job_id = graph.job_id
+    if not recorder.enabled:
+        return 0
     try:
         events = await runtime.run_blocking(recorder.store.load, job_id)
     except OSError as exc:

@@ -20,6 +20,7 @@ from common.job_progress import (
     FileJobProgressStore,
     FinishedAttempt,
     InMemoryJobProgressStore,
+    NoJobProgressStore,
     ProgressEvent,
     replay,
 )
@@ -207,8 +208,7 @@ def test_the_recorder_writes_in_order_and_only_while_leading() -> None:
         recorder.attempts_invalidated([a0])
         recorder.stop()
         recorder.attempt_finished(a0.current_execution, b"", None)
-        for _ in range(10):
-            await asyncio.sleep(0)
+        await recorder.flush()
         assert recorder.idle
 
     asyncio.run(main())
@@ -242,3 +242,15 @@ def test_missing_partitions_names_exactly_the_unreadable_inputs(tmp_path: Path) 
         InputGateInfo("done", "ALL_TO_ALL", "none", 1, (InputPartitionInfo("done", 0, "x", ""),)),
     ]
     assert missing_partitions(gates, exchange, job) == (absent, half)
+
+
+def test_without_ha_the_recorder_keeps_nothing() -> None:
+    graph = chain3()
+
+    async def main() -> None:
+        recorder = ProgressRecorder(NoJobProgressStore(), "job-1", _Runtime())  # type: ignore[arg-type]
+        recorder.start("s1")
+        recorder.attempt_finished(v(graph, "a", 0).current_execution, b"", None)
+        assert recorder.idle and not recorder.enabled
+
+    asyncio.run(main())
