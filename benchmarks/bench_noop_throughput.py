@@ -7,6 +7,7 @@ finished per second. This measures the control plane alone: slot requests and of
 deployment, state updates, scheduling of consumers, slot reuse.
 
     PYTHONPATH=. python benchmarks/bench_noop_throughput.py --parallelism 500 --vertices 2
+    PYTHONPATH=. python benchmarks/bench_noop_throughput.py --ha    # with ZooKeeper HA
 """
 
 from __future__ import annotations
@@ -30,10 +31,18 @@ def main() -> None:
     parser.add_argument("--vertices", type=int, default=2)
     parser.add_argument("--pattern", default="ALL_TO_ALL")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--ha",
+        action="store_true",
+        help="ZooKeeper HA (a local ZooKeeper server): job graphs, results and the JobMaster's "
+        "progress log go to the HA storage directory",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="sm-bench-") as tmp:
-        cluster = LocalCluster(Path(tmp), task_executors=args.task_executors, slots=args.slots)
+        cluster = LocalCluster(
+            Path(tmp), task_executors=args.task_executors, slots=args.slots, ha=args.ha
+        )
         started = time.monotonic()
         cluster.start()
         print(
