@@ -82,6 +82,7 @@ class JobMaster:
         self.clients = clients
         self.submitted_at = submitted_at or time.time()
         self.session_id = ""
+        self.epoch_ms = 0  # when this JobMaster became leader: orders attempts across takeovers
         self.status = JobStatus.INITIALIZING
         # Job-level keys override the cluster's (restart strategy, failover, slot timeout).
         self.config = config.with_overrides(graph.config, job_scope=True)
@@ -137,6 +138,7 @@ class JobMaster:
             self.process.job_master_done(self)
             return
         self.session_id = session_id
+        self.epoch_ms = int(time.time() * 1000)
         await self.election.confirm_leadership(session_id, self.process.identity.address)
         # Before anything is scheduled: what an earlier JobMaster finished and is still
         # readable is not run again.
@@ -298,6 +300,7 @@ class JobMaster:
             produced_dataset_ids=[r.id for r in jv.produced_results],
             vertex_version=vertex.vertex_version,
             job_config=dict(self.job_graph.config),
+            job_master_epoch=self.epoch_ms,
         )
         for edge, group in zip(jv.job_vertex.inputs, vertex.consumed_partition_groups, strict=True):
             gate = tdd.inputs.add(

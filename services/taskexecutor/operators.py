@@ -36,6 +36,8 @@ class TaskContext:
     attempt_id: str
     attempt_number: int
     payload: bytes
+    # Orders attempts across JobMasters (see TaskDeploymentDescriptor.job_master_epoch).
+    job_master_epoch: int = 0
     job_config: dict[str, str] = field(default_factory=dict)
     cancelled: threading.Event = field(default_factory=threading.Event)
     # Data-plane wiring, straight from the TaskDeploymentDescriptor: what to read (each input

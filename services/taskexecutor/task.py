@@ -72,6 +72,7 @@ class Task:
             parallelism=tdd.parallelism,
             attempt_id=tdd.attempt_id,
             attempt_number=tdd.attempt_number,
+            job_master_epoch=tdd.job_master_epoch,
             payload=tdd.operator.payload,
             job_config=dict(tdd.job_config),
             inputs=[

@@ -465,6 +465,32 @@ def test_a_late_older_attempt_never_replaces_a_newer_commit(tmp_path: Path) -> N
     assert (Path(out) / "part-00000-000.csv").read_text() == "attempt 1"
 
 
+def test_an_attempt_of_a_later_job_master_replaces_a_higher_numbered_commit(
+    tmp_path: Path,
+) -> None:
+    # Attempt numbers start at 0 again under a JobMaster that took the job over.
+    out = str(tmp_path / "out")
+    sink = S.SinkOutput("csv", out, "overwrite")
+
+    def attempt(attempt_id: str, content: str) -> Path:
+        d = sinks.attempt_dir(out, "j", 0, attempt_id)
+        d.mkdir(parents=True)
+        (d / "part-0000.csv").write_text(content)
+        return d
+
+    old_leader, new_leader = 1_000, 2_000
+    assert sinks.commit_task(
+        sink, "j", 0, attempt("a", "old #3"), attempt_number=3, job_master_epoch=old_leader
+    )
+    assert sinks.commit_task(
+        sink, "j", 0, attempt("b", "new #0"), attempt_number=0, job_master_epoch=new_leader
+    )
+    late = attempt("c", "old #4")  # the deposed JobMaster's executor finishes late
+    assert not sinks.commit_task(sink, "j", 0, late, attempt_number=4, job_master_epoch=old_leader)
+    assert sinks.commit_job(S.SinkCommit(out, "csv", "overwrite", 1), "j") == 1
+    assert (Path(out) / "part-00000-000.csv").read_text() == "new #0"
+
+
 def test_commit_job_fails_rather_than_publish_incomplete_output(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     d = sinks.attempt_dir(out, "j", 0, "a")

@@ -198,7 +198,12 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
     check_cancelled(context.cancelled)
     for output, path in written:
         sinks.commit_task(
-            output, context.job_id, context.subtask_index, path, context.attempt_number
+            output,
+            context.job_id,
+            context.subtask_index,
+            path,
+            context.attempt_number,
+            context.job_master_epoch,
         )
     return TaskOutcome(
         records_in=counts.records_in + built.rows_in,

@@ -64,28 +64,38 @@ def write_attempt(
 ATTEMPT_MARKER = "_ATTEMPT"
 
 
-def _attempt_of(directory: Path) -> int:
+def _attempt_of(directory: Path) -> tuple[int, int]:
+    """(JobMaster epoch, attempt number) of a committed attempt; attempts of a later JobMaster
+    are newer whatever their numbers (those start at 0 again after a takeover)."""
     try:
-        return int((directory / ATTEMPT_MARKER).read_text())
+        epoch, _, number = (directory / ATTEMPT_MARKER).read_text().rpartition(":")
+        return int(epoch or 0), int(number)
     except (OSError, ValueError):
-        return -1
+        return -1, -1
 
 
 def commit_task(
-    output: S.SinkOutput, job_id: str, subtask: int, written: Path, attempt_number: int = 0
+    output: S.SinkOutput,
+    job_id: str,
+    subtask: int,
+    written: Path,
+    attempt_number: int = 0,
+    job_master_epoch: int = 0,
 ) -> bool:
     """Step 2: publish the attempt's directory as the subtask's committed output.
 
     A later attempt replaces an earlier one's publication; an *older* attempt that commits
     late (a task executor that hung while its subtask was restarted elsewhere) never replaces
-    a newer one: its output is discarded and ``False`` returned.
+    a newer one: its output is discarded and ``False`` returned. Attempts are ordered by the
+    epoch of the JobMaster that deployed them, then by attempt number.
     """
-    (written / ATTEMPT_MARKER).write_text(str(attempt_number))
+    order = (job_master_epoch, attempt_number)
+    (written / ATTEMPT_MARKER).write_text(f"{job_master_epoch}:{attempt_number}")
     target = committed_dir(output.path, job_id, subtask)
     target.parent.mkdir(parents=True, exist_ok=True)
     for _ in range(10):
         if target.exists():
-            if _attempt_of(target) > attempt_number:
+            if _attempt_of(target) > order:
                 shutil.rmtree(written, ignore_errors=True)
                 return False
             superseded = target.with_name(f"superseded-{subtask:05d}-{uuid.uuid4().hex[:8]}")
