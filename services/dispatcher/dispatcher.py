@@ -303,6 +303,22 @@ class Dispatcher(DispatcherServicer):
             self._assign(job, request.job_master_process_id, request.job_master_address)
         job.status = JobStatus(request.status)
         job.details = request.details
+        if job.status is JobStatus.SUSPENDED:
+            # Its JobMaster lost leadership (its process lives on): start the job again.
+            log.warning(
+                "job %s: its JobMaster on %s was suspended; starting the job again",
+                short(job.job_id),
+                request.job_master_address or "?",
+            )
+            process = self.processes.get(job.process_id)
+            if process is not None:
+                process.jobs.discard(job.job_id)
+            job.process_id = ""
+            job.session_id = ""
+            job.starting = False
+            job.status = JobStatus.INITIALIZING
+            self._schedule_waiting_jobs()
+            return common_pb2.Empty()
         if job.status.is_globally_terminal:
             job.ended_at = time.time()
             result = jobs_pb2.JobResult()

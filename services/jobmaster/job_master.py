@@ -11,6 +11,7 @@ and every call it makes to task executors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -128,6 +129,13 @@ class JobMaster:
         await self.election.start(self)
 
     async def grant_leadership(self, session_id: str) -> None:
+        if self.session_id or self.status is not JobStatus.INITIALIZING:
+            # A JobMaster leads its job once: after losing leadership it is done, and the
+            # dispatcher starts a new one.
+            log.info(
+                "job %s: this JobMaster has led already; ignoring a new grant", short(self.job_id)
+            )
+            return
         store = self.process.result_store
         if await self.runtime.run_blocking(store.has_result, self.job_id):
             # Another JobMaster finished the job while we waited as a standby: never run it
@@ -159,13 +167,34 @@ class JobMaster:
     async def revoke_leadership(self) -> None:
         await self.suspend("the JobMaster lost leadership")
 
-    async def suspend(self, cause: str) -> None:
+    async def suspend(self, cause: str, *, tell_dispatcher: bool = True) -> None:
+        """Stop leading the job and release everything. ``tell_dispatcher=False`` when the
+        whole process stops (the dispatcher notices that by itself)."""
         if self.status.is_terminal:
             return
         log.warning("job %s suspended: %s", short(self.job_id), cause)
+        was_leading = bool(self.session_id) and tell_dispatcher
         self.status = JobStatus.SUSPENDED
         self.progress.stop()
         await self._release_everything(cause)
+        if was_leading:
+            # The job needs a new leader; without a word the dispatcher would only notice if
+            # this whole process died (e.g. a ZooKeeper blip on this host alone). It starts
+            # the job again - here or elsewhere - and the new JobMaster keeps what finished.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self.process.report_job_status(
+                        dispatcher_pb2.JobStatusReport(
+                            job_id=self.job_id,
+                            status=cast(Any, JobStatus.SUSPENDED.value),
+                            job_master_session_id=self.session_id,
+                            details=self.details(),
+                            job_master_process_id=self.process.identity.id,
+                            job_master_address=self.process.identity.address,
+                        )
+                    ),
+                    timeout=min(self.settings.rpc_timeout_s, 5.0),
+                )
 
     def cancel(self) -> None:
         self.scheduler.cancel()
@@ -183,15 +212,19 @@ class JobMaster:
     async def _finish(self, status: JobStatus, cause: str) -> None:
         self.progress.stop()
         await self._release_resources(f"job {status.name}")
-        if status is not JobStatus.FINISHED:
-            # A successful job's commit vertex removes its intermediate results; after a
-            # failure or a cancellation nobody else will.
-            try:
-                await self.runtime.run_blocking(
-                    cleanup_job, self.settings.exchange_dir, self.job_id
-                )
-            except OSError as exc:
-                log.warning("job %s: intermediate results not removed: %s", short(self.job_id), exc)
+        if not self.election.has_leadership(self.session_id):
+            # Deposed while the job ended here (e.g. frozen past the ZooKeeper session): the
+            # new leader owns the job, its results and its files. Touch nothing.
+            log.warning(
+                "job %s ended %s under a JobMaster that no longer leads it; the outcome is "
+                "left to the current leader",
+                short(self.job_id),
+                status.name,
+            )
+            self.status = JobStatus.SUSPENDED
+            await self.election.stop()
+            self.process.job_master_done(self)
+            return
         result = jobs_pb2.JobResult(
             job_id=self.job_id, status=cast(Any, status.value), details=self.details()
         )
@@ -200,7 +233,7 @@ class JobMaster:
             result.failure.message = cause
         for name, parts in self.scheduler.accumulators.items():
             result.accumulators[name] = _pack_accumulators(parts)
-        await self.process.report_job_status(
+        accepted = await self.process.report_job_status(
             dispatcher_pb2.JobStatusReport(
                 job_id=self.job_id,
                 status=cast(Any, status.value),
@@ -211,13 +244,24 @@ class JobMaster:
                 job_master_address=self.process.identity.address,
             )
         )
+        if accepted and status is not JobStatus.FINISHED:
+            # A successful job's commit vertex removes its intermediate results; after a
+            # failure or a cancellation nobody else will. Only once the dispatcher took the
+            # outcome from this (still current) JobMaster: a refused one leads nothing.
+            try:
+                await self.runtime.run_blocking(
+                    cleanup_job, self.settings.exchange_dir, self.job_id
+                )
+            except OSError as exc:
+                log.warning("job %s: intermediate results not removed: %s", short(self.job_id), exc)
         # Only once the outcome is recorded may the job's leadership go: a standby that takes
         # over then finds the result and stands down instead of running the job again.
-        try:
-            await self.progress.flush()  # no late append may recreate the removed log
-            await self.runtime.run_blocking(self.process.progress_store.remove, self.job_id)
-        except OSError as exc:
-            log.warning("job %s: progress log not removed: %s", short(self.job_id), exc)
+        if accepted:
+            try:
+                await self.progress.flush()  # no late append may recreate the removed log
+                await self.runtime.run_blocking(self.process.progress_store.remove, self.job_id)
+            except OSError as exc:
+                log.warning("job %s: progress log not removed: %s", short(self.job_id), exc)
         await self.election.stop()
         self.process.job_master_done(self)
 

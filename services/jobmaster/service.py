@@ -18,7 +18,13 @@ from typing import Any, cast
 
 from common.actor import ServiceRuntime
 from common.config import Configuration
-from common.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError, NotLeaderError
+from common.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    NotLeaderError,
+)
 from common.ha import HighAvailabilityServices
 from common.ids import JobID, short
 from common.jobgraph_codec import job_graph_from_proto
@@ -75,7 +81,9 @@ class JobMasterProcess(JobMasterServicer):
         await self._dispatcher_retrieval.stop()
         await self._rm_retrieval.stop()
         for job_master in list(self.job_masters.values()):
-            await job_master.suspend("the job-master process is shutting down")
+            await job_master.suspend(
+                "the job-master process is shutting down", tell_dispatcher=False
+            )
 
     # -- leaders -----------------------------------------------------------------------------
 
@@ -117,20 +125,21 @@ class JobMasterProcess(JobMasterServicer):
         connection.registered = True
         log.info("registered at dispatcher %s", connection.leader.address)
 
-    async def report_job_status(self, report: dispatcher_pb2.JobStatusReport) -> None:
-        """Deliver a job status report to the dispatcher leader, retrying until it is taken."""
+    async def report_job_status(self, report: dispatcher_pb2.JobStatusReport) -> bool:
+        """Deliver a job status report to the dispatcher leader, retrying until it is taken
+        (True) or refused (False: unknown job, or another JobMaster session leads it)."""
         delay = 0.1
         while True:
             connection = self.dispatcher
             if connection is not None:
                 try:
                     await connection.client.report_job_status(report)
-                    return
-                except (NotFoundError, InvalidArgumentError) as exc:
+                    return True
+                except (NotFoundError, InvalidArgumentError, FailedPreconditionError) as exc:
                     log.warning(
                         "dispatcher refused the status of job %s: %s", short(report.job_id), exc
                     )
-                    return
+                    return False
                 except Exception as exc:
                     log.info(
                         "reporting job %s status failed (%s); retrying", short(report.job_id), exc

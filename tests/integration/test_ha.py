@@ -208,3 +208,32 @@ def test_zookeeper_restart_does_not_lose_jobs(ha_cluster: RunningCluster) -> Non
     result = client.wait(job_id, timeout=180)
     assert result.status == common_pb2.FINISHED, result.failure.message
     assert isinstance(result, jobs_pb2.JobResult)
+
+
+def test_a_job_master_deposed_by_zookeeper_alone_hands_the_job_on(
+    cluster_factory: ClusterFactory,
+) -> None:
+    # Heartbeats so lenient that nobody notices the frozen job-master process: only its
+    # ZooKeeper session expires. Once it runs again it must step down *and* tell the
+    # dispatcher, which starts the job again; otherwise the job would wait forever.
+    running = cluster_factory(
+        task_executors=2,
+        slots=2,
+        ha=True,
+        extra_config={"heartbeat.timeout": "60 s", "heartbeat.rpc-failure-threshold": "-1"},
+    )
+    client = running.client
+    job_id = client.submit(long_job("jm-deposed").build_job_graph())
+    eventually(lambda: finished_tasks(running, job_id) >= 2, timeout=60)
+    address = client.status(job_id).job_master_address
+    victim = next(
+        p.pid for p in client.cluster_status().job_master_process_infos if p.address == address
+    )
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        time.sleep(8)  # twice the session timeout
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    result = client.wait(job_id, timeout=90)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert sum(v.tasks_by_state.get(FINISHED, 0) for v in result.details.vertices) == 12
