@@ -3,10 +3,12 @@
 
 Runs a job of long ``noop`` subtasks with a fixed-delay restart strategy on a local cluster,
 kills or freezes a task executor running one of them, and measures the time until the
-JobMaster has failed the lost attempts over (the job's restart count goes up). A killed process
-is found by failed heartbeat RPCs (``heartbeat.rpc-failure-threshold`` consecutive failures,
-each RPC timing out after one ``heartbeat.interval``); a hung one only by ``heartbeat.timeout``.
-Local clusters use a 1 s interval and a 6 s timeout.
+JobMaster has failed the lost attempts over (the job's restart count goes up). Both are found
+by failed heartbeat RPCs: ``heartbeat.rpc-failure-threshold`` consecutive failures, each RPC
+timing out after one ``heartbeat.interval`` - ZeroMQ cannot tell a dead peer from a frozen one,
+so a timed-out RPC counts as failed (docs/architecture.md, section 6) and a hung process is
+written off as fast as a dead one, well before ``heartbeat.timeout``. Local clusters use a 1 s
+interval, a threshold of 2 and a 6 s timeout.
 
     PYTHONPATH=. python benchmarks/bench_detection.py --rounds 3
 """
