@@ -374,8 +374,7 @@ def _print_details(details: jobs_pb2.JobDetails) -> None:
         f"job {details.job_id} ('{details.name}'): {_status_name(details.status)}"
         + (f", {details.restarts} restarts" if details.restarts else "")
         + (
-            f", {details.recovered_subtasks} finished subtasks taken over from an earlier "
-            "JobMaster"
+            f", {details.recovered_subtasks} finished subtasks taken over from an earlier JobMaster"
             if details.recovered_subtasks
             else ""
         )
