@@ -150,8 +150,14 @@ class LocalCluster:
         self.wait_until_ready(wait_timeout_s)
 
     def add_task_executor(self) -> ServiceProcess:
-        index = 1 + max((p.index for p in self.processes if p.role == "task-executor"), default=-1)
-        self._spawn("task-executor", index)
+        return self.add_process("task-executor")
+
+    def add_process(self, role: str) -> ServiceProcess:
+        """Start one more process of ``role`` (e.g. to replace one a test killed)."""
+        if role not in ("task-executor", "job-master", "dispatcher", "resource-manager"):
+            raise ValueError(f"unknown role {role!r}")
+        index = 1 + max((p.index for p in self.processes if p.role == role), default=-1)
+        self._spawn(role, index)
         self._save()
         return self.processes[-1]
 

@@ -34,15 +34,31 @@ class RunningCluster:
         self.cluster.stop()
 
 
-def _start(tmp: Path, **kwargs: Any) -> RunningCluster:
+SPARK_SESSIONS = {"spark.session.start": "eager", "spark.master": "local[1]"}
+"""Task executors with a small Spark session each, started with the process."""
+
+
+def start_local_cluster(tmp: Path, wait_timeout_s: float = 90, **kwargs: Any) -> LocalCluster:
+    """A started local cluster; if it does not come up, its logs are printed and it is stopped."""
     cluster = LocalCluster(tmp, **kwargs)
     try:
-        cluster.start(wait_timeout_s=90)
+        cluster.start(wait_timeout_s=wait_timeout_s)
     except Exception:
         print(cluster.logs())
         cluster.stop()
         raise
-    return RunningCluster(cluster)
+    return cluster
+
+
+def _start(tmp: Path, **kwargs: Any) -> RunningCluster:
+    return RunningCluster(start_local_cluster(tmp, **kwargs))
+
+
+@pytest.fixture(scope="module")
+def client(cluster: LocalCluster) -> Iterator[ClusterClient]:
+    """A client of the module's ``cluster`` (a LocalCluster fixture of the module)."""
+    with ClusterClient.from_config_file(cluster.config_path) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
@@ -60,16 +76,21 @@ def _dump_logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
     # Resolve the clusters now: at teardown their fixtures may be gone (the log files stay).
     holders = [
         request.getfixturevalue(name)
-        for name in ("shared_cluster", "cluster_factory")
+        for name in ("shared_cluster", "cluster_factory", "cluster")
         if name in request.fixturenames
     ]
     yield
     if not request.node.stash.get(FAILED_KEY, False):
         return
     for holder in holders:
-        clusters = holder.started if isinstance(holder, ClusterFactory) else [holder]
-        for running in clusters:
-            print(running.cluster.logs())
+        if isinstance(holder, ClusterFactory):
+            clusters = [running.cluster for running in holder.started]
+        elif isinstance(holder, LocalCluster):
+            clusters = [holder]
+        else:  # RunningCluster, or a module's wrapper with a ``cluster`` attribute
+            clusters = [c for c in [getattr(holder, "cluster", None)] if c is not None]
+        for cluster in clusters:
+            print(cluster.logs())
 
 
 class ClusterFactory:

@@ -20,7 +20,6 @@ from sparkmill import functions as F
 from sparkmill.client import ClusterClient
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.v1 import common_pb2
-from tests.conftest import FAILED_KEY
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -82,13 +81,6 @@ def spark(cluster: DataCluster) -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-@pytest.fixture(autouse=True)
-def _logs_on_failure(request: pytest.FixtureRequest, cluster: DataCluster) -> Iterator[None]:
-    yield
-    if request.node.stash.get(FAILED_KEY, False):
-        print(cluster.cluster.logs())
 
 
 def rows(df: Any) -> list[tuple[Any, ...]]:

@@ -21,8 +21,7 @@ import pytest
 from sparkmill.client import ClusterClient
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.v1 import common_pb2, jobs_pb2
-from tests.conftest import FAILED_KEY
-from tests.integration.conftest import eventually
+from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
 from tests.integration.held_pipeline import (
     A_PARALLELISM,
     expected_rows,
@@ -44,37 +43,18 @@ RESTARTS = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(
+    local = start_local_cluster(
         tmp_path_factory.mktemp("partial-rerun"),
         task_executors=2,
         slots=3,
         extra_config={
-            "spark.session.start": "eager",
-            "spark.master": "local[1]",
+            **SPARK_SESSIONS,
             "exchange.storage": "local",
         },
+        wait_timeout_s=180,
     )
-    try:
-        local.start(wait_timeout_s=180)
-    except Exception:
-        print(local.logs())
-        local.stop()
-        raise
     yield local
     local.stop()
-
-
-@pytest.fixture(scope="module")
-def client(cluster: LocalCluster) -> Iterator[ClusterClient]:
-    with ClusterClient.from_config_file(cluster.config_path) as c:
-        yield c
-
-
-@pytest.fixture(autouse=True)
-def _logs_on_failure(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[None]:
-    yield
-    if request.node.stash.get(FAILED_KEY, False):
-        print(cluster.logs())
 
 
 def test_a_deleted_result_partition_reruns_only_its_producer(

@@ -22,9 +22,14 @@ from sparkmill import functions as F
 from sparkmill.client import ClusterClient
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.v1 import common_pb2
-from tests.conftest import FAILED_KEY
-from tests.integration.conftest import eventually
-from tests.integration.held_pipeline import A_PARALLELISM, held, held_pipeline, runs
+from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
+from tests.integration.held_pipeline import (
+    A_PARALLELISM,
+    held,
+    held_pipeline,
+    output_rows,
+    runs,
+)
 from tests.integration.held_pipeline import expected_rows as expected_held_rows
 
 pytestmark = [
@@ -38,35 +43,17 @@ FINISHED = common_pb2.EXECUTION_FINISHED
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(
+    local = start_local_cluster(
         tmp_path_factory.mktemp("pyspark-ha"),
         task_executors=2,
         slots=2,
         ha=True,
         standbys=1,
-        extra_config={"spark.session.start": "eager", "spark.master": "local[1]"},
+        extra_config={**SPARK_SESSIONS},
+        wait_timeout_s=180,
     )
-    try:
-        local.start(wait_timeout_s=180)
-    except Exception:
-        print(local.logs())
-        local.stop()
-        raise
     yield local
     local.stop()
-
-
-@pytest.fixture(scope="module")
-def client(cluster: LocalCluster) -> Iterator[ClusterClient]:
-    with ClusterClient.from_config_file(cluster.config_path) as c:
-        yield c
-
-
-@pytest.fixture(autouse=True)
-def _logs_on_failure(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[None]:
-    yield
-    if request.node.stash.get(FAILED_KEY, False):
-        print(cluster.logs())
 
 
 def _slow(df: Any) -> Any:
@@ -92,18 +79,6 @@ def expected_rows() -> list[tuple[int, int, int]]:
     for i in range(4000):
         groups.setdefault(i % 13, []).append(i)
     return sorted((k, len(v), sum(v)) for k, v in groups.items())
-
-
-def output_rows(out: Path) -> list[tuple[int, int, int]]:
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("check")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    return sorted((r["k"], r["n"], r["total"]) for r in spark.read.parquet(str(out)).collect())
 
 
 def finished(client: ClusterClient, job_id: str) -> int:
@@ -145,6 +120,12 @@ def test_job_master_takeover_keeps_the_finished_subtasks(
 ) -> None:
     # stage-a finishes, stage-b holds: the JobMaster dies with stage-a's results unread. The
     # JobMaster that takes over restores stage-a's finished subtasks instead of running them.
+    # A process to take over: the test before may have killed one of the two.
+    if len(client.cluster_status(timeout=60).job_master_process_infos) < 2:
+        cluster.add_process("job-master")
+    eventually(
+        lambda: len(client.cluster_status(timeout=60).job_master_process_infos) >= 2, timeout=120
+    )
     out, markers, release = tmp_path / "out", tmp_path / "markers", tmp_path / "release"
     job_id = client.submit(held_pipeline("jm-takeover", out, markers, release).build_job_graph())
     eventually(lambda: held(client.status(job_id, timeout=60)), timeout=240)

@@ -32,8 +32,7 @@ from sparkmill import functions as F
 from sparkmill.client import ClusterClient
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.v1 import common_pb2, jobs_pb2
-from tests.conftest import FAILED_KEY
-from tests.integration.conftest import eventually
+from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -50,26 +49,15 @@ FIXED_DELAY = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(
+    local = start_local_cluster(
         tmp_path_factory.mktemp("pyspark-restarts"),
         task_executors=3,
         slots=2,
-        extra_config={"spark.session.start": "eager", "spark.master": "local[1]"},
+        extra_config={**SPARK_SESSIONS},
+        wait_timeout_s=180,
     )
-    try:
-        local.start(wait_timeout_s=180)
-    except Exception:
-        print(local.logs())
-        local.stop()
-        raise
     yield local
     local.stop()
-
-
-@pytest.fixture(scope="module")
-def client(cluster: LocalCluster) -> Iterator[ClusterClient]:
-    with ClusterClient.from_config_file(cluster.config_path) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +75,6 @@ def spark(cluster: LocalCluster) -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-@pytest.fixture(autouse=True)
-def _logs_on_failure(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[None]:
-    yield
-    if request.node.stash.get(FAILED_KEY, False):
-        print(cluster.logs())
 
 
 # -- helpers ------------------------------------------------------------------------------------
