@@ -62,6 +62,24 @@ def client(cluster: LocalCluster) -> Iterator[ClusterClient]:
 
 
 @pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    """The reference: one plain PySpark session in the test process (module-scoped, so it
+    starts after the module's cluster and does not compete with its Spark sessions)."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("sparkmill-reference")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
 def shared_cluster(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[RunningCluster]:

@@ -66,23 +66,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataCluster]:
     local.stop()
 
 
-@pytest.fixture(scope="module")
-def spark(cluster: DataCluster) -> Iterator[Any]:
-    """The reference: one plain PySpark session in the test process."""
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("sparkmill-reference")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
 def rows(df: Any) -> list[tuple[Any, ...]]:
     """All rows as tuples, in a stable order (None sorts first)."""
     return sorted((tuple(r) for r in df.collect()), key=_sort_key)

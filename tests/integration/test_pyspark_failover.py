@@ -86,6 +86,13 @@ def finished(client: ClusterClient, job_id: str) -> int:
     return sum(v.tasks_by_state.get(FINISHED, 0) for v in details.vertices)
 
 
+def job_master_of(client: ClusterClient, job_id: str) -> tuple[str, int]:
+    """The address and pid of the process whose JobMaster leads ``job_id``."""
+    address = client.status(job_id, timeout=60).job_master_address
+    processes = client.cluster_status(timeout=60).job_master_process_infos
+    return address, next(p.pid for p in processes if p.address == address)
+
+
 def sigkill(cluster: LocalCluster, pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
     popen = cluster._popen.get(pid)
@@ -99,15 +106,12 @@ def test_leaders_killed_mid_pipeline_output_matches_pyspark(
     out = tmp_path / "sales"
     job_id = client.submit(sales_pipeline(out).build_job_graph())
     eventually(lambda: finished(client, job_id) >= 1, timeout=240)
+    # Everything to kill is looked up first: right after the dispatcher leader dies, its
+    # successor may not know yet where the job's JobMaster runs.
     view = client.cluster_status(timeout=60)
+    _, job_master = job_master_of(client, job_id)
     sigkill(cluster, view.dispatcher.pid)
     sigkill(cluster, view.resource_manager.resource_manager.pid)
-    address = client.status(job_id, timeout=60).job_master_address
-    job_master = next(
-        p.pid
-        for p in client.cluster_status(timeout=60).job_master_process_infos
-        if p.address == address
-    )
     sigkill(cluster, job_master)
     result = client.wait(job_id, timeout=600)
     assert result.status == common_pb2.FINISHED, result.failure.message
@@ -129,12 +133,7 @@ def test_job_master_takeover_keeps_the_finished_subtasks(
     out, markers, release = tmp_path / "out", tmp_path / "markers", tmp_path / "release"
     job_id = client.submit(held_pipeline("jm-takeover", out, markers, release).build_job_graph())
     eventually(lambda: held(client.status(job_id, timeout=60)), timeout=240)
-    address = client.status(job_id, timeout=60).job_master_address
-    job_master = next(
-        p.pid
-        for p in client.cluster_status(timeout=60).job_master_process_infos
-        if p.address == address
-    )
+    address, job_master = job_master_of(client, job_id)
     sigkill(cluster, job_master)
     eventually(
         lambda: client.status(job_id, timeout=60).job_master_address not in ("", address),

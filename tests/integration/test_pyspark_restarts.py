@@ -60,23 +60,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     local.stop()
 
 
-@pytest.fixture(scope="module")
-def spark(cluster: LocalCluster) -> Iterator[Any]:
-    """The reference: one plain PySpark session in the test process."""
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("sparkmill-reference")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
 # -- helpers ------------------------------------------------------------------------------------
 
 
