@@ -7,6 +7,8 @@ session) serves the module:
   ``fixed-delay`` strategy - alone, the finished subtasks upstream stay as they are - and the
   output equals what plain PySpark computes; with too few attempts the job fails with the
   user's own error;
+* ``failure-rate`` and ``exponential-delay`` behave as configured, and a resource profile no
+  executor offers fails the job at once with a diagnostic;
 * a task executor hung with SIGSTOP (no socket closes) while it runs first-stage subtasks of a
   multi-stage pipeline is detected by heartbeats, only its subtasks run again, and resuming it
   (SIGCONT) corrupts nothing: its stale attempts are refused and its slots come back. This test
@@ -109,7 +111,9 @@ def _flaky(markers: str, failing_runs: int) -> Callable[[Any], Any]:
     return flaky
 
 
-def flaky_pipeline(name: str, out: Path, markers: Path, config: dict[str, str]) -> sm.Pipeline:
+def flaky_pipeline(
+    name: str, out: Path, markers: Path, config: dict[str, str], failing_runs: int = 2
+) -> sm.Pipeline:
     #   [2] range -> with_column(k) -> partial agg
     #   [2] agg                                      (hash)
     #   [1] flaky -> write_parquet                   (forward, 2 -> 1)
@@ -120,7 +124,7 @@ def flaky_pipeline(name: str, out: Path, markers: Path, config: dict[str, str]) 
         .with_column("k", F.col("id") % KEYS)
         .key_by("k")
         .agg(F.count("*").alias("n"), F.sum("id").alias("total"))
-        .transform(_flaky(str(markers), failing_runs=2), name="flaky")
+        .transform(_flaky(str(markers), failing_runs), name="flaky")
         .set_parallelism(1)  # one subtask: the run count is the attempt count
         .write_parquet(str(out))
     )
@@ -188,6 +192,75 @@ def test_flaky_pyspark_stage_with_too_few_attempts_fails_with_the_user_error(
     assert not list(out.glob("part-*"))
     exchange = cluster.directory / "exchange" / job_id
     eventually(lambda: not exchange.exists(), timeout=60)
+
+
+def test_failure_rate_restarts_within_the_rate_and_fails_beyond_it(
+    client: ClusterClient, spark: Any, tmp_path: Path
+) -> None:
+    config = {
+        "restart-strategy.type": "failure-rate",
+        "restart-strategy.failure-rate.max-failures-per-interval": "2",
+        "restart-strategy.failure-rate.failure-rate-interval": "1 min",
+        "restart-strategy.failure-rate.delay": "100 ms",
+    }
+    out = tmp_path / "ok"
+    job_id = client.submit(
+        flaky_pipeline("rate-ok", out, tmp_path / "ok-markers", config, 2).build_job_graph()
+    )
+    result = client.wait(job_id, timeout=JOB_TIMEOUT_S)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    check_output(spark, out, flaky_expected(spark))
+    assert result.details.restarts == 2
+
+    markers = tmp_path / "exceeded-markers"
+    job_id = client.submit(
+        flaky_pipeline("rate-exceeded", tmp_path / "no", markers, config, 3).build_job_graph()
+    )
+    result = client.wait(job_id, timeout=JOB_TIMEOUT_S)
+    assert result.status == common_pb2.FAILED, common_pb2.JobStatus.Name(result.status)
+    assert "failure-rate" in result.failure.message, result.failure.message
+    assert "flaky stage fails attempt 3" in result.failure.message, result.failure.message
+    assert len(runs(markers)) == 3
+
+
+def test_exponential_delay_waits_longer_before_each_restart(
+    client: ClusterClient, spark: Any, tmp_path: Path
+) -> None:
+    config = {
+        "restart-strategy.type": "exponential-delay",
+        "restart-strategy.exponential-delay.initial-backoff": "1 s",
+        "restart-strategy.exponential-delay.backoff-multiplier": "2.0",
+        "restart-strategy.exponential-delay.max-backoff": "10 s",
+        "restart-strategy.exponential-delay.jitter-factor": "0",
+    }
+    out, markers = tmp_path / "out", tmp_path / "markers"
+    job_id = client.submit(flaky_pipeline("backoff", out, markers, config).build_job_graph())
+    result = client.wait(job_id, timeout=JOB_TIMEOUT_S)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    check_output(spark, out, flaky_expected(spark))
+    first, second = (e.timestamp for e in result.details.exceptions)
+    # 1 s before the second attempt, 2 s before the third (loosely: Spark adds its own time).
+    assert second - first >= 1.0, second - first
+    assert result.details.ended_at - second >= 2.0, result.details.ended_at - second
+
+
+def test_a_resource_profile_no_executor_offers_fails_fast_with_a_diagnostic(
+    client: ClusterClient, tmp_path: Path
+) -> None:
+    pipeline = sm.Pipeline("too-big", parallelism=1)
+    (
+        pipeline.range(10)
+        .set_resources(cpu_cores=64, memory_mb=1_000_000)
+        .write_parquet(str(tmp_path / "never"))
+    )
+    started = time.monotonic()
+    result = client.wait(client.submit(pipeline.build_job_graph()), timeout=60)
+    assert result.status == common_pb2.FAILED, common_pb2.JobStatus.Name(result.status)
+    message = result.failure.message
+    assert "can never be served" in message, message
+    assert "cpu=64" in message and "3 task executors registered" in message, message
+    assert time.monotonic() - started < 10.0
+    assert not (tmp_path / "never").exists()
 
 
 # -- a hung task executor (SIGSTOP) in the middle of a multi-stage pipeline --------------------
