@@ -509,10 +509,12 @@ EXCHANGE_STORAGE = _option(
     STRING,
     "shared",
     "What happens to a task executor's finished intermediate results when it is lost. "
-    "'shared': exchange.dir is storage that outlives any task executor (a shared mount); "
-    "its results stay in use, and are produced again only if a consumer finds them missing. "
-    "'local': exchange.dir is on the task executors' own machines; the results of a lost "
-    "executor are lost with it, and those still needed are produced again at once.",
+    "'shared': exchange.dir is storage that outlives any task executor (a NAS); its results "
+    "stay in use, and are produced again only if a consumer finds them missing. 'local': each "
+    "executor's results live on its own machine's disk (still readable by the others under "
+    "exchange.dir, e.g. cross-mounted); the results of a lost executor are lost with it, and "
+    "those still needed are produced again before any consumer tries to read them (this "
+    "counts as one failure for the restart strategy and waits for its back-off).",
     choices=("shared", "local"),
 )
 

@@ -8,9 +8,13 @@ so only the rest runs again.
 
 The log is a file of JSON lines per job under ``{high-availability.storageDir}/job-progress``,
 appended with one ``write`` per batch. Each JobMaster starts its stretch of the log with a
-``leader`` event carrying its leader session id; replay ignores events of any other session
-that come after it. A deposed JobMaster that has not noticed yet may still append, but its late
-events never override the new leader's view (the log itself fences them).
+``leader`` event carrying its leader session id - written and flushed before it reads the log -
+and replay ignores events of any other session that come after it. A deposed JobMaster that has
+not noticed yet may still append, but its late events never override the new leader's view.
+(Appends rely on ``O_APPEND`` writes not interleaving, true of local file systems; on NFS,
+which has no atomic append, a torn or interleaved line is skipped: a lost ``finished`` event
+costs re-running that subtask; a lost ``invalidated`` one can bring back an attempt a restart
+had voided - a complete output of its subtask, restored only if still readable.)
 
 Without HA there is no second JobMaster to hand over to, and :class:`NoJobProgressStore` keeps
 nothing.
@@ -202,8 +206,13 @@ class FileJobProgressStore:
         path = self._path(job_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         data = "".join(event.to_json() + "\n" for event in events).encode("utf-8")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                # A torn last line (a writer died, a disk ran full): end it, or our first
+                # event would be glued to it and lost with it.
+                data = b"\n" + data
             # One write per batch: concurrent appenders (a deposed JobMaster) never interleave
             # within a line on a local file system.
             written = os.write(fd, data)

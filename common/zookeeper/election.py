@@ -96,6 +96,7 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
             if self._node is None:
                 client = self.zk.client
                 assert client is not None
+                await self._remove_leftovers_of_this_session(client)
                 self._node = await self.zk.call(
                     client.create,
                     f"{self.latch_path}/n_",
@@ -105,6 +106,27 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                     makepath=True,
                 )
         await self._check()
+
+    async def _remove_leftovers_of_this_session(self, client: Any) -> None:
+        """Delete latch nodes this ZooKeeper session still owns from an earlier contender of
+        this process (one that stopped while disconnected could not delete its node, and a
+        node that survives a short disconnection would stand before ours for good)."""
+        session = client.client_id[0] if client.client_id else None
+        if session is None:
+            return
+        try:
+            children = await self.zk.call(client.get_children, self.latch_path)
+        except NoNodeError:
+            return
+        for child in children:
+            path = f"{self.latch_path}/{child}"
+            try:
+                _, stat = await self.zk.call(client.get, path)
+                if stat.ephemeralOwner == session:
+                    log.info("%s: removing %s, left behind by this session", self.name, child)
+                    await self.zk.call(client.delete, path)
+            except NoNodeError:
+                continue
 
     async def _check(self) -> None:
         async with self._lock:

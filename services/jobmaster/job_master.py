@@ -178,23 +178,27 @@ class JobMaster:
         self.progress.stop()
         await self._release_everything(cause)
         if was_leading:
-            # The job needs a new leader; without a word the dispatcher would only notice if
-            # this whole process died (e.g. a ZooKeeper blip on this host alone). It starts
-            # the job again - here or elsewhere - and the new JobMaster keeps what finished.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self.process.report_job_status(
-                        dispatcher_pb2.JobStatusReport(
-                            job_id=self.job_id,
-                            status=cast(Any, JobStatus.SUSPENDED.value),
-                            job_master_session_id=self.session_id,
-                            details=self.details(),
-                            job_master_process_id=self.process.identity.id,
-                            job_master_address=self.process.identity.address,
-                        )
-                    ),
-                    timeout=min(self.settings.rpc_timeout_s, 5.0),
-                )
+            await self._hand_job_back()
+
+    async def _hand_job_back(self) -> None:
+        """Tell the dispatcher this JobMaster no longer leads the job. Without a word it would
+        only notice if the whole process died (not after, e.g., a ZooKeeper blip on this host
+        alone); it starts the job again - here or elsewhere - and the new JobMaster keeps what
+        finished."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(
+                self.process.report_job_status(
+                    dispatcher_pb2.JobStatusReport(
+                        job_id=self.job_id,
+                        status=cast(Any, JobStatus.SUSPENDED.value),
+                        job_master_session_id=self.session_id,
+                        details=self.details(),
+                        job_master_process_id=self.process.identity.id,
+                        job_master_address=self.process.identity.address,
+                    )
+                ),
+                timeout=min(self.settings.rpc_timeout_s, 5.0),
+            )
 
     def cancel(self) -> None:
         self.scheduler.cancel()
@@ -202,6 +206,8 @@ class JobMaster:
     # -- SchedulerActions -------------------------------------------------------------------
 
     def job_status_changed(self, status: JobStatus, cause: str) -> None:
+        if self.status is JobStatus.SUSPENDED:
+            return  # let go of the job: whatever its scheduler still does is not ours to tell
         self.status = status
         if status.is_globally_terminal:
             self.ended_at = time.time()
@@ -224,6 +230,7 @@ class JobMaster:
             self.status = JobStatus.SUSPENDED
             await self.election.stop()
             self.process.job_master_done(self)
+            await self._hand_job_back()  # the job's outcome (if any) is for the next one
             return
         result = jobs_pb2.JobResult(
             job_id=self.job_id, status=cast(Any, status.value), details=self.details()

@@ -61,15 +61,18 @@ class ProgressRecorder:
         # Without HA nothing is kept: skip the work (and the thread hop per batch) entirely.
         self.enabled = not isinstance(store, NoJobProgressStore)
 
-    def start(self, session_id: str, invalid: Iterable[SubtaskKey] = ()) -> None:
-        """Open this leader's stretch of the log (``invalid``: records it will not use)."""
+    def start(self, session_id: str) -> None:
+        """Open this leader's stretch of the log."""
         if not self.enabled:
             return
         self.session_id = session_id
         self._enqueue(ProgressEvent(LEADER, session_id))
-        stale = tuple(invalid)
-        if stale:
-            self._enqueue(ProgressEvent(INVALIDATED, session_id, subtasks=stale))
+
+    def invalidate(self, subtasks: Iterable[SubtaskKey]) -> None:
+        """Records of earlier JobMasters that this one does not use."""
+        stale = tuple(subtasks)
+        if self.session_id and stale:
+            self._enqueue(ProgressEvent(INVALIDATED, self.session_id, subtasks=stale))
 
     def attempt_finished(
         self, execution: Execution, accumulator: bytes, io: IOTotals | None
@@ -198,6 +201,11 @@ async def recover_finished_subtasks(
     job_id = graph.job_id
     if not recorder.enabled:
         return 0
+    # Our ``leader`` event goes in first and is on disk before we read: whatever a deposed
+    # JobMaster appends from now on comes after it and is ignored by every later replay, so
+    # what we restore is exactly what any successor of ours will see as before our time.
+    recorder.start(session_id)
+    await recorder.flush()
     try:
         events = await runtime.run_blocking(recorder.store.load, job_id)
     except OSError as exc:
@@ -207,7 +215,6 @@ async def recover_finished_subtasks(
         events = []
     finished = replay(events)
     if not finished:
-        recorder.start(session_id)
         return 0
     # The file checks run off the loop; the graph is only read here, on the loop.
     to_check = {
@@ -218,12 +225,15 @@ async def recover_finished_subtasks(
         if _known(graph, key)
     }
 
+    def readable(part: InputPartitionInfo) -> bool:
+        try:
+            return partition_readable(exchange_dir, job_id, part)
+        except OSError as exc:  # EACCES, ESTALE, EIO on a network file system...
+            log.warning("job %s: cannot check %s: %s", short(job_id), part, exc)
+            return False
+
     def check() -> set[SubtaskKey]:
-        return {
-            key
-            for key, parts in to_check.items()
-            if all(partition_readable(exchange_dir, job_id, p) for p in parts)
-        }
+        return {key for key, parts in to_check.items() if all(readable(p) for p in parts)}
 
     readable_keys = await runtime.run_blocking(check)
     plan = plan_recovery(
@@ -240,7 +250,7 @@ async def recover_finished_subtasks(
         )
         scheduler.restore_finished(vertex, record.accumulator, IOTotals(*record.io))
     restored = {(v.job_vertex.id, v.subtask_index) for v, _ in plan}
-    recorder.start(session_id, invalid=[k for k in finished if k not in restored])
+    recorder.invalidate([k for k in finished if k not in restored])
     log.info(
         "job %s: %d of %d recorded finished subtasks restored (%d not readable any more or "
         "depending on such)",

@@ -143,6 +143,7 @@ class DefaultScheduler:
         self._requests: dict[ExecutionAttemptID, PendingSlotRequest] = {}
         self._restarts: list[_Restart] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False  # the JobMaster let go of the job: nothing may change any more
         # Data sets whose every consumer only waits for them (no records): never "lost".
         consumed = [e for jv in graph.job_graph.vertices for e in jv.inputs]
         self.no_data_results: frozenset[IntermediateDataSetID] = frozenset(
@@ -287,7 +288,7 @@ class DefaultScheduler:
         ``lost_partitions`` (dataset id, partition number, producer attempt id) come with a
         FAILED report of a task that could not read those inputs."""
         execution = self.graph.execution(attempt_id)
-        if execution is None or execution.state.is_terminal:
+        if self._closed or execution is None or execution.state.is_terminal:
             return False
         if execution.state is ES.CANCELING and state in (ES.FAILED, ES.FINISHED):
             state = ES.CANCELED  # the cancellation wins (Flink does the same)
@@ -423,8 +424,9 @@ class DefaultScheduler:
 
     def results_lost_with_task_executor(self, resource_id: str, cause: str) -> None:
         """The finished results written on ``resource_id`` are gone (``exchange.storage:
-        local``): produce again, at once, those a consumer still needs."""
-        if self.status is not JobStatus.RUNNING:
+        local``): produce again those a consumer still needs (one failure for the restart
+        strategy, restarted after its back-off, before any consumer could read them)."""
+        if self._closed or self.status is not JobStatus.RUNNING:
             return
         pending = self._pending_restart()
         written_there = [
@@ -440,10 +442,11 @@ class DefaultScheduler:
         restarting: set[int] = set()
         while True:
             chosen = {id(v) for v in lost}
+            needed_by_group: dict[int, bool] = {}  # consumer groups are shared: decide once
             more = [
                 v
                 for v in written_there
-                if id(v) not in chosen and self._result_still_needed(v, restarting)
+                if id(v) not in chosen and self._result_still_needed(v, restarting, needed_by_group)
             ]
             if not more:
                 break
@@ -472,15 +475,20 @@ class DefaultScheduler:
         self._handle_failure(lost, message)
         self._after_terminal()
 
-    def _result_still_needed(self, vertex: ExecutionVertex, restarting: set[int]) -> bool:
+    def _result_still_needed(
+        self, vertex: ExecutionVertex, restarting: set[int], cache: dict[int, bool]
+    ) -> bool:
         for partition in vertex.produced_partitions:
             if partition.result.id in self.no_data_results:
                 continue
             for group in partition.consumer_vertex_groups:
-                if any(
-                    c.current_execution.state is not ES.FINISHED or id(c) in restarting
-                    for c in group.vertices
-                ):
+                needed = cache.get(id(group))
+                if needed is None:
+                    needed = cache[id(group)] = any(
+                        c.current_execution.state is not ES.FINISHED or id(c) in restarting
+                        for c in group.vertices
+                    )
+                if needed:
                     return True
         return False
 
@@ -524,7 +532,10 @@ class DefaultScheduler:
             return list(self.graph.all_execution_vertices())
         # The failed regions and every region downstream of them that has started: their
         # inputs will be produced again, so whatever they did with the old ones is void.
+        # Each consumed group is looked at once (ALL_TO_ALL producers all share one), so this
+        # stays linear in vertices and groups however many origins there are.
         regions: dict[int, PipelinedRegion] = {}
+        seen_groups: set[int] = set()
         todo = [self.graph.region_of(v) for v in origins]
         while todo:
             region = todo.pop()
@@ -532,10 +543,17 @@ class DefaultScheduler:
                 continue
             regions[region.index] = region
             for vertex in region:
-                for group in self.graph.downstream_groups(vertex):
-                    for consumer in group.consumer_vertex_group:
-                        if consumer.current_execution.state is not ES.CREATED:
-                            todo.append(self.graph.region_of(consumer))
+                for partition in vertex.produced_partitions:
+                    for group in partition.consumed_partition_groups:
+                        if id(group) in seen_groups:
+                            continue
+                        seen_groups.add(id(group))
+                        for consumer in group.consumer_vertex_group:
+                            if consumer.current_execution.state is ES.CREATED:
+                                continue
+                            consumer_region = self.graph.region_of(consumer)
+                            if consumer_region.index not in regions:
+                                todo.append(consumer_region)
         return [v for r in regions.values() for v in r]
 
     def _after_terminal(self) -> None:
@@ -561,7 +579,7 @@ class DefaultScheduler:
     def _restart(self, restart: _Restart) -> None:
         if restart in self._restarts:
             self._restarts.remove(restart)
-        if self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
+        if self._closed or self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
             return
         for vertex in restart.vertices:
             self.graph.reset_vertex_for_new_execution(vertex)
@@ -641,6 +659,7 @@ class DefaultScheduler:
                 )
 
     async def close(self) -> None:
+        self._closed = True
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -107,6 +107,18 @@ def test_a_torn_last_line_loses_only_that_event(tmp_path: Path) -> None:
     assert store.load("job-1") == events
 
 
+def test_an_append_after_a_torn_line_starts_on_a_line_of_its_own(tmp_path: Path) -> None:
+    store = FileJobProgressStore(tmp_path)
+    first = [ProgressEvent(LEADER, "s1"), finished("s1", attempt("a", 0))]
+    store.append("job-1", first)
+    with (tmp_path / "job-1.jsonl").open("a") as f:
+        f.write('{"kind":"finished","sess')  # s1 died mid-line
+    second = [ProgressEvent(LEADER, "s2"), ProgressEvent(INVALIDATED, "s2", subtasks=(("a", 0),))]
+    store.append("job-1", second)
+    assert store.load("job-1") == first + second
+    assert replay(store.load("job-1")) == {}
+
+
 def test_a_bad_job_id_never_escapes_the_directory(tmp_path: Path) -> None:
     store = FileJobProgressStore(tmp_path)
     for bad in ("", "../x", ".hidden"):
@@ -203,7 +215,8 @@ def test_the_recorder_writes_in_order_and_only_while_leading() -> None:
         recorder = ProgressRecorder(store, "job-1", _Runtime())  # type: ignore[arg-type]
         a0 = v(graph, "a", 0)
         recorder.attempt_finished(a0.current_execution, b"", None)  # not leading yet: dropped
-        recorder.start("s1", invalid=[("x", 0)])
+        recorder.start("s1")
+        recorder.invalidate([("x", 0)])
         recorder.attempt_finished(a0.current_execution, b"acc", None)
         recorder.attempts_invalidated([a0])
         recorder.stop()
