@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -405,22 +405,27 @@ def _encode(spec: S.Spec) -> bytes:
         return S.encode_spec(spec)
 
 
+def _children(value: Any) -> Iterable[Any]:
+    """What an operator argument holds: items of containers, an expression's arguments, a
+    dataclass's fields (walked to find what cannot or must be shipped)."""
+    if isinstance(value, list | tuple):
+        return value
+    if isinstance(value, dict):
+        return value.values()
+    if isinstance(value, Expr):
+        return (*value.call_args, *value.call_kwargs.values(), value.method_target)
+    if hasattr(value, "__dataclass_fields__"):
+        return [getattr(value, f) for f in value.__dataclass_fields__]
+    return ()
+
+
 def _find_pyspark_object(value: Any, depth: int = 0) -> str | None:
     if depth > 50:
         return None
     kind = type(value)
     if kind.__module__.startswith("pyspark.") and kind.__name__ in ("Column", "DataFrame"):
         return f"pyspark {kind.__name__}"
-    children: Any = ()
-    if isinstance(value, list | tuple):
-        children = value
-    elif isinstance(value, dict):
-        children = value.values()
-    elif isinstance(value, Expr):
-        children = (*value.call_args, *value.call_kwargs.values(), value.method_target)
-    elif hasattr(value, "__dataclass_fields__"):
-        children = [getattr(value, f) for f in value.__dataclass_fields__]
-    for child in children:
+    for child in _children(value):
         found = _find_pyspark_object(child, depth + 1)
         if found is not None:
             return found
@@ -432,16 +437,7 @@ def _callables(value: Any, depth: int = 0) -> Iterator[Any]:
         return
     if callable(value) and hasattr(value, "__module__") and not isinstance(value, Expr | type):
         yield value
-    children: Any = ()
-    if isinstance(value, list | tuple):
-        children = value
-    elif isinstance(value, dict):
-        children = value.values()
-    elif isinstance(value, Expr):
-        children = (*value.call_args, *value.call_kwargs.values(), value.method_target)
-    elif hasattr(value, "__dataclass_fields__"):
-        children = [getattr(value, f) for f in value.__dataclass_fields__]
-    for child in children:
+    for child in _children(value):
         yield from _callables(child, depth + 1)
 
 
