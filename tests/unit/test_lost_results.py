@@ -46,6 +46,18 @@ def lost(h: Harness, name: str, index: int) -> tuple[str, int, str]:
     )
 
 
+async def a_finished_b_running(h: Harness) -> None:
+    """Both subtasks of ``a`` finished (one slot, reused), ``b``'s only subtask runs."""
+    h.scheduler.start_scheduling()
+    h.offer()
+    await settle()
+    h.finish("a", 0)
+    h.finish("a", 1)
+    h.offer()
+    await settle()
+    h.run("b", 0)
+
+
 def test_a_lost_input_reruns_its_producer_and_the_consumers_only() -> None:
     job_graph = build_graph({"a": 3, "b": 2}, [("a", "b", A2A, BLOCKING)])
 
@@ -88,14 +100,7 @@ def test_a_report_about_a_superseded_producer_attempt_reruns_only_the_consumer()
     job_graph = build_graph({"a": 2, "b": 1}, [("a", "b", A2A, BLOCKING)])
 
     async def scenario(h: Harness) -> None:
-        h.scheduler.start_scheduling()
-        h.offer()
-        await settle()
-        h.finish("a", 0)
-        h.finish("a", 1)
-        h.offer()
-        await settle()
-        h.run("b", 0)
+        await a_finished_b_running(h)
         dataset, number, _ = lost(h, "a", 0)
         assert h.report(
             "b", 0, ES.FAILED, message="x", lost_partitions=[(dataset, number, "not-current")]
@@ -253,14 +258,7 @@ def test_a_failure_of_a_vertex_awaiting_restart_does_not_reset_it_twice() -> Non
     job_graph = build_graph({"a": 2, "b": 1}, [("a", "b", A2A, BLOCKING)])
 
     async def scenario(h: Harness) -> None:
-        h.scheduler.start_scheduling()
-        h.offer()
-        await settle()
-        h.finish("a", 0)
-        h.finish("a", 1)
-        h.offer()
-        await settle()
-        h.run("b", 0)
+        await a_finished_b_running(h)
         gone = [lost(h, "a", 0), lost(h, "a", 1)]
         assert h.report("b", 0, ES.FAILED, message="x", lost_partitions=gone)
         # A second loss while the first restart waits (a0 and a1 are already part of it).

@@ -446,19 +446,21 @@ def test_error_summaries_put_the_users_error_first() -> None:
     )
 
 
+def sink_attempt(out: str, attempt_id: str, content: str) -> Path:
+    """What an attempt of subtask 0 of job "j" wrote to the sink ``out`` (one CSV file)."""
+    d = sinks.attempt_dir(out, "j", 0, attempt_id)
+    d.mkdir(parents=True)
+    (d / "part-0000.csv").write_text(content)
+    return d
+
+
 def test_a_late_older_attempt_never_replaces_a_newer_commit(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     sink = S.SinkOutput("csv", out, "overwrite")
 
-    def attempt(attempt_id: str, content: str) -> Path:
-        d = sinks.attempt_dir(out, "j", 0, attempt_id)
-        d.mkdir(parents=True)
-        (d / "part-0000.csv").write_text(content)
-        return d
-
-    assert sinks.commit_task(sink, "j", 0, attempt("new", "attempt 1"), attempt_number=1)
+    assert sinks.commit_task(sink, "j", 0, sink_attempt(out, "new", "attempt 1"), attempt_number=1)
     # The restarted subtask's old attempt (a hung executor) finishes after the new one.
-    stale = attempt("old", "attempt 0")
+    stale = sink_attempt(out, "old", "attempt 0")
     assert not sinks.commit_task(sink, "j", 0, stale, attempt_number=0)
     assert not stale.exists()
     assert sinks.commit_job(S.SinkCommit(out, "csv", "overwrite", 1), "j") == 1
@@ -472,20 +474,24 @@ def test_an_attempt_of_a_later_job_master_replaces_a_higher_numbered_commit(
     out = str(tmp_path / "out")
     sink = S.SinkOutput("csv", out, "overwrite")
 
-    def attempt(attempt_id: str, content: str) -> Path:
-        d = sinks.attempt_dir(out, "j", 0, attempt_id)
-        d.mkdir(parents=True)
-        (d / "part-0000.csv").write_text(content)
-        return d
-
     old_leader, new_leader = 1_000, 2_000
     assert sinks.commit_task(
-        sink, "j", 0, attempt("a", "old #3"), attempt_number=3, job_master_epoch=old_leader
+        sink,
+        "j",
+        0,
+        sink_attempt(out, "a", "old #3"),
+        attempt_number=3,
+        job_master_epoch=old_leader,
     )
     assert sinks.commit_task(
-        sink, "j", 0, attempt("b", "new #0"), attempt_number=0, job_master_epoch=new_leader
+        sink,
+        "j",
+        0,
+        sink_attempt(out, "b", "new #0"),
+        attempt_number=0,
+        job_master_epoch=new_leader,
     )
-    late = attempt("c", "old #4")  # the deposed JobMaster's executor finishes late
+    late = sink_attempt(out, "c", "old #4")  # the deposed JobMaster's executor finishes late
     assert not sinks.commit_task(sink, "j", 0, late, attempt_number=4, job_master_epoch=old_leader)
     assert sinks.commit_job(S.SinkCommit(out, "csv", "overwrite", 1), "j") == 1
     assert (Path(out) / "part-00000-000.csv").read_text() == "new #0"
