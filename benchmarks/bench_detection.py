@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 from sparkmill.client import ClusterClient
+from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline
-from sparkmill.v1 import common_pb2
 
 
 def one_round(cluster: LocalCluster, client: ClusterClient, sig: int) -> float:

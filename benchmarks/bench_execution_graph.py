@@ -17,8 +17,8 @@ import sys
 import time
 import tracemalloc
 
-from common.ids import new_dataset_id, new_job_id, new_vertex_id
-from common.jobgraph import (
+from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
+from sparkmill.common.jobgraph import (
     DistributionPattern,
     IntermediateDataSet,
     JobEdge,
@@ -27,7 +27,7 @@ from common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from services.jobmaster.execution_graph import ExecutionGraph
+from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
 
 
 def two_vertex_job(

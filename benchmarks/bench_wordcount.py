@@ -85,8 +85,8 @@ def wordcount_pipeline(source: str, output: str, parallelism: int) -> sm.Pipelin
 
 def run_sparkmill(args: argparse.Namespace, data: Path, work: Path) -> float:
     from sparkmill.client import ClusterClient
+    from sparkmill.common.v1 import common_pb2
     from sparkmill.local_cluster import LocalCluster
-    from sparkmill.v1 import common_pb2
 
     parallelism = args.parallelism or args.task_executors * args.slots
     cluster = LocalCluster(

@@ -35,7 +35,7 @@ from typing import Any, Generic, Self, TypeVar, cast
 
 import yaml
 
-from common.errors import ConfigurationError
+from sparkmill.common.errors import ConfigurationError
 
 T = TypeVar("T")
 
@@ -404,7 +404,7 @@ def _similarity(a: str, b: str) -> float:
 
 
 def _default_registry() -> OptionRegistry:
-    from common import config_options  # late: config_options imports this module
+    from sparkmill.common import config_options  # late: config_options imports this module
 
     return config_options.REGISTRY
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from common.config import (
+from sparkmill.common.config import (
     ADDRESS,
     BOOL,
     DURATION,

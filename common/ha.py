@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import abc
 
-from common.ids import JobID, new_leader_session_id
-from common.job_progress import JobProgressStore, NoJobProgressStore
-from common.job_stores import (
+from sparkmill.common.ids import JobID, new_leader_session_id
+from sparkmill.common.job_progress import JobProgressStore, NoJobProgressStore
+from sparkmill.common.job_stores import (
     InMemoryJobGraphStore,
     InMemoryJobResultStore,
     JobGraphStore,
     JobResultStore,
 )
-from common.leader import (
+from sparkmill.common.leader import (
     LeaderElectionService,
     LeaderRetrievalService,
     StandaloneLeaderElectionService,
     StandaloneLeaderRetrievalService,
 )
-from common.settings import ClusterSettings
+from sparkmill.common.settings import ClusterSettings
 
 
 class HighAvailabilityServices(abc.ABC):

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from common import config_options as opt
-from common.config import Configuration
-from common.errors import ConfigurationError
-from common.ha import HighAvailabilityServices, StandaloneHaServices
-from common.retry import RetryPolicy
-from common.settings import ClusterSettings
+from sparkmill.common import config_options as opt
+from sparkmill.common.config import Configuration
+from sparkmill.common.errors import ConfigurationError
+from sparkmill.common.ha import HighAvailabilityServices, StandaloneHaServices
+from sparkmill.common.retry import RetryPolicy
+from sparkmill.common.settings import ClusterSettings
 
 MIB = 1 << 20
 
@@ -67,6 +67,6 @@ def create_ha_services(settings: ClusterSettings, config: Any = None) -> HighAva
         return StandaloneHaServices(settings)
     if mode != "zookeeper":
         raise ConfigurationError(opt.HA_MODE.key, f"unknown mode {mode!r}")
-    from common.zookeeper.ha_services import ZooKeeperHaServices
+    from sparkmill.common.zookeeper.ha_services import ZooKeeperHaServices
 
     return ZooKeeperHaServices(settings, config)

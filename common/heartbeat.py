@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from common.errors import RpcError
+from sparkmill.common.errors import RpcError
 
 log = logging.getLogger(__name__)
 

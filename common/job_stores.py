@@ -12,8 +12,8 @@ from __future__ import annotations
 import abc
 import threading
 
-from common.ids import JobID
-from sparkmill.v1 import common_pb2, jobs_pb2
+from sparkmill.common.ids import JobID
+from sparkmill.common.v1 import common_pb2, jobs_pb2
 
 
 class JobGraphStore(abc.ABC):

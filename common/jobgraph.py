@@ -15,8 +15,8 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
-from common.ids import IntermediateDataSetID, JobID, JobVertexID
-from common.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.ids import IntermediateDataSetID, JobID, JobVertexID
+from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
 
 DEFAULT_MAX_PARALLELISM = 32768
 

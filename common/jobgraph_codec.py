@@ -33,9 +33,9 @@ import math
 from collections.abc import Mapping
 from typing import TypeVar, cast
 
-from common.errors import InvalidJobGraphError
-from common.ids import IntermediateDataSetID, JobID, JobVertexID
-from common.jobgraph import (
+from sparkmill.common.errors import InvalidJobGraphError
+from sparkmill.common.ids import IntermediateDataSetID, JobID, JobVertexID
+from sparkmill.common.jobgraph import (
     DEFAULT_MAX_PARALLELISM,
     DEFAULT_SLOT_SHARING_GROUP,
     DistributionPattern,
@@ -46,8 +46,8 @@ from common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from common.resources import ResourceProfile
-from sparkmill.v1 import common_pb2
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.v1 import common_pb2
 
 DEFAULT_PARTITIONER = "forward"
 """What an empty ``JobEdge.partitioner`` on the wire means (the :class:`JobEdge` default)."""

@@ -9,11 +9,11 @@ from __future__ import annotations
 import traceback
 from typing import Any, cast
 
-from common.errors import ErrorCode, RpcError, error_from_code
-from common.ids import AllocationID, JobID
-from common.resources import ResourceProfile
-from common.slots import SlotReport, SlotStatus
-from sparkmill.v1 import common_pb2
+from sparkmill.common.errors import ErrorCode, RpcError, error_from_code
+from sparkmill.common.ids import AllocationID, JobID
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.slots import SlotReport, SlotStatus
+from sparkmill.common.v1 import common_pb2
 
 
 def profile_to_proto(profile: ResourceProfile) -> common_pb2.ResourceProfile:

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from common.errors import (
+from sparkmill.common.errors import (
     DeadlineExceededError,
     FailedPreconditionError,
     InvalidArgumentError,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common.retry import RetryPolicy
+from sparkmill.common.retry import RetryPolicy
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.ids import AllocationID, JobID, ResourceID, short
-from common.resources import ResourceProfile
+from sparkmill.common.ids import AllocationID, JobID, ResourceID, short
+from sparkmill.common.resources import ResourceProfile
 
 
 @dataclass(frozen=True, slots=True)

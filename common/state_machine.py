@@ -17,7 +17,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from typing import Generic, TypeVar
 
-from common.errors import IllegalStateBug
+from sparkmill.common.errors import IllegalStateBug
 
 S = TypeVar("S", bound=enum.Enum)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generate the protobuf modules and the typed gateway stubs from ``protos/``.
 
-Writes into ``sparkmill/v1/``:
+Writes into ``common/v1/`` (imported as ``sparkmill.common.v1``; the protobuf package stays
+``sparkmill.v1``):
 
 * ``*_pb2.py`` / ``*_pb2.pyi`` - protoc's messages (via grpcio-tools, no gRPC involved);
 * ``gateways.py`` - for every ``service`` a typed client (``XxxClient``) whose methods call
@@ -26,7 +27,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "protos"
-OUT_PACKAGE = "sparkmill/v1"
+# protoc names its output after the .proto paths (``sparkmill/v1/``); the files are then moved to
+# the shared contract package and their imports rewritten to its import name.
+PROTOC_PACKAGE = "sparkmill/v1"
+OUT_PACKAGE = "common/v1"
+IMPORT_NAME = "sparkmill.common.v1"
 
 
 def _snake(name: str) -> str:
@@ -91,11 +96,11 @@ def _render_gateways(out_root: Path, protos: list[str]) -> str:
         "",
         "from google.protobuf.message import Message",
         "",
-        "from common.rpc.client import RpcClient",
-        "from common.rpc.server import CallContext, MethodSpec, Servicer",
+        "from sparkmill.common.rpc.client import RpcClient",
+        "from sparkmill.common.rpc.server import CallContext, MethodSpec, Servicer",
     ]
     imports = sorted({Path(p).stem + "_pb2" for p in protos})
-    lines.append("from sparkmill.v1 import " + ", ".join(imports) + "  # noqa: F401")
+    lines.append(f"from {IMPORT_NAME} import " + ", ".join(imports) + "  # noqa: F401")
     lines.append("")
     for proto in protos:
         fd = modules[proto].DESCRIPTOR
@@ -176,13 +181,27 @@ def _render_gateways(out_root: Path, protos: list[str]) -> str:
 
 
 def generate(out_root: Path) -> None:
-    (out_root / OUT_PACKAGE).mkdir(parents=True, exist_ok=True)
-    protos = _run_protoc(out_root)
-    (out_root / OUT_PACKAGE / "__init__.py").write_text(
+    protoc_root = out_root / "protoc"
+    (protoc_root / PROTOC_PACKAGE).mkdir(parents=True, exist_ok=True)
+    protos = _run_protoc(protoc_root)
+    gateways = _render_gateways(protoc_root, protos)
+    out = out_root / OUT_PACKAGE
+    out.mkdir(parents=True, exist_ok=True)
+    protoc_import = PROTOC_PACKAGE.replace("/", ".")
+    for generated in sorted((protoc_root / PROTOC_PACKAGE).iterdir()):
+        if generated.suffix in (".py", ".pyi") and generated.name != "__init__.py":
+            text = generated.read_text()
+            text = re.sub(
+                rf"^from {re.escape(protoc_import)} import",
+                f"from {IMPORT_NAME} import",
+                text,
+                flags=re.MULTILINE,
+            )
+            (out / generated.name).write_text(text)
+    (out / "__init__.py").write_text(
         '"""Generated protobuf messages and gateway stubs (scripts/gen_protos.py)."""\n'
     )
-    gateways = _render_gateways(out_root, protos)
-    (out_root / OUT_PACKAGE / "gateways.py").write_text(gateways)
+    (out / "gateways.py").write_text(gateways)
 
 
 def _generated_files(root: Path) -> set[str]:

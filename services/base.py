@@ -7,8 +7,8 @@ import socket
 import time
 from dataclasses import dataclass, field
 
-from common.errors import NotLeaderError
-from sparkmill.v1 import common_pb2
+from sparkmill.common.errors import NotLeaderError
+from sparkmill.common.v1 import common_pb2
 
 
 @dataclass

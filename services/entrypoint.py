@@ -12,22 +12,22 @@ import logging
 import sys
 from pathlib import Path
 
-from common.actor import ServiceRuntime
-from common.config import Configuration
-from common.errors import ConfigurationError
-from common.ha import HighAvailabilityServices
-from common.ha_factory import create_ha_services, settings_from_config
-from common.ids import new_resource_id
-from common.metrics import MetricsHttpServer
-from common.rpc.client import RpcClientPool
-from common.rpc.server import RpcServer
-from common.settings import ClusterSettings
-from services import metrics as service_metrics
-from services.base import ServiceIdentity
-from services.dispatcher.dispatcher import Dispatcher
-from services.jobmaster.service import JobMasterProcess
-from services.resourcemanager.resource_manager import ResourceManager
-from services.taskexecutor.task_executor import TaskExecutor
+from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.config import Configuration
+from sparkmill.common.errors import ConfigurationError
+from sparkmill.common.ha import HighAvailabilityServices
+from sparkmill.common.ha_factory import create_ha_services, settings_from_config
+from sparkmill.common.ids import new_resource_id
+from sparkmill.common.metrics import MetricsHttpServer
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.server import RpcServer
+from sparkmill.common.settings import ClusterSettings
+from sparkmill.services import metrics as service_metrics
+from sparkmill.services.base import ServiceIdentity
+from sparkmill.services.dispatcher.dispatcher import Dispatcher
+from sparkmill.services.jobmaster.service import JobMasterProcess
+from sparkmill.services.resourcemanager.resource_manager import ResourceManager
+from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 
 Service = Dispatcher | ResourceManager | JobMasterProcess | TaskExecutor
 
@@ -54,7 +54,7 @@ def run_service(role: str, config_path: Path) -> int:
     except ConfigurationError as exc:
         print(f"sparkmill {role}: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    from common import config_options as opt
+    from sparkmill.common import config_options as opt
 
     configure_logging(config.get(opt.LOG_LEVEL))
     try:

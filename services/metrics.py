@@ -7,20 +7,20 @@ from __future__ import annotations
 
 import logging
 
-from common import config_options as opt
-from common.actor import ServiceRuntime
-from common.config import Configuration
-from common.metrics import MetricsHttpServer, ProcessMetrics
-from common.settings import ClusterSettings
-from services.base import ServiceIdentity
-from services.dispatcher import metrics as dispatcher_metrics
-from services.dispatcher.dispatcher import Dispatcher
-from services.jobmaster import metrics as job_master_metrics
-from services.jobmaster.service import JobMasterProcess
-from services.resourcemanager import metrics as resource_manager_metrics
-from services.resourcemanager.resource_manager import ResourceManager
-from services.taskexecutor import metrics as task_executor_metrics
-from services.taskexecutor.task_executor import TaskExecutor
+from sparkmill.common import config_options as opt
+from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.config import Configuration
+from sparkmill.common.metrics import MetricsHttpServer, ProcessMetrics
+from sparkmill.common.settings import ClusterSettings
+from sparkmill.services.base import ServiceIdentity
+from sparkmill.services.dispatcher import metrics as dispatcher_metrics
+from sparkmill.services.dispatcher.dispatcher import Dispatcher
+from sparkmill.services.jobmaster import metrics as job_master_metrics
+from sparkmill.services.jobmaster.service import JobMasterProcess
+from sparkmill.services.resourcemanager import metrics as resource_manager_metrics
+from sparkmill.services.resourcemanager.resource_manager import ResourceManager
+from sparkmill.services.taskexecutor import metrics as task_executor_metrics
+from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 
 log = logging.getLogger(__name__)
 

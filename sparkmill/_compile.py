@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.ids import new_dataset_id, new_job_id, new_vertex_id
-from common.jobgraph import (
+from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
+from sparkmill.common.jobgraph import (
     NO_DATA_PARTITIONER,
     SPARK_OPERATOR_KIND,
     DistributionPattern,
@@ -35,10 +35,10 @@ from common.jobgraph import (
     JobVertex,
     OperatorSpec,
 )
-from common.resources import UNKNOWN_PROFILE, ResourceProfile
-from services.taskexecutor.spark import spec as S
+from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
 from sparkmill.functions import Expr
 from sparkmill.pipeline import Node, Pipeline, PipelineError
+from sparkmill.services.taskexecutor.spark import spec as S
 
 COMMIT_VERTEX_NAME = "commit"
 _MERGE_OF = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}

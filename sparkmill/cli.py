@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.errors import (
+from sparkmill.common.errors import (
     ConfigurationError,
     DeadlineExceededError,
     NotLeaderError,
@@ -32,7 +32,7 @@ from common.errors import (
     SparkmillError,
     UnavailableError,
 )
-from sparkmill.v1 import common_pb2, jobs_pb2
+from sparkmill.common.v1 import common_pb2, jobs_pb2
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 ROLES = ("dispatcher", "resource-manager", "job-master", "task-executor")
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ROLES:
-        from services.entrypoint import run_service
+        from sparkmill.services.entrypoint import run_service
 
         return run_service(args.command, args.service_config)
     if args.command == "run":

@@ -16,20 +16,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from common.errors import (
+from sparkmill.common.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     FencingMismatchError,
     NotLeaderError,
     UnavailableError,
 )
-from common.jobgraph import JobGraph
-from common.jobgraph_codec import job_graph_to_proto
-from common.leader import LeaderInfo
-from common.rpc.client import RpcClientPool
-from common.settings import ClusterSettings
-from sparkmill.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
-from sparkmill.v1.gateways import DispatcherClient, ResourceManagerClient
+from sparkmill.common.jobgraph import JobGraph
+from sparkmill.common.jobgraph_codec import job_graph_to_proto
+from sparkmill.common.leader import LeaderInfo
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
+from sparkmill.common.v1.gateways import DispatcherClient, ResourceManagerClient
 
 T = TypeVar("T")
 G = TypeVar("G", DispatcherClient, ResourceManagerClient)
@@ -55,7 +55,7 @@ class ClusterView:
 
 class ClusterClient:
     def __init__(self, settings: ClusterSettings, ha_config: Any = None) -> None:
-        from common.ha_factory import create_ha_services
+        from sparkmill.common.ha_factory import create_ha_services
 
         self.settings = settings
         self._loop = asyncio.new_event_loop()
@@ -64,7 +64,7 @@ class ClusterClient:
 
     @classmethod
     def from_config_file(cls, path: str | Path) -> ClusterClient:
-        from common.ha_factory import load_cluster_config
+        from sparkmill.common.ha_factory import load_cluster_config
 
         settings, ha_config = load_cluster_config(Path(path))
         return cls(settings, ha_config)

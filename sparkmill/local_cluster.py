@@ -128,7 +128,7 @@ class LocalCluster:
     def start(self, *, wait_timeout_s: float = 60.0) -> None:
         zookeeper_address = ""
         if self.ha:
-            from common.zookeeper.server import ZooKeeperServer
+            from sparkmill.common.zookeeper.server import ZooKeeperServer
 
             self.zookeeper = ZooKeeperServer(self.directory / "zookeeper")
             self.zookeeper.start()

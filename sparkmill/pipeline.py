@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.jobgraph import JobGraph
-from common.resources import ResourceProfile
-from services.taskexecutor.spark import spec as S
+from sparkmill.common.jobgraph import JobGraph
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.services.taskexecutor.spark import spec as S
 
 DEFAULT_COLLECT_LIMIT = 1000
 DEFAULT_JOB_CONFIG = {"slot.request.timeout": "300 s"}
@@ -366,7 +366,7 @@ class Collected:
         self.limit = limit
 
     def _parts(self, result: Any) -> list[dict[str, Any]]:
-        from services.jobmaster.job_master import unpack_accumulators
+        from sparkmill.services.jobmaster.job_master import unpack_accumulators
 
         vertex = self.pipeline._vertex_of_collect(self.name)
         blob = result.accumulators.get(vertex, b"")

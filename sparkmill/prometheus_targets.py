@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from sparkmill.v1 import common_pb2
+from sparkmill.common.v1 import common_pb2
 
 
 def file_sd_groups(services: Iterable[common_pb2.ServiceInfo]) -> list[dict[str, Any]]:

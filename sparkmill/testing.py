@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from common.ids import new_dataset_id, new_job_id, new_vertex_id
-from common.jobgraph import (
+from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
+from sparkmill.common.jobgraph import (
     NOOP_OPERATOR_KIND,
     DistributionPattern,
     IntermediateDataSet,
@@ -19,8 +19,8 @@ from common.jobgraph import (
     JobVertex,
     OperatorSpec,
 )
-from common.resources import UNKNOWN_PROFILE, ResourceProfile
-from services.taskexecutor.operators import NoOpOptions, encode_noop_payload
+from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.services.taskexecutor.operators import NoOpOptions, encode_noop_payload
 
 
 @dataclass

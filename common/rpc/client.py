@@ -20,16 +20,16 @@ import zmq
 import zmq.asyncio
 from google.protobuf.message import DecodeError, Message
 
-from common.errors import (
+from sparkmill.common.errors import (
     DeadlineExceededError,
     ErrorCode,
     InternalError,
     UnavailableError,
     error_from_code,
 )
-from common.rpc import framing
-from common.rpc.framing import FrameError, MethodSpec
-from sparkmill.v1 import envelope_pb2
+from sparkmill.common.rpc import framing
+from sparkmill.common.rpc.framing import FrameError, MethodSpec
+from sparkmill.common.v1 import envelope_pb2
 
 log = logging.getLogger(__name__)
 

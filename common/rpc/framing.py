@@ -25,8 +25,8 @@ from typing import Any, cast
 
 from google.protobuf.message import DecodeError, Message
 
-from common.errors import ErrorCode, RpcError
-from sparkmill.v1 import envelope_pb2
+from sparkmill.common.errors import ErrorCode, RpcError
+from sparkmill.common.v1 import envelope_pb2
 
 MAGIC = b"SM1"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024

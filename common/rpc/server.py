@@ -33,16 +33,16 @@ import zmq
 import zmq.asyncio
 from google.protobuf.message import Message
 
-from common.errors import (
+from sparkmill.common.errors import (
     FencingMismatchError,
     InternalError,
     InvalidArgumentError,
     RpcError,
     UnimplementedError,
 )
-from common.rpc import framing
-from common.rpc.framing import FrameError, MethodSpec
-from sparkmill.v1 import envelope_pb2
+from sparkmill.common.rpc import framing
+from sparkmill.common.rpc.framing import FrameError, MethodSpec
+from sparkmill.common.v1 import envelope_pb2
 
 __all__ = ["CallContext", "MethodSpec", "RpcObserver", "RpcServer", "Servicer"]
 

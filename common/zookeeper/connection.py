@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 
-from common.errors import UnavailableError
-from common.metrics import ZOOKEEPER
+from sparkmill.common.errors import UnavailableError
+from sparkmill.common.metrics import ZOOKEEPER
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

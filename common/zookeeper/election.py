@@ -25,15 +25,15 @@ from typing import Any
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from common.ids import new_leader_session_id, short
-from common.leader import (
+from sparkmill.common.ids import new_leader_session_id, short
+from sparkmill.common.leader import (
     LeaderContender,
     LeaderElectionService,
     LeaderInfo,
     LeaderListener,
     LeaderRetrievalService,
 )
-from common.zookeeper.connection import ZooKeeperConnection
+from sparkmill.common.zookeeper.connection import ZooKeeperConnection
 
 log = logging.getLogger(__name__)
 

@@ -18,20 +18,20 @@ from pathlib import Path
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from common import config_options as opt
-from common.config import Configuration
-from common.ha import HighAvailabilityServices
-from common.ids import JobID
-from common.job_progress import FileJobProgressStore, JobProgressStore
-from common.job_stores import JobGraphStore, JobResultStore
-from common.leader import LeaderElectionService, LeaderRetrievalService
-from common.settings import ClusterSettings
-from common.zookeeper.connection import ZooKeeperConnection
-from common.zookeeper.election import (
+from sparkmill.common import config_options as opt
+from sparkmill.common.config import Configuration
+from sparkmill.common.ha import HighAvailabilityServices
+from sparkmill.common.ids import JobID
+from sparkmill.common.job_progress import FileJobProgressStore, JobProgressStore
+from sparkmill.common.job_stores import JobGraphStore, JobResultStore
+from sparkmill.common.leader import LeaderElectionService, LeaderRetrievalService
+from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.zookeeper.connection import ZooKeeperConnection
+from sparkmill.common.zookeeper.election import (
     ZooKeeperLeaderElectionService,
     ZooKeeperLeaderRetrievalService,
 )
-from common.zookeeper.stores import FileSystemJobResultStore, ZooKeeperJobGraphStore
+from sparkmill.common.zookeeper.stores import FileSystemJobResultStore, ZooKeeperJobGraphStore
 
 log = logging.getLogger(__name__)
 

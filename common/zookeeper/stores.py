@@ -25,9 +25,9 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
-from common.ids import JobID
-from common.job_stores import JobGraphStore, JobResultStore
-from sparkmill.v1 import common_pb2, jobs_pb2
+from sparkmill.common.ids import JobID
+from sparkmill.common.job_stores import JobGraphStore, JobResultStore
+from sparkmill.common.v1 import common_pb2, jobs_pb2
 
 log = logging.getLogger(__name__)
 

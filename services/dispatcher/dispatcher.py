@@ -22,27 +22,27 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from common.actor import ServiceRuntime
-from common.errors import (
+from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     NotFoundError,
     RpcError,
 )
-from common.heartbeat import HeartbeatManager
-from common.ids import JobID, short
-from common.job_stores import JobGraphStore, JobResultStore
-from common.jobgraph import KNOWN_OPERATOR_KINDS
-from common.jobgraph_codec import job_graph_from_proto
-from common.leader import LeaderElectionService
-from common.rpc.client import RpcClientPool
-from common.rpc.server import CallContext, MethodSpec
-from common.settings import ClusterSettings
-from services.base import ServiceIdentity, require_leader
-from services.dispatcher.validation import validate_job_graph
-from services.jobmaster.states import JobStatus
-from sparkmill.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
-from sparkmill.v1.gateways import DispatcherServicer, JobMasterClient
+from sparkmill.common.heartbeat import HeartbeatManager
+from sparkmill.common.ids import JobID, short
+from sparkmill.common.job_stores import JobGraphStore, JobResultStore
+from sparkmill.common.jobgraph import KNOWN_OPERATOR_KINDS
+from sparkmill.common.jobgraph_codec import job_graph_from_proto
+from sparkmill.common.leader import LeaderElectionService
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
+from sparkmill.common.v1.gateways import DispatcherServicer, JobMasterClient
+from sparkmill.services.base import ServiceIdentity, require_leader
+from sparkmill.services.dispatcher.validation import validate_job_graph
+from sparkmill.services.jobmaster.states import JobStatus
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from prometheus_client import Histogram
 from prometheus_client.core import Metric
 
-from common.ids import JobID
-from common.metrics import PREFIX, RPC_BUCKETS, ProcessMetrics, counter, gauge
-from services.dispatcher.dispatcher import Dispatcher
-from services.jobmaster.states import JobStatus
+from sparkmill.common.ids import JobID
+from sparkmill.common.metrics import PREFIX, RPC_BUCKETS, ProcessMetrics, counter, gauge
+from sparkmill.services.dispatcher.dispatcher import Dispatcher
+from sparkmill.services.jobmaster.states import JobStatus
 
 ENDED_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
 

@@ -24,9 +24,9 @@ import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from common.errors import InvalidJobGraphError
-from common.graphs import strongly_connected_components
-from common.jobgraph import (
+from sparkmill.common.errors import InvalidJobGraphError
+from sparkmill.common.graphs import strongly_connected_components
+from sparkmill.common.jobgraph import (
     DistributionPattern,
     IntermediateDataSet,
     JobEdge,

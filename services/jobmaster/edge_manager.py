@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from common.errors import IllegalStateBug
-from common.ids import IntermediateDataSetID, short
-from common.jobgraph import DistributionPattern, IntermediateDataSet, ResultPartitionType
+from sparkmill.common.errors import IllegalStateBug
+from sparkmill.common.ids import IntermediateDataSetID, short
+from sparkmill.common.jobgraph import DistributionPattern, IntermediateDataSet, ResultPartitionType
 
 if TYPE_CHECKING:
-    from services.jobmaster.execution_graph import ExecutionJobVertex, ExecutionVertex
+    from sparkmill.services.jobmaster.execution_graph import ExecutionJobVertex, ExecutionVertex
 
 
 class PartitionID(NamedTuple):

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from common.errors import IllegalStateBug
-from common.ids import (
+from sparkmill.common.errors import IllegalStateBug
+from sparkmill.common.ids import (
     ExecutionAttemptID,
     IntermediateDataSetID,
     JobID,
@@ -37,9 +37,9 @@ from common.ids import (
     new_attempt_id,
     short,
 )
-from common.jobgraph import JobGraph, JobVertex
-from common.resources import ResourceProfile
-from services.jobmaster.edge_manager import (
+from sparkmill.common.jobgraph import JobGraph, JobVertex
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.services.jobmaster.edge_manager import (
     ConsumedPartitionGroup,
     ConsumerVertexGroup,
     IntermediateResult,
@@ -47,8 +47,11 @@ from services.jobmaster.edge_manager import (
     PartitionID,
     connect,
 )
-from services.jobmaster.pipelined_regions import PipelinedRegion, compute_pipelined_regions
-from services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
+from sparkmill.services.jobmaster.pipelined_regions import (
+    PipelinedRegion,
+    compute_pipelined_regions,
+)
+from sparkmill.services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 
 MAX_PRIOR_ATTEMPTS_KEPT = 16
 """How many superseded attempts an execution vertex remembers (for failure history displays)."""

@@ -17,28 +17,21 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from common import config_options as opt
-from common.actor import ServiceRuntime
-from common.config import Configuration
-from common.errors import RpcError, UnavailableError, error_from_code
-from common.heartbeat import HeartbeatManager
-from common.ids import AllocationID, JobID, ResourceID, short
-from common.jobgraph import JobGraph
-from common.leader import LeaderElectionService, LeaderInfo
-from common.proto_convert import profile_from_proto, profile_to_proto
-from common.resources import ResourceProfile
-from common.retry import retry_registration
-from common.rpc.client import RpcClientPool
-from common.settings import ClusterSettings
-from common.timers import AsyncioTimerService
-from services.jobmaster.execution_graph import Execution, ExecutionGraph
-from services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
-from services.jobmaster.restart_strategy import restart_strategy_from_config
-from services.jobmaster.scheduler import DefaultScheduler, IOTotals
-from services.jobmaster.slot_pool import PhysicalSlot, SlotOffer, SlotPool, TaskExecutorInfo
-from services.jobmaster.states import ExecutionState, JobStatus
-from services.taskexecutor.spark.cleanup import cleanup_job
-from sparkmill.v1 import (
+from sparkmill.common import config_options as opt
+from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.config import Configuration
+from sparkmill.common.errors import RpcError, UnavailableError, error_from_code
+from sparkmill.common.heartbeat import HeartbeatManager
+from sparkmill.common.ids import AllocationID, JobID, ResourceID, short
+from sparkmill.common.jobgraph import JobGraph
+from sparkmill.common.leader import LeaderElectionService, LeaderInfo
+from sparkmill.common.proto_convert import profile_from_proto, profile_to_proto
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.retry import retry_registration
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.timers import AsyncioTimerService
+from sparkmill.common.v1 import (
     common_pb2,
     dispatcher_pb2,
     job_master_pb2,
@@ -46,10 +39,22 @@ from sparkmill.v1 import (
     resource_manager_pb2,
     task_executor_pb2,
 )
-from sparkmill.v1.gateways import ResourceManagerClient, TaskExecutorClient
+from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
+from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph
+from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
+from sparkmill.services.jobmaster.restart_strategy import restart_strategy_from_config
+from sparkmill.services.jobmaster.scheduler import DefaultScheduler, IOTotals
+from sparkmill.services.jobmaster.slot_pool import (
+    PhysicalSlot,
+    SlotOffer,
+    SlotPool,
+    TaskExecutorInfo,
+)
+from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
+from sparkmill.services.taskexecutor.spark.cleanup import cleanup_job
 
 if TYPE_CHECKING:
-    from services.jobmaster.service import JobMasterProcess
+    from sparkmill.services.jobmaster.service import JobMasterProcess
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from prometheus_client import Histogram
 from prometheus_client.core import Metric
 
-from common.ids import ExecutionAttemptID, JobID
-from common.metrics import (
+from sparkmill.common.ids import ExecutionAttemptID, JobID
+from sparkmill.common.metrics import (
     ENDED_JOB_RETENTION_S,
     LATENCY_BUCKETS,
     PREFIX,
@@ -37,9 +37,9 @@ from common.metrics import (
     gauge,
     one_hot,
 )
-from services.jobmaster.job_master import JobMaster
-from services.jobmaster.service import JobMasterProcess
-from services.jobmaster.states import ExecutionState, JobStatus
+from sparkmill.services.jobmaster.job_master import JobMaster
+from sparkmill.services.jobmaster.service import JobMasterProcess
+from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 
 ES = ExecutionState
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from common.graphs import strongly_connected_components
-from common.jobgraph import ResultPartitionType
+from sparkmill.common.graphs import strongly_connected_components
+from sparkmill.common.jobgraph import ResultPartitionType
 
 if TYPE_CHECKING:
-    from services.jobmaster.edge_manager import ConsumedPartitionGroup
-    from services.jobmaster.execution_graph import ExecutionVertex
+    from sparkmill.services.jobmaster.edge_manager import ConsumedPartitionGroup
+    from sparkmill.services.jobmaster.execution_graph import ExecutionVertex
 
 
 class PipelinedRegion:

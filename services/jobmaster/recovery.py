@@ -25,9 +25,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
-from common.actor import ServiceRuntime
-from common.ids import ExecutionAttemptID, JobVertexID, short
-from common.job_progress import (
+from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.ids import ExecutionAttemptID, JobVertexID, short
+from sparkmill.common.job_progress import (
     FINISHED,
     INVALIDATED,
     LEADER,
@@ -37,10 +37,10 @@ from common.job_progress import (
     ProgressEvent,
     replay,
 )
-from services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
-from services.jobmaster.scheduler import DefaultScheduler, IOTotals
-from services.taskexecutor.operators import InputPartitionInfo
-from services.taskexecutor.spark.exchange import partition_readable
+from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
+from sparkmill.services.jobmaster.scheduler import DefaultScheduler, IOTotals
+from sparkmill.services.taskexecutor.operators import InputPartitionInfo
+from sparkmill.services.taskexecutor.spark.exchange import partition_readable
 
 log = logging.getLogger(__name__)
 

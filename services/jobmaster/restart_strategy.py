@@ -21,8 +21,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from common import config_options as opt
-from common.config import Configuration
+from sparkmill.common import config_options as opt
+from sparkmill.common.config import Configuration
 
 
 class RestartStrategy(Protocol):

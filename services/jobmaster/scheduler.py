@@ -33,19 +33,19 @@ from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from common.errors import ResourceExhaustedError, RpcError
-from common.ids import ExecutionAttemptID, IntermediateDataSetID, short
-from common.jobgraph import NO_DATA_PARTITIONER
-from services.jobmaster.execution_graph import (
+from sparkmill.common.errors import ResourceExhaustedError, RpcError
+from sparkmill.common.ids import ExecutionAttemptID, IntermediateDataSetID, short
+from sparkmill.common.jobgraph import NO_DATA_PARTITIONER
+from sparkmill.services.jobmaster.execution_graph import (
     Execution,
     ExecutionGraph,
     ExecutionVertex,
     PartitionID,
 )
-from services.jobmaster.pipelined_regions import PipelinedRegion
-from services.jobmaster.restart_strategy import RestartStrategy
-from services.jobmaster.slot_pool import PendingSlotRequest, PhysicalSlot, SlotPool
-from services.jobmaster.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
+from sparkmill.services.jobmaster.pipelined_regions import PipelinedRegion
+from sparkmill.services.jobmaster.restart_strategy import RestartStrategy
+from sparkmill.services.jobmaster.slot_pool import PendingSlotRequest, PhysicalSlot, SlotPool
+from sparkmill.services.jobmaster.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
 
 log = logging.getLogger(__name__)
 

@@ -16,27 +16,27 @@ import logging
 from dataclasses import dataclass
 from typing import Any, cast
 
-from common.actor import ServiceRuntime
-from common.config import Configuration
-from common.errors import (
+from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.config import Configuration
+from sparkmill.common.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
 )
-from common.ha import HighAvailabilityServices
-from common.ids import JobID, short
-from common.jobgraph_codec import job_graph_from_proto
-from common.leader import LeaderInfo, LeaderRetrievalService
-from common.retry import retry_registration
-from common.rpc.client import RpcClientPool
-from common.rpc.server import CallContext, MethodSpec
-from common.settings import ClusterSettings
-from services.base import ServiceIdentity
-from services.jobmaster.job_master import JobMaster
-from sparkmill.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
-from sparkmill.v1.gateways import DispatcherClient, JobMasterServicer
+from sparkmill.common.ha import HighAvailabilityServices
+from sparkmill.common.ids import JobID, short
+from sparkmill.common.jobgraph_codec import job_graph_from_proto
+from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
+from sparkmill.common.retry import retry_registration
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
+from sparkmill.common.v1.gateways import DispatcherClient, JobMasterServicer
+from sparkmill.services.base import ServiceIdentity
+from sparkmill.services.jobmaster.job_master import JobMaster
 
 log = logging.getLogger(__name__)
 

@@ -44,15 +44,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ParamSpec, Protocol
 
-from common.errors import (
+from sparkmill.common.errors import (
     DeadlineExceededError,
     FailedPreconditionError,
     RpcError,
     UnavailableError,
 )
-from common.ids import AllocationID, JobID, ResourceID, new_allocation_id, short
-from common.resources import ResourceProfile
-from common.timers import TimerService
+from sparkmill.common.ids import AllocationID, JobID, ResourceID, new_allocation_id, short
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.timers import TimerService
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 
-from common.state_machine import TransitionTable
+from sparkmill.common.state_machine import TransitionTable
 
 
 class JobStatus(enum.Enum):

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from prometheus_client import Histogram
 from prometheus_client.core import Metric
 
-from common.metrics import PREFIX, ProcessMetrics, counter, gauge
-from services.resourcemanager.resource_manager import ResourceManager
-from services.resourcemanager.slot_manager import SlotState
+from sparkmill.common.metrics import PREFIX, ProcessMetrics, counter, gauge
+from sparkmill.services.resourcemanager.resource_manager import ResourceManager
+from sparkmill.services.resourcemanager.slot_manager import SlotState
 
 SLOT_REQUEST_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 

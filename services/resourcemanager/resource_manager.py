@@ -18,42 +18,42 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from common.actor import ServiceRuntime
-from common.errors import (
+from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.errors import (
     FailedPreconditionError,
     NotFoundError,
     ResourceExhaustedError,
     RpcError,
 )
-from common.heartbeat import HeartbeatManager, TimeoutListener
-from common.ids import AllocationID, InstanceID, JobID, ResourceID, new_instance_id, short
-from common.leader import LeaderElectionService
-from common.proto_convert import (
+from sparkmill.common.heartbeat import HeartbeatManager, TimeoutListener
+from sparkmill.common.ids import AllocationID, InstanceID, JobID, ResourceID, new_instance_id, short
+from sparkmill.common.leader import LeaderElectionService
+from sparkmill.common.proto_convert import (
     error_to_proto,
     profile_from_proto,
     profile_to_proto,
     slot_report_from_proto,
     slot_status_to_proto,
 )
-from common.resources import ResourceProfile
-from common.rpc.client import RpcClientPool
-from common.rpc.server import CallContext, MethodSpec
-from common.settings import ClusterSettings
-from common.slots import SlotID, SlotStatus
-from common.timers import AsyncioTimerService
-from services.base import ServiceIdentity, require_leader
-from services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
-from sparkmill.v1 import (
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.slots import SlotID, SlotStatus
+from sparkmill.common.timers import AsyncioTimerService
+from sparkmill.common.v1 import (
     common_pb2,
     job_master_pb2,
     resource_manager_pb2,
     task_executor_pb2,
 )
-from sparkmill.v1.gateways import (
+from sparkmill.common.v1.gateways import (
     JobMasterClient,
     ResourceManagerServicer,
     TaskExecutorClient,
 )
+from sparkmill.services.base import ServiceIdentity, require_leader
+from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from common.errors import (
+from sparkmill.common.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     IllegalStateBug,
@@ -44,11 +44,11 @@ from common.errors import (
     ResourceExhaustedError,
     RpcError,
 )
-from common.ids import AllocationID, InstanceID, JobID, ResourceID, short
-from common.resources import ResourceProfile
-from common.slots import SlotID, SlotReport
-from common.state_machine import TransitionTable
-from common.timers import TimerService
+from sparkmill.common.ids import AllocationID, InstanceID, JobID, ResourceID, short
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.slots import SlotID, SlotReport
+from sparkmill.common.state_machine import TransitionTable
+from sparkmill.common.timers import TimerService
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
-from common.ids import JobID
-from common.metrics import ExpiringKeys, ProcessMetrics, counter, gauge
-from services.jobmaster.states import ExecutionState
-from services.taskexecutor.operators import TaskOutcome
-from services.taskexecutor.slot_table import TaskSlotState
-from services.taskexecutor.task import Task, TaskFailureInfo
-from services.taskexecutor.task_executor import TaskExecutor
+from sparkmill.common.ids import JobID
+from sparkmill.common.metrics import ExpiringKeys, ProcessMetrics, counter, gauge
+from sparkmill.services.jobmaster.states import ExecutionState
+from sparkmill.services.taskexecutor.operators import TaskOutcome
+from sparkmill.services.taskexecutor.slot_table import TaskSlotState
+from sparkmill.services.taskexecutor.task import Task, TaskFailureInfo
+from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 
 LIVE_TASK_STATES = (
     ExecutionState.DEPLOYING,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from common.jobgraph import NOOP_OPERATOR_KIND, SPARK_OPERATOR_KIND
+from sparkmill.common.jobgraph import NOOP_OPERATOR_KIND, SPARK_OPERATOR_KIND
 
 NOOP_KIND = NOOP_OPERATOR_KIND
 
@@ -151,7 +151,7 @@ def decode_noop_payload(payload: bytes) -> NoOpOptions:
 def _spark_invokable() -> Invokable:
     # Imported on first use: the control plane (and a task executor running only noop tasks)
     # never loads the data plane.
-    from services.taskexecutor.spark.invokable import SparkInvokable
+    from sparkmill.services.taskexecutor.spark.invokable import SparkInvokable
 
     return SparkInvokable()
 

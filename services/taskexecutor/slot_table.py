@@ -37,18 +37,18 @@ import logging
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from common.errors import (
+from sparkmill.common.errors import (
     FailedPreconditionError,
     IllegalStateBug,
     InvalidArgumentError,
     NotFoundError,
     RpcError,
 )
-from common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID
-from common.resources import ResourceProfile
-from common.slots import SlotReport, SlotStatus
-from common.state_machine import TransitionTable
-from common.timers import TimerService
+from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.slots import SlotReport, SlotStatus
+from sparkmill.common.state_machine import TransitionTable
+from sparkmill.common.timers import TimerService
 
 _log = logging.getLogger(__name__)
 

@@ -20,10 +20,11 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from common.errors import ErrorCode
-from common.ids import AllocationID, ExecutionAttemptID, JobID
-from services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
-from services.taskexecutor.operators import (
+from sparkmill.common.errors import ErrorCode
+from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID
+from sparkmill.common.v1 import common_pb2, task_executor_pb2
+from sparkmill.services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
+from sparkmill.services.taskexecutor.operators import (
     InputGateInfo,
     InputPartitionInfo,
     Invokable,
@@ -32,7 +33,6 @@ from services.taskexecutor.operators import (
     TaskContext,
     TaskOutcome,
 )
-from sparkmill.v1 import common_pb2, task_executor_pb2
 
 log = logging.getLogger(__name__)
 

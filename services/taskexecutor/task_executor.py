@@ -21,8 +21,8 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from common.actor import ServiceRuntime
-from common.errors import (
+from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     FailedPreconditionError,
@@ -32,39 +32,39 @@ from common.errors import (
     RpcError,
     UnavailableError,
 )
-from common.heartbeat import HeartbeatManager
-from common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
-from common.leader import LeaderInfo, LeaderRetrievalService
-from common.proto_convert import (
+from sparkmill.common.heartbeat import HeartbeatManager
+from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
+from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
+from sparkmill.common.proto_convert import (
     profile_from_proto,
     profile_to_proto,
     slot_report_to_proto,
     slot_status_to_proto,
 )
-from common.resources import ResourceProfile
-from common.retry import retry_registration
-from common.rpc.client import RpcClientPool
-from common.rpc.server import CallContext, MethodSpec
-from common.settings import ClusterSettings
-from common.slots import SlotStatus
-from common.timers import AsyncioTimerService
-from services.base import ServiceIdentity
-from services.jobmaster.states import ExecutionState
-from services.taskexecutor.operators import OPERATOR_KINDS, TaskOutcome
-from services.taskexecutor.slot_table import TaskSlotTable
-from services.taskexecutor.task import StateListener, Task, TaskFailureInfo
-from services.taskexecutor.task_services import close_task_services, install_task_services
-from sparkmill.v1 import (
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.retry import retry_registration
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.slots import SlotStatus
+from sparkmill.common.timers import AsyncioTimerService
+from sparkmill.common.v1 import (
     common_pb2,
     job_master_pb2,
     resource_manager_pb2,
     task_executor_pb2,
 )
-from sparkmill.v1.gateways import (
+from sparkmill.common.v1.gateways import (
     JobMasterClient,
     ResourceManagerClient,
     TaskExecutorServicer,
 )
+from sparkmill.services.base import ServiceIdentity
+from sparkmill.services.jobmaster.states import ExecutionState
+from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS, TaskOutcome
+from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
+from sparkmill.services.taskexecutor.task import StateListener, Task, TaskFailureInfo
+from sparkmill.services.taskexecutor.task_services import close_task_services, install_task_services
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ blocking pool.
 
 from __future__ import annotations
 
-from common.actor import ServiceRuntime
-from common.settings import ClusterSettings
-from services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
+from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.settings import ClusterSettings
+from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
 
 
 def install_task_services(

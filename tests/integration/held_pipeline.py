@@ -21,7 +21,7 @@ from typing import Any
 
 import sparkmill as sm
 from sparkmill import functions as F
-from sparkmill.v1 import jobs_pb2
+from sparkmill.common.v1 import jobs_pb2
 
 A_PARALLELISM = 4
 ROWS = 3000
@@ -114,7 +114,7 @@ def vertex(details: jobs_pb2.JobDetails, label: str) -> jobs_pb2.VertexDetails:
 
 def held(details: jobs_pb2.JobDetails) -> bool:
     """stage-a finished everywhere and stage-b is running (held)."""
-    from sparkmill.v1 import common_pb2
+    from sparkmill.common.v1 import common_pb2
 
     a, b = vertex(details, "stage-a"), vertex(details, "stage-b")
     return (

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import zmq
 
-from common.errors import InvalidJobGraphError
-from common.jobgraph import JobGraph
-from common.resources import ResourceProfile
+from sparkmill.common.errors import InvalidJobGraphError
+from sparkmill.common.jobgraph import JobGraph
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.v1 import common_pb2
 from sparkmill.testing import noop_pipeline
-from sparkmill.v1 import common_pb2
 from tests.integration.conftest import RunningCluster, eventually
 
 pytestmark = pytest.mark.integration

@@ -18,8 +18,8 @@ import pytest
 import sparkmill as sm
 from sparkmill import functions as F
 from sparkmill.client import ClusterClient
+from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
-from sparkmill.v1 import common_pb2
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 

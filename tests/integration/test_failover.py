@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from sparkmill.common.v1 import common_pb2
 from sparkmill.testing import noop_pipeline
-from sparkmill.v1 import common_pb2
 from tests.integration.conftest import ClusterFactory, RunningCluster, eventually
 
 pytestmark = pytest.mark.integration

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from common.errors import FencingMismatchError, NotLeaderError
-from common.rpc.client import RpcClient
-from common.zookeeper.server import zookeeper_available
+from sparkmill.common.errors import FencingMismatchError, NotLeaderError
+from sparkmill.common.rpc.client import RpcClient
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
+from sparkmill.common.v1.gateways import DispatcherClient, ResourceManagerClient
+from sparkmill.common.zookeeper.server import zookeeper_available
 from sparkmill.testing import noop_pipeline
-from sparkmill.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
-from sparkmill.v1.gateways import DispatcherClient, ResourceManagerClient
 from tests.integration.conftest import ClusterFactory, RunningCluster, eventually
 
 pytestmark = [

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 import yaml
 
+from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import free_port
 from sparkmill.prometheus_targets import cluster_services, file_sd_groups, write_atomically
 from sparkmill.testing import noop_pipeline
-from sparkmill.v1 import common_pb2
 from tests.integration.conftest import RunningCluster, _start, eventually
 
 pytestmark = pytest.mark.integration

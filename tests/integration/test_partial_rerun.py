@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from sparkmill.client import ClusterClient
+from sparkmill.common.v1 import common_pb2, jobs_pb2
 from sparkmill.local_cluster import LocalCluster
-from sparkmill.v1 import common_pb2, jobs_pb2
 from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
 from tests.integration.held_pipeline import (
     A_PARALLELISM,

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 import sparkmill as sm
-from common.zookeeper.server import zookeeper_available
 from sparkmill import functions as F
 from sparkmill.client import ClusterClient
+from sparkmill.common.v1 import common_pb2
+from sparkmill.common.zookeeper.server import zookeeper_available
 from sparkmill.local_cluster import LocalCluster
-from sparkmill.v1 import common_pb2
 from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
 from tests.integration.held_pipeline import (
     A_PARALLELISM,

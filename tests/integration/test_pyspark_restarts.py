@@ -32,8 +32,8 @@ import pytest
 import sparkmill as sm
 from sparkmill import functions as F
 from sparkmill.client import ClusterClient
+from sparkmill.common.v1 import common_pb2, jobs_pb2
 from sparkmill.local_cluster import LocalCluster
-from sparkmill.v1 import common_pb2, jobs_pb2
 from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

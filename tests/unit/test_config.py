@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from common import config_options as opts
-from common.config import (
+from sparkmill.common import config_options as opts
+from sparkmill.common.config import (
     ADDRESS,
     BOOL,
     DURATION,
@@ -23,7 +23,7 @@ from common.config import (
     ConfigOption,
     Configuration,
 )
-from common.errors import ConfigurationError
+from sparkmill.common.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from common.errors import IllegalStateBug
-from common.ids import new_dataset_id, new_job_id, new_vertex_id
-from common.jobgraph import (
+from sparkmill.common.errors import IllegalStateBug
+from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
+from sparkmill.common.jobgraph import (
     DistributionPattern,
     IntermediateDataSet,
     JobEdge,
@@ -18,14 +18,14 @@ from common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from services.jobmaster.execution_graph import (
+from sparkmill.services.jobmaster.execution_graph import (
     MAX_PRIOR_ATTEMPTS_KEPT,
     ExecutionGraph,
     ExecutionVertexID,
     PartitionID,
     PipelinedRegion,
 )
-from services.jobmaster.states import ExecutionState
+from sparkmill.services.jobmaster.states import ExecutionState
 
 E = ExecutionState
 POINTWISE = DistributionPattern.POINTWISE

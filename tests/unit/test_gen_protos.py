@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = Path("sparkmill/v1")
+GENERATED = Path("common/v1")
 PING_RPC = "  rpc Ping(GetServiceInfoRequest) returns (ServiceInfo);\n"
 
 
@@ -47,6 +47,8 @@ def tree(tmp_path: Path) -> Path:
     for path in (ROOT / GENERATED).iterdir():
         if path.suffix in (".py", ".pyi"):
             shutil.copy2(path, tmp_path / GENERATED)
+    # A stale ``sparkmill`` package of the copy's own, on PYTHONPATH in one test.
+    (tmp_path / "sparkmill").mkdir()
     (tmp_path / "sparkmill" / "__init__.py").write_text("")
     return tmp_path
 
@@ -69,7 +71,7 @@ def test_committed_generated_code_is_up_to_date() -> None:
     # Exactly as the test suite runs: the repository root on PYTHONPATH.
     result = gen_protos(ROOT, "--check", pythonpath=ROOT)
     assert result.returncode == 0, (
-        f"sparkmill/v1 is stale, run scripts/gen_protos.py\n{result.stdout}{result.stderr}"
+        f"common/v1 is stale, run scripts/gen_protos.py\n{result.stdout}{result.stderr}"
     )
     assert "generated code is up to date" in result.stdout
 

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from common.errors import InvalidJobGraphError
-from common.ids import IntermediateDataSetID, JobID, JobVertexID
-from common.jobgraph import (
+from sparkmill.common.errors import InvalidJobGraphError
+from sparkmill.common.ids import IntermediateDataSetID, JobID, JobVertexID
+from sparkmill.common.jobgraph import (
     DEFAULT_MAX_PARALLELISM,
     DEFAULT_SLOT_SHARING_GROUP,
     KNOWN_OPERATOR_KINDS,
@@ -21,15 +21,15 @@ from common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from common.jobgraph_codec import (
+from sparkmill.common.jobgraph_codec import (
     job_graph_from_proto,
     job_graph_to_proto,
     resource_profile_from_proto,
     resource_profile_to_proto,
 )
-from common.resources import UNKNOWN_PROFILE, ResourceProfile
-from services.dispatcher.validation import validate_job_graph
-from sparkmill.v1 import common_pb2
+from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.v1 import common_pb2
+from sparkmill.services.dispatcher.validation import validate_job_graph
 
 V_SRC, V_MAP, V_SINK = JobVertexID("v-source"), JobVertexID("v-map"), JobVertexID("v-sink")
 DS_SRC, DS_MAP = IntermediateDataSetID("ds-source"), IntermediateDataSetID("ds-map")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from common.errors import InvalidArgumentError, InvalidJobGraphError
-from common.ids import IntermediateDataSetID, JobID, JobVertexID
-from common.jobgraph import (
+from sparkmill.common.errors import InvalidArgumentError, InvalidJobGraphError
+from sparkmill.common.ids import IntermediateDataSetID, JobID, JobVertexID
+from sparkmill.common.jobgraph import (
     KNOWN_OPERATOR_KINDS,
     DistributionPattern,
     IntermediateDataSet,
@@ -16,8 +16,8 @@ from common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from common.resources import ResourceProfile
-from services.dispatcher.validation import (
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.services.dispatcher.validation import (
     MAX_LISTED_CYCLE_VERTICES,
     MAX_LISTED_PROBLEMS,
     validate_job_graph,

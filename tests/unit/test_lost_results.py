@@ -10,12 +10,12 @@ hand-written fakes for the outside world.
 
 from __future__ import annotations
 
-from common.ids import new_resource_id
-from services.jobmaster.execution_graph import Execution, ExecutionVertex
-from services.jobmaster.restart_strategy import FixedDelayRestartStrategy
-from services.jobmaster.scheduler import IOTotals
-from services.jobmaster.slot_pool import TaskExecutorInfo
-from services.jobmaster.states import ExecutionState, JobStatus
+from sparkmill.common.ids import new_resource_id
+from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionVertex
+from sparkmill.services.jobmaster.restart_strategy import FixedDelayRestartStrategy
+from sparkmill.services.jobmaster.scheduler import IOTotals
+from sparkmill.services.jobmaster.slot_pool import TaskExecutorInfo
+from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 from tests.unit.test_scheduler import (
     A2A,
     BLOCKING,

@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import Metric
 
-from common.ids import new_allocation_id, new_instance_id, new_job_id, new_resource_id
-from common.metrics import (
+from sparkmill.common.ids import new_allocation_id, new_instance_id, new_job_id, new_resource_id
+from sparkmill.common.metrics import (
     CONTENT_TYPE,
     ExpiringKeys,
     MetricsHttpServer,
@@ -23,17 +23,17 @@ from common.metrics import (
     ZooKeeperState,
     ZooKeeperStateHolder,
 )
-from common.resources import ResourceProfile
-from common.slots import SlotReport, SlotStatus
-from common.timers import ManualTimerService
-from services.dispatcher.metrics import DispatcherCollector
-from services.jobmaster.execution_graph import ExecutionGraph
-from services.jobmaster.metrics import JobMasterCollector, _JobMasters
-from services.jobmaster.states import ExecutionState, JobStatus
-from services.resourcemanager.metrics import ResourceManagerCollector
-from services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
-from services.taskexecutor.metrics import TaskExecutorCollector, spark_session_up
-from services.taskexecutor.operators import TaskOutcome
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.slots import SlotReport, SlotStatus
+from sparkmill.common.timers import ManualTimerService
+from sparkmill.services.dispatcher.metrics import DispatcherCollector
+from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
+from sparkmill.services.jobmaster.metrics import JobMasterCollector, _JobMasters
+from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
+from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
+from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
+from sparkmill.services.taskexecutor.metrics import TaskExecutorCollector, spark_session_up
+from sparkmill.services.taskexecutor.operators import TaskOutcome
 from sparkmill.testing import noop_pipeline
 from tests.unit.test_slot_manager import RecordingActions
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkmill.common.v1 import common_pb2
 from sparkmill.prometheus_targets import file_sd_groups
-from sparkmill.v1 import common_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"

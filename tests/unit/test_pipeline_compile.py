@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 import sparkmill as sm
-from common.jobgraph import DistributionPattern, JobGraph, JobVertex
-from common.jobgraph_codec import job_graph_from_proto, job_graph_to_proto
-from common.resources import ResourceProfile
-from services.dispatcher.validation import validate_job_graph
-from services.taskexecutor.spark import cleanup, errors, exchange, sinks, sources
-from services.taskexecutor.spark import spec as S
 from sparkmill import functions as F
 from sparkmill._compile import split_aggregates
+from sparkmill.common.jobgraph import DistributionPattern, JobGraph, JobVertex
+from sparkmill.common.jobgraph_codec import job_graph_from_proto, job_graph_to_proto
+from sparkmill.common.resources import ResourceProfile
 from sparkmill.pipeline import PipelineError
+from sparkmill.services.dispatcher.validation import validate_job_graph
+from sparkmill.services.taskexecutor.spark import cleanup, errors, exchange, sinks, sources
+from sparkmill.services.taskexecutor.spark import spec as S
 
 A2A = DistributionPattern.ALL_TO_ALL
 POINTWISE = DistributionPattern.POINTWISE

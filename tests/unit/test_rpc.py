@@ -20,7 +20,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from common.errors import (
+from sparkmill.common.errors import (
     DeadlineExceededError,
     ErrorCode,
     FencingMismatchError,
@@ -33,12 +33,16 @@ from common.errors import (
     UnavailableError,
     UnimplementedError,
 )
-from common.rpc import framing
-from common.rpc.client import RpcClient
-from common.rpc.framing import MethodSpec
-from common.rpc.server import CallContext, RpcServer
-from sparkmill.v1 import common_pb2, dispatcher_pb2, envelope_pb2, jobs_pb2
-from sparkmill.v1.gateways import DISPATCHERGATEWAY_METHODS, DispatcherClient, DispatcherServicer
+from sparkmill.common.rpc import framing
+from sparkmill.common.rpc.client import RpcClient
+from sparkmill.common.rpc.framing import MethodSpec
+from sparkmill.common.rpc.server import CallContext, RpcServer
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, envelope_pb2, jobs_pb2
+from sparkmill.common.v1.gateways import (
+    DISPATCHERGATEWAY_METHODS,
+    DispatcherClient,
+    DispatcherServicer,
+)
 
 T = TypeVar("T")
 
@@ -955,7 +959,7 @@ def test_server_stop_cancels_running_handlers() -> None:
 
 def test_rpc_error_codes_round_trip_through_error_headers() -> None:
     """Every typed error class survives encode_error -> decode_response -> error_from_code."""
-    from common.errors import _BY_CODE, error_from_code
+    from sparkmill.common.errors import _BY_CODE, error_from_code
 
     for code, cls in _BY_CODE.items():
         frames = framing.encode_error(42, cls(f"{code.name} happened", details="d"))

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from common.errors import NotFoundError, RpcError, UnavailableError
-from common.ids import (
+from sparkmill.common.errors import NotFoundError, RpcError, UnavailableError
+from sparkmill.common.ids import (
     AllocationID,
     new_attempt_id,
     new_dataset_id,
@@ -26,7 +26,7 @@ from common.ids import (
     new_vertex_id,
     short,
 )
-from common.jobgraph import (
+from sparkmill.common.jobgraph import (
     NOOP_OPERATOR_KIND,
     DistributionPattern,
     IntermediateDataSet,
@@ -36,17 +36,22 @@ from common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from common.resources import ResourceProfile
-from common.timers import ManualTimerService
-from services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
-from services.jobmaster.restart_strategy import (
+from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.timers import ManualTimerService
+from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
+from sparkmill.services.jobmaster.restart_strategy import (
     FixedDelayRestartStrategy,
     NoRestartStrategy,
     RestartStrategy,
 )
-from services.jobmaster.scheduler import DefaultScheduler, IOTotals, ProgressListener
-from services.jobmaster.slot_pool import PhysicalSlot, SlotOffer, SlotPool, TaskExecutorInfo
-from services.jobmaster.states import ExecutionState, JobStatus
+from sparkmill.services.jobmaster.scheduler import DefaultScheduler, IOTotals, ProgressListener
+from sparkmill.services.jobmaster.slot_pool import (
+    PhysicalSlot,
+    SlotOffer,
+    SlotPool,
+    TaskExecutorInfo,
+)
+from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 from sparkmill.testing import noop_pipeline
 
 ES = ExecutionState

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from common.errors import (
+from sparkmill.common.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     IllegalStateBug,
@@ -14,7 +14,7 @@ from common.errors import (
     RpcError,
     UnavailableError,
 )
-from common.ids import (
+from sparkmill.common.ids import (
     AllocationID,
     InstanceID,
     JobID,
@@ -24,10 +24,10 @@ from common.ids import (
     new_job_id,
     new_resource_id,
 )
-from common.resources import UNKNOWN_PROFILE, ResourceProfile
-from common.slots import SlotID, SlotReport, SlotStatus
-from common.timers import ManualTimerService
-from services.resourcemanager.slot_manager import (
+from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.slots import SlotID, SlotReport, SlotStatus
+from sparkmill.common.timers import ManualTimerService
+from sparkmill.services.resourcemanager.slot_manager import (
     SLOT_STATE_TRANSITIONS,
     AllocationStatus,
     SlotManager,

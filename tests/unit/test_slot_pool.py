@@ -8,16 +8,22 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from common.errors import (
+from sparkmill.common.errors import (
     DeadlineExceededError,
     FailedPreconditionError,
     ResourceExhaustedError,
     UnavailableError,
 )
-from common.ids import AllocationID, ResourceID, new_allocation_id, new_job_id, new_resource_id
-from common.resources import UNKNOWN_PROFILE, ResourceProfile
-from common.timers import ManualTimerService
-from services.jobmaster.slot_pool import (
+from sparkmill.common.ids import (
+    AllocationID,
+    ResourceID,
+    new_allocation_id,
+    new_job_id,
+    new_resource_id,
+)
+from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.timers import ManualTimerService
+from sparkmill.services.jobmaster.slot_pool import (
     PhysicalSlot,
     SlotOffer,
     SlotPool,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from common.errors import IllegalStateBug
-from common.state_machine import TransitionTable
-from services.jobmaster.states import (
+from sparkmill.common.errors import IllegalStateBug
+from sparkmill.common.state_machine import TransitionTable
+from sparkmill.services.jobmaster.states import (
     EXECUTION_STATE_TRANSITIONS,
     JOB_STATUS_TRANSITIONS,
     ExecutionState,

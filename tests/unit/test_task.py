@@ -7,10 +7,17 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from common.errors import ErrorCode
-from common.ids import new_allocation_id, new_attempt_id, new_dataset_id, new_job_id, new_vertex_id
-from services.jobmaster.states import ExecutionState
-from services.taskexecutor.operators import (
+from sparkmill.common.errors import ErrorCode
+from sparkmill.common.ids import (
+    new_allocation_id,
+    new_attempt_id,
+    new_dataset_id,
+    new_job_id,
+    new_vertex_id,
+)
+from sparkmill.common.v1 import common_pb2, task_executor_pb2
+from sparkmill.services.jobmaster.states import ExecutionState
+from sparkmill.services.taskexecutor.operators import (
     Invokable,
     NoOpInvokable,
     NoOpOptions,
@@ -19,8 +26,7 @@ from services.taskexecutor.operators import (
     TaskOutcome,
     encode_noop_payload,
 )
-from services.taskexecutor.task import Task, TaskFailureInfo
-from sparkmill.v1 import common_pb2, task_executor_pb2
+from sparkmill.services.taskexecutor.task import Task, TaskFailureInfo
 
 ES = ExecutionState
 WAIT_S = 5.0

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from common.errors import (
+from sparkmill.common.errors import (
     ErrorCode,
     FailedPreconditionError,
     IllegalStateBug,
@@ -14,7 +14,7 @@ from common.errors import (
     NotFoundError,
     error_from_code,
 )
-from common.ids import (
+from sparkmill.common.ids import (
     AllocationID,
     ExecutionAttemptID,
     JobID,
@@ -23,10 +23,10 @@ from common.ids import (
     new_job_id,
     new_resource_id,
 )
-from common.resources import UNKNOWN_PROFILE, ResourceProfile
-from common.slots import SlotStatus
-from common.timers import ManualTimerService
-from services.taskexecutor.slot_table import (
+from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.slots import SlotStatus
+from sparkmill.common.timers import ManualTimerService
+from sparkmill.services.taskexecutor.slot_table import (
     SLOT_TRANSITIONS,
     TABLE_TRANSITIONS,
     SlotNotActiveError,

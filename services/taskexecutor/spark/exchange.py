@@ -31,10 +31,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from common.jobgraph import NO_DATA_PARTITIONER
-from services.taskexecutor.operators import InputGateInfo, InputPartitionInfo
-from services.taskexecutor.spark import spec as S
-from services.taskexecutor.spark.cleanup import job_exchange_dir
+from sparkmill.common.jobgraph import NO_DATA_PARTITIONER
+from sparkmill.services.taskexecutor.operators import InputGateInfo, InputPartitionInfo
+from sparkmill.services.taskexecutor.spark import spec as S
+from sparkmill.services.taskexecutor.spark.cleanup import job_exchange_dir
 
 SCHEMA_FILE = "_schema.json"
 DATA_DIR = "data"

@@ -13,10 +13,10 @@ import threading
 import time
 from typing import Any
 
-from services.taskexecutor.operators import TaskCancelledError, TaskContext, TaskOutcome
-from services.taskexecutor.spark import spec as S
-from services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
 from sparkmill.functions import set_live
+from sparkmill.services.taskexecutor.operators import TaskCancelledError, TaskContext, TaskOutcome
+from sparkmill.services.taskexecutor.spark import spec as S
+from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class SparkInvokable:
         self._finished = threading.Event()
 
     def invoke(self, context: TaskContext) -> TaskOutcome:
-        from services.taskexecutor.spark.runner import run_chain, run_commit
+        from sparkmill.services.taskexecutor.spark.runner import run_chain, run_commit
 
         spec = S.decode_spec(context.payload)
         if isinstance(spec, S.CommitSpec):

@@ -14,18 +14,18 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from common.ids import short
-from services.taskexecutor.operators import (
+from sparkmill.common.ids import short
+from sparkmill.functions import resolve
+from sparkmill.services.taskexecutor.operators import (
     PartitionNotFoundError,
     TaskCancelledError,
     TaskContext,
     TaskOutcome,
 )
-from services.taskexecutor.spark import exchange, sinks, sources
-from services.taskexecutor.spark import spec as S
-from services.taskexecutor.spark.errors import OperatorError, SparkJobError, summarize
-from services.taskexecutor.spark.metrics import IOCounts, SparkIOMetrics
-from sparkmill.functions import resolve
+from sparkmill.services.taskexecutor.spark import exchange, sinks, sources
+from sparkmill.services.taskexecutor.spark import spec as S
+from sparkmill.services.taskexecutor.spark.errors import OperatorError, SparkJobError, summarize
+from sparkmill.services.taskexecutor.spark.metrics import IOCounts, SparkIOMetrics
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ def _collect(df: Any, output: S.CollectOutput, subtask: int) -> tuple[bytes, int
 
 def run_commit(spec: S.CommitSpec, context: TaskContext) -> TaskOutcome:
     """The final vertex: publish every sink, then drop the job's exchange data."""
-    from services.taskexecutor.spark.cleanup import cleanup_job
+    from sparkmill.services.taskexecutor.spark.cleanup import cleanup_job
 
     files = 0
     for sink in spec.sinks:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from services.taskexecutor.operators import TaskCancelledError
+from sparkmill.services.taskexecutor.operators import TaskCancelledError
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from services.taskexecutor.spark import spec as S
-from services.taskexecutor.spark.cleanup import (
+from sparkmill.services.taskexecutor.spark import spec as S
+from sparkmill.services.taskexecutor.spark.cleanup import (
     TEMPORARY_DIR,
     local_path,
     register_sink,

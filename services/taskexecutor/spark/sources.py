@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from services.taskexecutor.spark import spec as S
+from sparkmill.services.taskexecutor.spark import spec as S
 
 
 class InputNotFoundError(FileNotFoundError):

@@ -16,7 +16,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.errors import SuppressRestartsError
+from sparkmill.common.errors import SuppressRestartsError
 
 PAYLOAD_MAGIC = b"SMSPARK1"
 

@@ -1,5 +1,5 @@
-from sparkmill.v1 import common_pb2 as _common_pb2
-from sparkmill.v1 import options_pb2 as _options_pb2
+from sparkmill.common.v1 import common_pb2 as _common_pb2
+from sparkmill.common.v1 import options_pb2 as _options_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -22,7 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from sparkmill.v1 import common_pb2 as sparkmill_dot_v1_dot_common__pb2
+from sparkmill.common.v1 import common_pb2 as sparkmill_dot_v1_dot_common__pb2
 
 
 DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsparkmill/v1/envelope.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\"\x90\x01\n\rRequestHeader\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0f\n\x07service\x18\x02 \x01(\t\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x12\n\ntimeout_ms\x18\x04 \x01(\r\x12\x15\n\rfencing_token\x18\x05 \x01(\t\x12\x0e\n\x06\x63\x61ller\x18\x06 \x01(\t\x12\x0f\n\x07one_way\x18\x07 \x01(\x08\"m\n\x0eResponseHeader\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12%\n\x04\x63ode\x18\x02 \x01(\x0e\x32\x17.sparkmill.v1.ErrorCode\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x04 \x01(\tb\x06proto3')
