@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -167,10 +169,32 @@ class PipelineLoadError(SparkmillError):
     """A pipeline file cannot be loaded (syntax error, no ``pipeline``...)."""
 
 
+def _spark_outside_transform_hint(exc: BaseException) -> str:
+    """Advice when the pipeline file called PySpark, which needs a session it does not have.
+
+    ``pyspark.sql.functions`` build JVM-backed Columns, so outside a SparkSession they fail with
+    ``[SESSION_OR_CONTEXT_NOT_EXISTS]`` or even a bare ``AssertionError`` from inside PySpark. A
+    pipeline file runs on the client, where there is deliberately no session.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    raised_in_pyspark = bool(frames) and f"{os.sep}pyspark{os.sep}" in frames[-1].filename
+    if "SESSION_OR_CONTEXT_NOT_EXISTS" not in str(exc) and not (
+        raised_in_pyspark and isinstance(exc, AssertionError)
+    ):
+        return ""
+    return (
+        "\n  PySpark needs a running SparkSession, and a pipeline file has none: it only "
+        "describes the job.\n  Use `from sparkmill import functions as F` for the expressions "
+        "you pass to select/where/with_column/agg (the same API as pyspark.sql.functions, "
+        "recorded here and run by Spark on the task executors),\n  or move the PySpark code "
+        "into a function given to `.transform(fn)`, which the task executors call with a real "
+        "DataFrame."
+    )
+
+
 def load_pipeline(path: Path) -> Any:
     """Execute ``path`` and return its module attribute ``pipeline``."""
     import runpy
-    import traceback
 
     if not path.exists():
         raise PipelineLoadError(f"pipeline file {path} does not exist")
@@ -188,6 +212,7 @@ def load_pipeline(path: Path) -> Any:
         )
         raise PipelineLoadError(
             f"{where}: loading the pipeline raised {type(exc).__name__}: {exc}"
+            + _spark_outside_transform_hint(exc)
         ) from None
     pipeline = namespace.get("pipeline")
     if pipeline is None:

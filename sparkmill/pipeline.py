@@ -21,11 +21,13 @@ Nothing runs here: the methods only build a logical plan, which
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkmill.common.errors import ConfigurationError
+from sparkmill.common.job_config import JobConfigValue, normalize_job_config
 from sparkmill.common.jobgraph import JobGraph
 from sparkmill.common.resources import ResourceProfile
 from sparkmill.services.taskexecutor.spark import spec as S
@@ -66,18 +68,31 @@ class Node:
 
 
 class Pipeline:
-    """A batch pipeline; ``parallelism`` is the default number of subtasks per operator."""
+    """A batch pipeline; ``parallelism`` is the default number of subtasks per operator.
+
+    ``config`` overrides job-scoped cluster keys (restart strategy, slot request timeout...);
+    values may be strings or typed (ints, floats, bools, ``datetime.timedelta`` durations) and
+    are checked here, so a misspelt key or a bad value fails before anything is submitted.
+    """
 
     def __init__(
-        self, name: str, parallelism: int = 2, *, config: dict[str, str] | None = None
+        self,
+        name: str,
+        parallelism: int = 2,
+        *,
+        config: Mapping[str, JobConfigValue] | None = None,
     ) -> None:
         if parallelism < 1:
             raise PipelineError(f"parallelism must be at least 1, not {parallelism}")
+        try:
+            job_config = normalize_job_config(config or {})
+        except ConfigurationError as exc:
+            raise PipelineError(f"pipeline {name!r}: {exc}") from None
         self.name = name
         self.parallelism = parallelism
         # Batch stages queue for slots while earlier stages run (Spark sessions may still be
         # starting): wait for slots as long as Flink does by default, not a local cluster's 60 s.
-        self.config = {**DEFAULT_JOB_CONFIG, **(config or {})}
+        self.config = {**DEFAULT_JOB_CONFIG, **job_config}
         self.nodes: list[Node] = []
         self._collects: dict[str, Collected] = {}
         self._last_vertex_names: dict[str, str] = {}  # collect name -> vertex name (last build)

@@ -7,9 +7,11 @@ These are *test operators*: real pipelines use :class:`sparkmill.Pipeline`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
+from sparkmill.common.job_config import JobConfigValue, normalize_job_config
 from sparkmill.common.jobgraph import (
     NOOP_OPERATOR_KIND,
     DistributionPattern,
@@ -73,7 +75,7 @@ def noop_pipeline(
     pattern: str = "ALL_TO_ALL",
     sleep_s: float = 0.0,
     fail_attempts: int = 0,
-    config: dict[str, str] | None = None,
+    config: Mapping[str, JobConfigValue] | None = None,
     resource_profile: ResourceProfile = UNKNOWN_PROFILE,
 ) -> TestPipeline:
     """A pipeline of ``vertices`` chained test vertices, each with ``parallelism`` subtasks.
@@ -88,6 +90,6 @@ def noop_pipeline(
         pattern,
         sleep_s,
         fail_attempts,
-        dict(config or {}),
+        normalize_job_config(config or {}),
         resource_profile,
     )
