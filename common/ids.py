@@ -63,3 +63,15 @@ def new_leader_session_id() -> LeaderSessionID:
 def short(identifier: str) -> str:
     """The first 8 characters, for log lines and progress displays."""
     return identifier[:8]
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_valid_id(identifier: object) -> bool:
+    """Whether ``identifier`` has the form every sparkmill id has (32 lowercase hex digits).
+
+    Ids become file names and ZooKeeper node names, so anything arriving from outside (the
+    wire, a znode, a file name) is checked with this before it is used to build a path.
+    """
+    return isinstance(identifier, str) and len(identifier) == 32 and set(identifier) <= _HEX

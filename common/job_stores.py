@@ -11,9 +11,24 @@ from __future__ import annotations
 
 import abc
 import threading
+from dataclasses import dataclass, field
 
 from sparkmill.common.ids import JobID
 from sparkmill.common.v1 import common_pb2, jobs_pb2
+
+
+@dataclass(frozen=True)
+class UnrecoverableJobGraph:
+    """A stored job whose graph cannot be read back; the dispatcher fails it with ``reason``."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass
+class RecoveredJobGraphs:
+    graphs: list[common_pb2.JobGraph] = field(default_factory=list)
+    unrecoverable: list[UnrecoverableJobGraph] = field(default_factory=list)
 
 
 class JobGraphStore(abc.ABC):
@@ -24,7 +39,11 @@ class JobGraphStore(abc.ABC):
     def remove(self, job_id: JobID) -> None: ...
 
     @abc.abstractmethod
-    def recover_all(self) -> list[common_pb2.JobGraph]: ...
+    def recover(self) -> RecoveredJobGraphs:
+        """Every stored graph, locked for this owner, and the jobs whose graph is unreadable.
+
+        One unreadable graph never stops the recovery of the others.
+        """
 
     def release_all(self) -> None:  # noqa: B027 - only stores with locks need it
         """Give up this owner's locks (a dispatcher that lost leadership)."""
@@ -89,12 +108,12 @@ class InMemoryJobGraphStore(JobGraphStore):
         with self._lock:
             self._graphs.pop(job_id, None)
 
-    def recover_all(self) -> list[common_pb2.JobGraph]:
+    def recover(self) -> RecoveredJobGraphs:
         with self._lock:
             blobs = list(self._graphs.values())
-        graphs = []
+        recovered = RecoveredJobGraphs()
         for blob in blobs:
             graph = common_pb2.JobGraph()
             graph.ParseFromString(blob)
-            graphs.append(graph)
-        return graphs
+            recovered.graphs.append(graph)
+        return recovered

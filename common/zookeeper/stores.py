@@ -1,4 +1,4 @@
-"""The submitted-job-graph store (seed 003) and the job result store (Flink's FLIP-194), HA form.
+"""The HA job graph store (Flink's ``JobGraphStore``) and job result store (FLIP-194).
 
 Job graphs: the serialized graph is written to ``high-availability.storageDir`` (atomically:
 temporary file, fsync, rename) and a znode ``<root>/jobgraphs/<job id>`` holds its path (the
@@ -22,11 +22,17 @@ import os
 import threading
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 
-from sparkmill.common.ids import JobID
-from sparkmill.common.job_stores import JobGraphStore, JobResultStore
+from sparkmill.common.ids import JobID, is_valid_id
+from sparkmill.common.job_stores import (
+    JobGraphStore,
+    JobResultStore,
+    RecoveredJobGraphs,
+    UnrecoverableJobGraph,
+)
 from sparkmill.common.v1 import common_pb2, jobs_pb2
 
 log = logging.getLogger(__name__)
@@ -43,29 +49,51 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 class ZooKeeperJobGraphStore(JobGraphStore):
+    """Job graphs on the storage directory, their handles and owners' locks in ZooKeeper.
+
+    Like Flink's ``DefaultJobGraphStore`` on a ``ZooKeeperStateHandleStore``: the job node, its
+    ``locks`` container and this owner's ephemeral lock are created in one transaction, so no
+    other dispatcher can ever see (and remove) a job node without a lock; removal deletes the
+    ``locks`` container and the job node in one transaction, which ZooKeeper refuses while any
+    lock child exists, so it cannot race an owner that locks the graph at the same moment.
+    """
+
     def __init__(self, client: KazooClient, zk_path: str, storage_dir: Path, owner: str) -> None:
         self.client = client
         self.zk_path = zk_path
         self.storage_dir = storage_dir / "job-graphs"
+        self.quarantine_dir = self.storage_dir / "quarantine"
         self.owner = owner
 
     def _node(self, job_id: str) -> str:
         return f"{self.zk_path}/{job_id}"
 
+    def _handle(self, job_id: str) -> Path:
+        return self.storage_dir / f"{job_id}.pb"
+
     def _lock(self, job_id: str) -> None:
         with contextlib.suppress(NodeExistsError):
-            self.client.create(
-                f"{self._node(job_id)}/locks/{self.owner}", b"", ephemeral=True, makepath=True
-            )
+            self.client.create(f"{self._node(job_id)}/locks/{self.owner}", b"", ephemeral=True)
 
     def put(self, graph: common_pb2.JobGraph) -> None:
-        handle = self.storage_dir / f"{graph.job_id}.pb"
+        if not is_valid_id(graph.job_id):
+            raise ValueError(f"not a job id: {graph.job_id!r}")
+        handle = self._handle(graph.job_id)
         _atomic_write(handle, graph.SerializeToString())
         node = self._node(graph.job_id)
-        try:
-            self.client.create(node, str(handle).encode(), makepath=True)
-        except NodeExistsError:
-            self.client.set(node, str(handle).encode())
+        self.client.ensure_path(self.zk_path)
+        transaction = self.client.transaction()
+        transaction.create(node, str(handle).encode())
+        transaction.create(f"{node}/locks", b"")
+        transaction.create(f"{node}/locks/{self.owner}", b"", ephemeral=True)
+        results = transaction.commit()
+        if not any(isinstance(result, Exception) for result in results):
+            return
+        if not isinstance(results[0], NodeExistsError):
+            raise next(r for r in results if isinstance(r, Exception))
+        # Put again (a job re-submitted by its own leader after a failed acknowledgement): the
+        # node is there, the handle is the same path; make sure this owner holds its lock.
+        self.client.set(node, str(handle).encode())
         self._lock(graph.job_id)
 
     def remove(self, job_id: JobID) -> None:
@@ -73,37 +101,91 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         with contextlib.suppress(NoNodeError):
             self.client.delete(f"{node}/locks/{self.owner}")
         try:
-            others = self.client.get_children(f"{node}/locks")
+            handle_bytes, _ = self.client.get(node)
         except NoNodeError:
-            others = []
-        if others:
-            log.info("job graph %s is still locked by %s; not removing it", job_id, others)
             return
-        try:
-            handle, _ = self.client.get(node)
-            self.client.delete(node, recursive=True)
-        except (NoNodeError, NotEmptyError):
+        transaction = self.client.transaction()
+        transaction.delete(f"{node}/locks")
+        transaction.delete(node)
+        results = transaction.commit()
+        failure = next((r for r in results if isinstance(r, Exception)), None)
+        if isinstance(failure, NotEmptyError):
+            log.info("job graph %s is still locked by another owner; not removing it", job_id)
             return
-        Path(handle.decode()).unlink(missing_ok=True)
+        if isinstance(failure, NoNodeError):
+            return
+        if failure is not None:
+            raise failure
+        handle = self._trusted_handle(job_id, handle_bytes)
+        if handle is not None:
+            handle.unlink(missing_ok=True)
 
-    def recover_all(self) -> list[common_pb2.JobGraph]:
+    def _trusted_handle(self, job_id: str, raw: bytes) -> Path | None:
+        """The handle a znode holds, if it is the one this store would have written.
+
+        ZooKeeper's content is treated as untrusted: a handle is only ever the file named after
+        the job inside the storage directory, so a rewritten znode cannot make the dispatcher
+        read or delete any other file.
+        """
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            return None
+        expected = self._handle(job_id)
+        return expected if is_valid_id(job_id) and text == str(expected) else None
+
+    def _read(self, job_id: str) -> common_pb2.JobGraph:
+        if not is_valid_id(job_id):
+            raise _Unreadable(f"the job node name {job_id!r} is not a job id")
+        raw, _ = self.client.get(self._node(job_id))
+        handle = self._trusted_handle(job_id, raw)
+        if handle is None:
+            raise _Unreadable(
+                f"its handle {raw[:200]!r} is not {str(self._handle(job_id))!r} "
+                "(the znode was changed outside sparkmill)"
+            )
+        try:
+            blob = handle.read_bytes()
+        except OSError as exc:
+            raise _Unreadable(f"{handle} cannot be read: {exc.strerror or exc}") from None
+        graph = common_pb2.JobGraph()
+        try:
+            graph.ParseFromString(blob)
+        except DecodeError as exc:
+            self._quarantine(handle)
+            raise _Unreadable(f"{handle} is not a job graph ({exc}); moved it aside") from None
+        if graph.job_id != job_id:
+            self._quarantine(handle)
+            raise _Unreadable(f"{handle} holds job {graph.job_id!r}; moved it aside")
+        return graph
+
+    def _quarantine(self, handle: Path) -> None:
+        """Keep a corrupt graph file for an operator to look at, out of the store's way."""
+        with contextlib.suppress(OSError):
+            self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+            os.replace(handle, self.quarantine_dir / handle.name)
+
+    def recover(self) -> RecoveredJobGraphs:
+        recovered = RecoveredJobGraphs()
         try:
             job_ids = self.client.get_children(self.zk_path)
         except NoNodeError:
-            return []
-        graphs = []
+            return recovered
         for job_id in sorted(job_ids):
             try:
-                handle, _ = self.client.get(self._node(job_id))
-                blob = Path(handle.decode()).read_bytes()
-            except (NoNodeError, OSError) as exc:
+                graph = self._read(job_id)
+            except NoNodeError:
+                continue  # removed while we listed: the job is done
+            except _Unreadable as exc:
                 log.error("job graph %s cannot be recovered: %s", job_id, exc)
+                recovered.unrecoverable.append(UnrecoverableJobGraph(job_id, str(exc)))
                 continue
-            graph = common_pb2.JobGraph()
-            graph.ParseFromString(blob)
-            self._lock(job_id)
-            graphs.append(graph)
-        return graphs
+            try:
+                self._lock(job_id)
+            except NoNodeError:
+                continue  # removed since we read it: the job is done
+            recovered.graphs.append(graph)
+        return recovered
 
     def release_all(self) -> None:
         try:
@@ -113,6 +195,10 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         for job_id in job_ids:
             with contextlib.suppress(NoNodeError):
                 self.client.delete(f"{self._node(job_id)}/locks/{self.owner}")
+
+
+class _Unreadable(Exception):
+    """A stored job graph that cannot be turned back into a JobGraph (the message says why)."""
 
 
 class FileSystemJobResultStore(JobResultStore):

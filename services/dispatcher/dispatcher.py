@@ -31,7 +31,7 @@ from sparkmill.common.errors import (
 )
 from sparkmill.common.heartbeat import HeartbeatManager
 from sparkmill.common.ids import JobID, short
-from sparkmill.common.job_stores import JobGraphStore, JobResultStore
+from sparkmill.common.job_stores import JobGraphStore, JobResultStore, UnrecoverableJobGraph
 from sparkmill.common.jobgraph import KNOWN_OPERATOR_KINDS
 from sparkmill.common.jobgraph_codec import job_graph_from_proto
 from sparkmill.common.leader import LeaderElectionService
@@ -130,7 +130,7 @@ class Dispatcher(DispatcherServicer):
         self._schedule_waiting_jobs()
 
     async def _recover(self) -> None:
-        """Rebuild the job table from the stores (seed 002: a done job is not run again)."""
+        """Rebuild the job table from the stores; a job with a result is never run again."""
         results = await self.runtime.run_blocking(self.result_store.results)
         for result, dirty in results:
             job_id = JobID(result.job_id)
@@ -147,7 +147,10 @@ class Dispatcher(DispatcherServicer):
             self.jobs[job_id] = job
             if dirty:  # the previous leader died between recording the result and clean-up
                 await self._clean_up(job_id)
-        for graph in await self.runtime.run_blocking(self.job_store.recover_all):
+        recovered = await self.runtime.run_blocking(self.job_store.recover)
+        for lost in recovered.unrecoverable:
+            await self._fail_unrecoverable(lost)
+        for graph in recovered.graphs:
             job_id = JobID(graph.job_id)
             if job_id in self.jobs:
                 log.info("job %s already has a result; removing its stale graph", short(job_id))
@@ -155,6 +158,35 @@ class Dispatcher(DispatcherServicer):
                 continue
             self.jobs[job_id] = _Job(job_id, graph.name, graph, time.time(), recovered=True)
             log.info("recovered job %s ('%s') from the job graph store", short(job_id), graph.name)
+
+    async def _fail_unrecoverable(self, lost: UnrecoverableJobGraph) -> None:
+        """A stored job whose graph cannot be read back: FAILED, with the reason, for good.
+
+        The other jobs still recover and this dispatcher still leads: one corrupt entry in the
+        store must not take the cluster down with it.
+        """
+        job_id = JobID(lost.job_id)
+        if job_id in self.jobs:  # it already has a result: only its clean-up was left
+            await self._clean_up(job_id)
+            return
+        message = f"the job graph could not be read back from the HA store: {lost.reason}"
+        job = _Job(
+            job_id, "(unreadable job graph)", common_pb2.JobGraph(job_id=job_id), time.time()
+        )
+        job.status = JobStatus.FAILED
+        job.ended_at = time.time()
+        job.result = jobs_pb2.JobResult(
+            job_id=job_id,
+            status=cast(Any, JobStatus.FAILED.value),
+            failure=common_pb2.ErrorInfo(
+                code=common_pb2.FAILED_PRECONDITION, message=message, exception_type="JobGraphLost"
+            ),
+        )
+        job.result.details.CopyFrom(self._details(job))
+        self.jobs[job_id] = job
+        log.error("job %s FAILED on recovery: %s", short(job_id), message)
+        await self.runtime.run_blocking(self.result_store.create_dirty, job.result)
+        await self._clean_up(job_id)
 
     async def _clean_up(self, job_id: JobID) -> None:
         await self.runtime.run_blocking(self.job_store.remove, job_id)

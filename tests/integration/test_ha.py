@@ -237,3 +237,29 @@ def test_a_job_master_deposed_by_zookeeper_alone_hands_the_job_on(
     result = client.wait(job_id, timeout=90)
     assert result.status == common_pb2.FINISHED, result.failure.message
     assert sum(v.tasks_by_state.get(FINISHED, 0) for v in result.details.vertices) == 12
+
+
+def test_a_corrupt_stored_job_graph_fails_that_job_and_the_rest_recover(
+    ha_cluster: RunningCluster,
+) -> None:
+    client = ha_cluster.client
+    kept = client.submit(long_job("kept").build_job_graph())
+    lost = client.submit(long_job("lost", sleep_s=30).build_job_graph())
+    eventually(lambda: finished_tasks(ha_cluster, kept) >= 1, timeout=60)
+    handle = ha_cluster.cluster.directory / "ha-storage" / "job-graphs" / f"{lost}.pb"
+    handle.write_bytes(b"\xff\xff\xff\xff not a job graph")
+    old = leader_pid(ha_cluster, "dispatcher")
+    kill(ha_cluster, old)
+    # A new leader is published (the client finds it) and reports the unreadable job FAILED.
+    summary = eventually(
+        lambda: next(
+            (j for j in client.list_jobs(timeout=5) if j.job_id == lost and j.status), None
+        ),
+        timeout=90,
+    )
+    assert summary.status == common_pb2.FAILED
+    result = client.wait(lost, timeout=60)
+    assert "could not be read back from the HA store" in result.failure.message
+    assert leader_pid(ha_cluster, "dispatcher") != old
+    assert client.wait(kept, timeout=120).status == common_pb2.FINISHED
+    assert (handle.parent / "quarantine" / handle.name).exists()
