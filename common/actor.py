@@ -43,6 +43,7 @@ class ServiceRuntime:
         self._stop_event: asyncio.Event | None = None
         self.loop_lag_max_s = 0.0  # worst lag since the last read of take_loop_lag()
         self.loop_lag_last_s = 0.0
+        self.exit_code = 0  # set by fail_fatally
 
     # -- background tasks ---------------------------------------------------------------------
 
@@ -88,6 +89,14 @@ class ServiceRuntime:
     def request_stop(self) -> None:
         if self._stop_event is not None:
             self._stop_event.set()
+
+    def fail_fatally(self, reason: str, exit_code: int = 1) -> None:
+        """Stop the process with ``exit_code`` (Flink's ``onFatalError``): a supervisor such as
+        systemd restarts it. The first reason wins and is what the log shows last."""
+        if self.exit_code == 0:
+            log.error("%s: fatal: %s; stopping with exit code %d", self.name, reason, exit_code)
+            self.exit_code = exit_code
+        self.request_stop()
 
     async def serve(
         self,

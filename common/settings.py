@@ -33,6 +33,8 @@ class ClusterSettings:
     task_executor_cpu_cores: float = 0.0
     task_executor_memory_mb: int = 1728
     slot_timeout_s: float = 10.0
+    # Flink's taskmanager.registration.timeout: unregistered this long -> the process exits.
+    task_executor_registration_timeout_s: float = 300.0
     # slots
     slot_request_timeout_s: float = 300.0
     slot_idle_timeout_s: float = 50.0

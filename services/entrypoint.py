@@ -58,11 +58,10 @@ def run_service(role: str, config_path: Path) -> int:
 
     configure_logging(config.get(opt.LOG_LEVEL))
     try:
-        asyncio.run(_serve(role, settings, config))
+        return asyncio.run(_serve(role, settings, config))
     except ConfigurationError as exc:
         print(f"sparkmill {role}: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    return 0
 
 
 def _bind_address(role: str, settings: ClusterSettings) -> str:
@@ -100,7 +99,8 @@ def _build(
     return TaskExecutor(settings, runtime, ha.resource_manager_retrieval(), clients, identity)
 
 
-async def _serve(role: str, settings: ClusterSettings, config: Configuration) -> None:
+async def _serve(role: str, settings: ClusterSettings, config: Configuration) -> int:
+    """Run one service until it is told to stop; the process's exit code."""
     identity_id = (settings.task_executor_resource_id if role == "task-executor" else "") or (
         new_resource_id()
     )
@@ -143,3 +143,4 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
             await endpoint.stop()
 
     await runtime.serve(start, stop)
+    return runtime.exit_code

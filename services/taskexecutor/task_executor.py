@@ -127,6 +127,9 @@ class TaskExecutor(TaskExecutorServicer):
         # Process-wide facilities tasks may use (the data plane adds its SparkSession here).
         self.task_services: dict[str, object] = {}
         self.task_state_listener: StateListener | None = None  # set by the metrics
+        # Flink's TaskExecutor#startRegistrationTimeout: armed while not registered at an RM.
+        self._registration_timeout: asyncio.TimerHandle | None = None
+        self._rm_addresses_tried: list[str] = []
         self.heartbeats = HeartbeatManager(
             "te",
             interval_s=settings.heartbeat_interval_s,
@@ -145,9 +148,11 @@ class TaskExecutor(TaskExecutorServicer):
         self.slot_table.start(_TableActions(self))
         install_task_services(self.task_services, self.settings, self.runtime)
         self.heartbeats.start()
+        self._arm_registration_timeout()
         await self.rm_retrieval.start(self._on_rm_leader)
 
     async def stop(self) -> None:
+        self._disarm_registration_timeout()
         await self.rm_retrieval.stop()
         table = self._table()
         tasks = [t for t in (table.get_task(a) for a in _all_attempts(table)) if t is not None]
@@ -196,9 +201,12 @@ class TaskExecutor(TaskExecutorServicer):
                 old.registration.cancel()
             self.heartbeats.unmonitor("rm")
         self.rm = None
+        self._arm_registration_timeout()
         if leader is None:
             log.warning("no resource manager leader known; waiting")
             return
+        if leader.address not in self._rm_addresses_tried:
+            self._rm_addresses_tried.append(leader.address)
         client = ResourceManagerClient(
             self.clients.get(leader.address), fencing_token=leader.session_id
         )
@@ -236,11 +244,36 @@ class TaskExecutor(TaskExecutorServicer):
         if self.rm is not connection:
             return
         connection.instance_id = instance_id
+        self._disarm_registration_timeout()
         self.heartbeats.monitor("rm")
         log.info(
             "registered at resource manager %s as instance %s",
             connection.leader.address,
             short(instance_id),
+        )
+
+    def _arm_registration_timeout(self) -> None:
+        if self._registration_timeout is not None:
+            return  # already counting since the connection was lost
+        self._registration_timeout = asyncio.get_running_loop().call_later(
+            self.settings.task_executor_registration_timeout_s, self._on_registration_timeout
+        )
+
+    def _disarm_registration_timeout(self) -> None:
+        if self._registration_timeout is not None:
+            self._registration_timeout.cancel()
+            self._registration_timeout = None
+        self._rm_addresses_tried.clear()
+
+    def _on_registration_timeout(self) -> None:
+        """Unregistered for taskmanager.registration.timeout: exit, so a supervisor restarts
+        the process with a fresh view (Flink's TaskExecutor fails fatally the same way)."""
+        self._registration_timeout = None
+        tried = ", ".join(self._rm_addresses_tried) or "none: no resource manager leader was found"
+        self.runtime.fail_fatally(
+            "could not register at a resource manager within taskmanager.registration.timeout "
+            f"({self.settings.task_executor_registration_timeout_s:g} s); "
+            f"resource manager addresses tried: {tried}"
         )
 
     def _reconnect_rm(self, reason: str) -> None:
