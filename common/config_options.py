@@ -151,6 +151,14 @@ TASK_MANAGER_SLOT_TIMEOUT = _option(
     "frees it again.",
     min=_MS,
 )
+TASK_CANCELLATION_TIMEOUT = _option(
+    "task.cancellation.timeout",
+    DURATION,
+    20.0,
+    "How long a task executor that is shutting down waits for its cancelled tasks to end "
+    "before it closes its slot table anyway (and logs the tasks that did not end).",
+    min=_MS,
+)
 TASK_MANAGER_REGISTRATION_TIMEOUT = _option(
     "taskmanager.registration.timeout",
     DURATION,

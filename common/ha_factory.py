@@ -41,6 +41,7 @@ def settings_from_config(config: Configuration) -> ClusterSettings:
         task_executor_memory_mb=config.get(opt.TASK_MANAGER_MEMORY_PROCESS_SIZE) // MIB,
         slot_timeout_s=config.get(opt.TASK_MANAGER_SLOT_TIMEOUT),
         task_executor_registration_timeout_s=config.get(opt.TASK_MANAGER_REGISTRATION_TIMEOUT),
+        task_cancellation_timeout_s=config.get(opt.TASK_CANCELLATION_TIMEOUT),
         slot_request_timeout_s=config.get(opt.SLOT_REQUEST_TIMEOUT),
         slot_idle_timeout_s=config.get(opt.SLOT_IDLE_TIMEOUT),
         task_manager_idle_timeout_s=config.get(opt.RESOURCE_MANAGER_TASK_MANAGER_TIMEOUT),

@@ -35,6 +35,7 @@ class ClusterSettings:
     slot_timeout_s: float = 10.0
     # Flink's taskmanager.registration.timeout: unregistered this long -> the process exits.
     task_executor_registration_timeout_s: float = 300.0
+    task_cancellation_timeout_s: float = 20.0
     # slots
     slot_request_timeout_s: float = 300.0
     slot_idle_timeout_s: float = 50.0

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -261,6 +262,7 @@ class TaskSlotTable(Generic[T]):
         # Dicts (not sets) so that per-job listings come out in allocation order.
         self._by_job: dict[JobID, dict[AllocationID, _TaskSlot[T]]] = {}
         self._by_attempt: dict[ExecutionAttemptID, _TaskSlot[T]] = {}
+        self._closed_callbacks: list[Callable[[], None]] = []
 
     @property
     def state(self) -> TaskSlotTableState:
@@ -288,14 +290,17 @@ class TaskSlotTable(Generic[T]):
         self._slot_actions = slot_actions
 
     def close(self, cause: BaseException | None = None) -> None:
-        """Fail every hosted task and drop every slot, then end CLOSED. Idempotent.
+        """Fail every hosted task and release every slot; CLOSED once all tasks have ended.
 
-        Flink completes closing asynchronously, once each slot's tasks have terminated. Here
-        the owner (the task executor, itself shutting down) awaits its tasks on its own, so the
-        table drops its bookkeeping at once and never calls back into the owner while closing.
+        As Flink's ``TaskSlotTableImpl#closeAsync``: a slot with no task is dropped at once; a
+        slot with tasks stays (RELEASING) until its last task is removed with
+        :meth:`remove_task`, so the table never claims to be closed while task threads still
+        run. :meth:`when_closed` tells when that happens; an owner that cannot wait any longer
+        calls :meth:`force_close`. The table never calls back into the owner while closing (the
+        owner is the one closing it). Idempotent.
         """
         if self._state is TaskSlotTableState.CREATED:
-            self._set_table_state(TaskSlotTableState.CLOSED)
+            self._finish_closing()
             return
         if self._state is not TaskSlotTableState.RUNNING:
             return  # already CLOSING (re-entered from a task's fail_externally) or CLOSED
@@ -303,11 +308,49 @@ class TaskSlotTable(Generic[T]):
         cause = cause or FailedPreconditionError("the task slot table is closing")
         for slot in list(self._by_allocation.values()):
             self._release(slot, cause)
+            if not slot.tasks and slot.allocation_id in self._by_allocation:
+                self._remove(slot)
+        self._maybe_finish_closing()
+
+    def when_closed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the table is CLOSED (at once if it already is)."""
+        if self._state is TaskSlotTableState.CLOSED:
+            callback()
+        else:
+            self._closed_callbacks.append(callback)
+
+    def running_tasks(self) -> list[T]:
+        """The tasks that have not been removed yet (while closing: those still running)."""
+        return [task for slot in self._by_allocation.values() for task in slot.tasks.values()]
+
+    def force_close(self) -> list[T]:
+        """Stop waiting for the tasks of a closing table: drop every slot and end CLOSED.
+
+        Returns the tasks that had not ended, for the owner to report. Only for an owner whose
+        wait for its tasks timed out.
+        """
+        if self._state is TaskSlotTableState.CLOSED:
+            return []
+        if self._state is not TaskSlotTableState.CLOSING:
+            self.close()
+        lingering = self.running_tasks()
+        for slot in list(self._by_allocation.values()):
             for attempt_id in list(slot.tasks):
                 self._by_attempt.pop(attempt_id, None)
             slot.tasks.clear()
             self._remove(slot)
+        self._maybe_finish_closing()
+        return lingering
+
+    def _maybe_finish_closing(self) -> None:
+        if self._state is TaskSlotTableState.CLOSING and not self._by_allocation:
+            self._finish_closing()
+
+    def _finish_closing(self) -> None:
         self._set_table_state(TaskSlotTableState.CLOSED)
+        callbacks, self._closed_callbacks = self._closed_callbacks, []
+        for callback in callbacks:
+            callback()
 
     def allocate_slot(
         self,
@@ -496,9 +539,13 @@ class TaskSlotTable(Generic[T]):
         if slot is None:
             return None
         task = slot.tasks.pop(attempt_id)
-        if slot.state is TaskSlotState.RELEASING and not slot.tasks and self.is_running:
-            assert self._slot_actions is not None
-            self._slot_actions.free_slot(slot.allocation_id)
+        if slot.state is TaskSlotState.RELEASING and not slot.tasks:
+            if self.is_running:
+                assert self._slot_actions is not None
+                self._slot_actions.free_slot(slot.allocation_id)
+            elif self._state is TaskSlotTableState.CLOSING:
+                self._remove(slot)
+                self._maybe_finish_closing()
         return task
 
     def get_task(self, attempt_id: ExecutionAttemptID) -> T | None:

@@ -154,11 +154,7 @@ class TaskExecutor(TaskExecutorServicer):
     async def stop(self) -> None:
         self._disarm_registration_timeout()
         await self.rm_retrieval.stop()
-        table = self._table()
-        tasks = [t for t in (table.get_task(a) for a in _all_attempts(table)) if t is not None]
-        table.close(FailedPreconditionError("the task executor is shutting down"))
-        # Join together: shutting down must not take 5 s per task.
-        await asyncio.gather(*(self.runtime.run_blocking(t.join, 5.0) for t in tasks))
+        await self._close_slot_table()
         for job_id in list(self.jobs):
             self._drop_job_connection(job_id)
         rm = self.rm
@@ -176,6 +172,25 @@ class TaskExecutor(TaskExecutorServicer):
             rm.registration.cancel()
         await self.heartbeats.stop()
         await close_task_services(self.task_services, self.runtime)
+
+    async def _close_slot_table(self) -> None:
+        """Cancel every task and wait (bounded by task.cancellation.timeout) until each has
+        ended and reported its final state, as Flink's TaskExecutor waits for its slot table."""
+        table = self._table()
+        closed = asyncio.Event()
+        table.close(FailedPreconditionError("the task executor is shutting down"))
+        table.when_closed(closed.set)
+        timeout = self.settings.task_cancellation_timeout_s
+        try:
+            await asyncio.wait_for(closed.wait(), timeout)
+        except TimeoutError:
+            lingering = table.force_close()
+            log.error(
+                "%d task(s) did not end within task.cancellation.timeout (%g s): %s",
+                len(lingering),
+                timeout,
+                ", ".join(task.name for task in lingering),
+            )
 
     def _table(self) -> TaskSlotTable[Task]:
         assert self.slot_table is not None, "task executor not started"
@@ -658,7 +673,3 @@ def _job_id_of(request: object) -> JobID:
     if not job_id:
         raise InvalidArgumentError(f"{type(request).__name__} names no job")
     return JobID(job_id)
-
-
-def _all_attempts(table: TaskSlotTable[Task]) -> list[ExecutionAttemptID]:
-    return [task.attempt_id for job in table.job_ids() for task in table.tasks_of_job(job)]

@@ -133,6 +133,11 @@ def test_start_twice_is_a_bug(table: TaskSlotTable[FakeTask], actions: Recording
         table.start(actions)
 
 
+def state_of(table: TaskSlotTable[FakeTask]) -> TaskSlotTableState:
+    """The state, read through a call (mypy would narrow a property across assertions)."""
+    return table.state
+
+
 def test_close_of_a_created_table_goes_straight_to_closed(timers: ManualTimerService) -> None:
     t: TaskSlotTable[FakeTask] = TaskSlotTable(N_SLOTS, TOTAL, DEFAULT, timers)
     t.close()
@@ -149,16 +154,26 @@ def test_close_fails_tasks_frees_every_slot_and_refuses_later_operations(
     _, dynamic = allocate(table, -1, profile=SMALL)
     cause = RuntimeError("shutting down")
 
-    table.close(cause)
+    closed: list[str] = []
 
-    assert table.state is TaskSlotTableState.CLOSED
+    table.close(cause)
+    table.when_closed(lambda: closed.append("closed"))
+
+    # Slots without tasks go at once; the slot with tasks waits for them (Flink's closeAsync).
+    assert table.state is TaskSlotTableState.CLOSING and closed == []
     assert all(t.failures == [cause] for t in tasks)
+    assert table.owning_job(dynamic) is None and table.owning_job(pending) is None
+    assert not timers.is_scheduled(pending)
+    assert table.running_tasks() == tasks
+    assert table.remove_task(tasks[0].attempt_id) is tasks[0]
+    assert table.state is TaskSlotTableState.CLOSING
+    assert table.remove_task(tasks[1].attempt_id) is tasks[1]
+
+    assert state_of(table) is TaskSlotTableState.CLOSED and closed == ["closed"]
     assert len(table) == 0
     assert all(table.is_slot_free(i) for i in range(N_SLOTS))
-    assert table.owning_job(dynamic) is None
     assert table.tasks_of_job(job) == []
     assert table.available_resources == TOTAL
-    assert not timers.is_scheduled(pending)
     assert timers.advance(TIMEOUT * 2) == 0
     # The owner is closing the table itself: no call-backs into it.
     assert actions.freed == [] and actions.timeouts == []
@@ -177,7 +192,7 @@ def test_close_fails_tasks_frees_every_slot_and_refuses_later_operations(
         table.try_mark_slot_active(job, aid)
 
     table.close()  # idempotent
-    assert table.state is TaskSlotTableState.CLOSED
+    assert state_of(table) is TaskSlotTableState.CLOSED
 
 
 def test_close_keeps_going_when_a_task_raises_while_being_failed(
@@ -195,7 +210,29 @@ def test_close_keeps_going_when_a_task_raises_while_being_failed(
     assert table.add_task(bad) and table.add_task(good)
     table.close()
     assert len(good.failures) == 1
+    assert table.state is TaskSlotTableState.CLOSING
+    # The owner gave up waiting: both tasks are reported, the table is CLOSED.
+    assert table.force_close() == [bad, good]
+    assert state_of(table) is TaskSlotTableState.CLOSED
+    assert table.available_resources == TOTAL
+    assert table.force_close() == []
+
+
+def test_closing_a_table_whose_tasks_remove_themselves_ends_closed_at_once(
+    table: TaskSlotTable[FakeTask],
+) -> None:
+    job, aid = allocate(table, 0)
+    table.mark_slot_active(aid)
+
+    class SelfRemovingTask(FakeTask):
+        def fail_externally(self, cause: BaseException) -> None:
+            super().fail_externally(cause)
+            table.remove_task(self.attempt_id)
+
+    assert table.add_task(SelfRemovingTask(new_attempt_id(), job, aid))
+    table.close()
     assert table.state is TaskSlotTableState.CLOSED
+    assert len(table) == 0
 
 
 def test_transition_tables() -> None:
