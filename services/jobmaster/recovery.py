@@ -26,6 +26,8 @@ import logging
 from collections.abc import Callable, Iterable
 
 from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.exchange.layout import partition_readable
+from sparkmill.common.exchange.partitions import InputPartitionInfo
 from sparkmill.common.ids import ExecutionAttemptID, JobVertexID, short
 from sparkmill.common.job_progress import (
     FINISHED,
@@ -39,8 +41,6 @@ from sparkmill.common.job_progress import (
 )
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
 from sparkmill.services.jobmaster.scheduler import DefaultScheduler, IOTotals
-from sparkmill.services.taskexecutor.operators import InputPartitionInfo
-from sparkmill.services.taskexecutor.spark.exchange import partition_readable
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,8 @@ from sparkmill.common.v1.gateways import (
 )
 from sparkmill.services.base import ServiceIdentity
 from sparkmill.services.jobmaster.states import ExecutionState
-from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS, TaskOutcome
+from sparkmill.services.taskexecutor.context import TaskOutcome
+from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
 from sparkmill.services.taskexecutor.task import StateListener, Task, TaskFailureInfo
 from sparkmill.services.taskexecutor.task_services import close_task_services, install_task_services

@@ -32,8 +32,8 @@ from sparkmill.services.jobmaster.metrics import JobMasterCollector, _JobMasters
 from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
+from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.metrics import TaskExecutorCollector, spark_session_up
-from sparkmill.services.taskexecutor.operators import TaskOutcome
 from sparkmill.testing import noop_pipeline
 from tests.unit.test_slot_manager import RecordingActions
 

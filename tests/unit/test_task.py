@@ -7,7 +7,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from sparkmill.common.errors import ErrorCode
+from sparkmill.common.errors import ErrorCode, TaskCancelledError
 from sparkmill.common.ids import (
     new_allocation_id,
     new_attempt_id,
@@ -15,17 +15,11 @@ from sparkmill.common.ids import (
     new_job_id,
     new_vertex_id,
 )
+from sparkmill.common.noop import NoOpOptions, encode_noop_payload
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
 from sparkmill.services.jobmaster.states import ExecutionState
-from sparkmill.services.taskexecutor.operators import (
-    Invokable,
-    NoOpInvokable,
-    NoOpOptions,
-    TaskCancelledError,
-    TaskContext,
-    TaskOutcome,
-    encode_noop_payload,
-)
+from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
+from sparkmill.services.taskexecutor.operators import NoOpInvokable
 from sparkmill.services.taskexecutor.task import Task, TaskFailureInfo
 
 ES = ExecutionState

@@ -9,22 +9,25 @@ from __future__ import annotations
 
 import functools
 import logging
-import pickle
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from sparkmill.common.ids import short
-from sparkmill.functions import resolve
-from sparkmill.services.taskexecutor.operators import (
+from sparkmill.common import plan as S
+from sparkmill.common.collect import encode_rows
+from sparkmill.common.errors import (
+    CommitError,
+    OperatorError,
     PartitionNotFoundError,
+    SparkJobError,
     TaskCancelledError,
-    TaskContext,
-    TaskOutcome,
 )
+from sparkmill.common.exchange.layout import cleanup_job, missing_partitions, partition_dir
+from sparkmill.common.expressions import resolve
+from sparkmill.common.ids import short
+from sparkmill.services.taskexecutor.context import TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.spark import exchange, sinks, sources
-from sparkmill.services.taskexecutor.spark import spec as S
-from sparkmill.services.taskexecutor.spark.errors import OperatorError, SparkJobError, summarize
+from sparkmill.services.taskexecutor.spark.errors import summarize
 from sparkmill.services.taskexecutor.spark.metrics import IOCounts, SparkIOMetrics
 
 log = logging.getLogger(__name__)
@@ -123,7 +126,7 @@ def run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> 
     except Exception as exc:
         # Whatever Spark said (a missing file, a corrupt footer, ...): if inputs are gone, that
         # is the cause, and only running their producers again can fix it.
-        lost = exchange.missing_partitions(context.inputs, context.exchange_dir, context.job_id)
+        lost = missing_partitions(context.inputs, context.exchange_dir, context.job_id)
         if not lost:
             raise
         names = ", ".join(
@@ -156,7 +159,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
             check_cancelled(context.cancelled)
             try:
                 if isinstance(output, S.ExchangeOutput):
-                    target = exchange.partition_dir(
+                    target = partition_dir(
                         context.exchange_dir,
                         context.job_id,
                         output.dataset_id,
@@ -179,7 +182,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
                 else:
                     accumulator, collected = _collect(root, output, context.subtask_index)
                 metrics.mark_inputs_read()
-            except (TaskCancelledError, OperatorError, sinks.CommitError):
+            except (TaskCancelledError, OperatorError, CommitError):
                 raise
             except Exception as exc:
                 check_cancelled(context.cancelled)
@@ -226,10 +229,7 @@ def _collect(df: Any, output: S.CollectOutput, subtask: int) -> tuple[bytes, int
     rows = df.limit(output.limit + 1).collect()
     truncated = len(rows) > output.limit
     rows = rows[: output.limit]
-    blob = pickle.dumps(
-        {"columns": list(df.columns), "rows": [tuple(r) for r in rows], "truncated": truncated},
-        protocol=pickle.HIGHEST_PROTOCOL,
-    )
+    blob = encode_rows(df.columns, [tuple(r) for r in rows], truncated)
     if len(blob) > MAX_COLLECT_BYTES:
         raise OperatorError(
             f"collect '{output.name}': subtask {subtask} returned {len(blob) >> 20} MiB, more "
@@ -241,8 +241,6 @@ def _collect(df: Any, output: S.CollectOutput, subtask: int) -> tuple[bytes, int
 
 def run_commit(spec: S.CommitSpec, context: TaskContext) -> TaskOutcome:
     """The final vertex: publish every sink, then drop the job's exchange data."""
-    from sparkmill.services.taskexecutor.spark.cleanup import cleanup_job
-
     files = 0
     for sink in spec.sinks:
         check_cancelled(context.cancelled)
