@@ -27,6 +27,7 @@ from sparkmill.common.exchange.layout import cleanup_job
 from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.heartbeat import HeartbeatManager
 from sparkmill.common.ids import AllocationID, JobID, ResourceID, short
+from sparkmill.common.io_counters import io_from_proto
 from sparkmill.common.jobgraph import JobGraph
 from sparkmill.common.leader import LeaderElectionService, LeaderInfo
 from sparkmill.common.proto_convert import profile_from_proto, profile_to_proto
@@ -47,7 +48,7 @@ from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClie
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
 from sparkmill.services.jobmaster.restart_strategy import restart_strategy_from_config
-from sparkmill.services.jobmaster.scheduler import DefaultScheduler, IOTotals
+from sparkmill.services.jobmaster.scheduler import DefaultScheduler
 from sparkmill.services.jobmaster.slot_pool import (
     PhysicalSlot,
     SlotOffer,
@@ -579,9 +580,7 @@ class JobMaster:
                 message=update.error.message,
                 details=update.error.details,
                 exception_type=update.error.exception_type,
-                io=IOTotals(io.records_in, io.records_out, io.bytes_in, io.bytes_out)
-                if update.HasField("io_metrics")
-                else None,
+                io=io_from_proto(io) if update.HasField("io_metrics") else None,
                 accumulator=update.accumulator,
                 lost_partitions=[
                     (p.dataset_id, p.partition_number, p.producer_attempt_id)

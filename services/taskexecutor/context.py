@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sparkmill.common.exchange.partitions import InputGateInfo
+from sparkmill.common.io_counters import NO_IO, IOCounters
 
 
 @dataclass(slots=True)
@@ -40,12 +41,11 @@ class TaskContext:
     services: dict[str, object] = field(default_factory=dict)  # e.g. the SparkSession manager
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TaskOutcome:
-    records_in: int = 0
-    records_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
+    """What a finished attempt did, and what it returns to the JobMaster (e.g. collected rows)."""
+
+    io: IOCounters = NO_IO
     accumulator: bytes = b""
 
 

@@ -45,7 +45,7 @@ class NoOpInvokable:
             self._cancel.wait(options.sleep_s) or context.cancelled.is_set()
         ):
             raise TaskCancelledError("cancelled while sleeping")
-        return TaskOutcome(records_in=0, records_out=0)
+        return TaskOutcome()
 
     def cancel(self) -> None:
         self._cancel.set()

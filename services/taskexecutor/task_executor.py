@@ -34,6 +34,7 @@ from sparkmill.common.errors import (
 )
 from sparkmill.common.heartbeat import HeartbeatManager
 from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
+from sparkmill.common.io_counters import io_to_proto
 from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.proto_convert import (
     profile_from_proto,
@@ -516,10 +517,7 @@ class TaskExecutor(TaskExecutorServicer):
                     producer_attempt_id=lost.producer_attempt_id,
                 )
         if outcome is not None:
-            update.io_metrics.records_in = outcome.records_in
-            update.io_metrics.records_out = outcome.records_out
-            update.io_metrics.bytes_in = outcome.bytes_in
-            update.io_metrics.bytes_out = outcome.bytes_out
+            io_to_proto(outcome.io, update.io_metrics)
             update.accumulator = outcome.accumulator
         if state.is_terminal:
             self._table().remove_task(task.attempt_id)

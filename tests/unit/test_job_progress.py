@@ -15,6 +15,7 @@ from typing import Any
 from sparkmill.common.exchange.layout import missing_partitions, partition_dir
 from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.ids import new_attempt_id
+from sparkmill.common.io_counters import IOCounters
 from sparkmill.common.job_progress import (
     FINISHED,
     INVALIDATED,
@@ -35,7 +36,9 @@ ES = ExecutionState
 
 
 def attempt(vertex: str, subtask: int, number: int = 0, acc: bytes = b"") -> FinishedAttempt:
-    return FinishedAttempt(vertex, subtask, new_attempt_id(), number, "te-1", acc, (1, 2, 3, 4))
+    return FinishedAttempt(
+        vertex, subtask, new_attempt_id(), number, "te-1", acc, IOCounters(1, 2, 3, 4)
+    )
 
 
 def finished(session: str, a: FinishedAttempt) -> ProgressEvent:

@@ -25,10 +25,11 @@ from sparkmill.common.errors import (
 from sparkmill.common.exchange.layout import cleanup_job, missing_partitions, partition_dir
 from sparkmill.common.expressions import resolve
 from sparkmill.common.ids import short
+from sparkmill.common.io_counters import NO_IO, IOCounters
 from sparkmill.services.taskexecutor.context import TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.spark import exchange, sinks, sources
 from sparkmill.services.taskexecutor.spark.errors import summarize
-from sparkmill.services.taskexecutor.spark.metrics import IOCounts, SparkIOMetrics
+from sparkmill.services.taskexecutor.spark.metrics import SparkIOMetrics
 
 log = logging.getLogger(__name__)
 
@@ -197,7 +198,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
         counts = metrics.totals()
     except Exception:  # counting must never fail a task that did its work
         log.warning("%s: could not read Spark's task metrics", spec.vertex_name, exc_info=True)
-        counts = IOCounts()
+        counts = NO_IO
     check_cancelled(context.cancelled)
     for output, path in written:
         sinks.commit_task(
@@ -208,13 +209,8 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
             context.attempt_number,
             context.job_master_epoch,
         )
-    return TaskOutcome(
-        records_in=counts.records_in + built.rows_in,
-        records_out=counts.records_out + collected,
-        bytes_in=counts.bytes_in,
-        bytes_out=counts.bytes_out + len(accumulator),
-        accumulator=accumulator,
-    )
+    own = IOCounters(records_in=built.rows_in, records_out=collected, bytes_out=len(accumulator))
+    return TaskOutcome(io=counts + own, accumulator=accumulator)
 
 
 def _describe(output: S.Output) -> str:
@@ -247,4 +243,4 @@ def run_commit(spec: S.CommitSpec, context: TaskContext) -> TaskOutcome:
         files += sinks.commit_job(sink, context.job_id)
         log.info("job %s: committed %s (%d files)", context.job_id, sink.path, files)
     cleanup_job(context.exchange_dir, context.job_id)
-    return TaskOutcome(records_out=files)
+    return TaskOutcome(io=IOCounters(records_out=files))
