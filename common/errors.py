@@ -20,7 +20,20 @@ exception class at the caller::
     │   ├── UnimplementedError          UNIMPLEMENTED: unknown service or method
     │   └── InternalError               INTERNAL: the server failed unexpectedly (a bug there)
     ├── JobExecutionError               a job ended FAILED or CANCELED (client side)
-    └── SuppressRestartsError           raised in a task: no restart can fix this failure
+    ├── SuppressRestartsError           raised in a task: no restart can fix this failure
+    ├── PipelineError (ValueError)      a pipeline is invalid (raised while built or compiled)
+    ├── TaskCancelledError              raised in a task thread that noticed its cancellation
+    └── DataPlaneError                  a ``spark`` task cannot produce its result
+        ├── OperatorError (RuntimeError)            a user operator failed building its DataFrame
+        ├── SparkJobError (RuntimeError)            a Spark job of the task failed
+        ├── InputNotFoundError (FileNotFoundError)  a source path matches no file
+        ├── MissingPartitionError (RuntimeError)    an input gate's partition is not on disk
+        ├── PartitionNotFoundError (RuntimeError)   inputs are lost: their producers must rerun
+        ├── SparkSessionUnavailableError (RuntimeError)  the Spark session could not start
+        └── CommitError (RuntimeError)              a sink's output cannot be published
+
+A class in parentheses is a second base: code that catches, e.g., ``FileNotFoundError`` still
+catches the sparkmill error.
 
 :class:`IllegalStateBug` is deliberately *not* a :class:`SparkmillError`: it signals a broken
 invariant inside this process, i.e. a bug, and must never be caught as an expected failure.
@@ -32,6 +45,10 @@ in the APIs, not exceptions.
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkmill.common.exchange.partitions import InputPartitionInfo
 
 
 class ErrorCode(enum.IntEnum):
@@ -74,9 +91,55 @@ class JobExecutionError(SparkmillError):
 
 
 class SuppressRestartsError(SparkmillError):
-    """Raised inside a task for a failure that no restart can fix (seed 003's
+    """Raised inside a task for a failure that no restart can fix (Flink's
     ``SuppressRestartsException``), e.g. a user function that cannot be deserialized: the job
     fails at once instead of consuming its restart strategy."""
+
+
+class PipelineError(SparkmillError, ValueError):
+    """The pipeline is not valid (raised while it is built or compiled)."""
+
+
+class TaskCancelledError(SparkmillError):
+    """Raised inside a task thread when it notices it was cancelled."""
+
+
+class DataPlaneError(SparkmillError):
+    """Base of the failures of a ``spark`` task (reading, transforming, writing data)."""
+
+
+class OperatorError(DataPlaneError, RuntimeError):
+    """A user operator failed while its DataFrame was being built (or a column is unknown)."""
+
+
+class SparkJobError(DataPlaneError, RuntimeError):
+    """A Spark job of the task failed (e.g. a Python UDF raised inside Spark)."""
+
+
+class InputNotFoundError(DataPlaneError, FileNotFoundError):
+    """A source path matches no file."""
+
+
+class MissingPartitionError(DataPlaneError, RuntimeError):
+    """A result partition named by an input gate is not on disk."""
+
+
+class PartitionNotFoundError(DataPlaneError, RuntimeError):
+    """Input partitions of the task are missing or unreadable (Flink's
+    ``PartitionNotFoundException``): running the task again cannot help until their producers
+    have run again, so the failure names them and the JobMaster restarts those producers too."""
+
+    def __init__(self, message: str, partitions: tuple[InputPartitionInfo, ...]) -> None:
+        super().__init__(message)
+        self.partitions = partitions
+
+
+class SparkSessionUnavailableError(DataPlaneError, RuntimeError):
+    """The Spark session could not be started (the cause is in the message)."""
+
+
+class CommitError(DataPlaneError, RuntimeError):
+    """A sink's output cannot be published."""
 
 
 class RpcError(SparkmillError):

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sparkmill.common.io_counters import NO_IO, IOCounters
+
 log = logging.getLogger(__name__)
 
 LEADER = "leader"
@@ -47,8 +49,7 @@ class FinishedAttempt:
     attempt_number: int
     task_executor_id: str
     accumulator: bytes = b""
-    # records in, records out, bytes in, bytes out
-    io: tuple[int, int, int, int] = (0, 0, 0, 0)
+    io: IOCounters = NO_IO
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,7 @@ class ProgressEvent:
                 attempt=a.attempt_id,
                 number=a.attempt_number,
                 te=a.task_executor_id,
-                io=list(a.io),
+                io=list(a.io.as_tuple()),
             )
             if a.accumulator:
                 record["acc"] = base64.b64encode(a.accumulator).decode("ascii")
@@ -95,7 +96,7 @@ class ProgressEvent:
                 int(record["number"]),
                 str(record.get("te", "")),
                 base64.b64decode(record["acc"]) if "acc" in record else b"",
-                (io[0], io[1], io[2], io[3]),
+                IOCounters(*io),
             )
         subtasks = tuple((str(v), int(i)) for v, i in record.get("subtasks", ()))
         return ProgressEvent(kind, str(record["session"]), attempt, subtasks)

@@ -21,7 +21,7 @@ from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
 DEFAULT_MAX_PARALLELISM = 32768
 
 NOOP_OPERATOR_KIND = "noop"
-"""The built-in test operator (services/taskexecutor/operators.py)."""
+"""The built-in test operator (its payload: common/noop.py)."""
 
 SPARK_OPERATOR_KIND = "spark"
 """A chain of PySpark operators (the data plane)."""

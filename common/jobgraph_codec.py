@@ -29,7 +29,6 @@ dispatcher's validator, so a client learns about all of it from the one authorit
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import TypeVar, cast
 
@@ -46,6 +45,7 @@ from sparkmill.common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
+from sparkmill.common.proto_convert import is_valid_profile, profile_to_proto
 from sparkmill.common.resources import ResourceProfile
 from sparkmill.common.v1 import common_pb2
 
@@ -73,34 +73,11 @@ _RESULT_TYPE_BY_NUMBER = {member.value: member for member in ResultPartitionType
 # -- resource profiles ----------------------------------------------------------------------------
 
 
-def resource_profile_to_proto(profile: ResourceProfile) -> common_pb2.ResourceProfile:
-    """The wire form of ``profile`` (``UNKNOWN_PROFILE`` becomes ``0``/``0``)."""
-    return common_pb2.ResourceProfile(cpu_cores=profile.cpu_cores, memory_mb=profile.memory_mb)
-
-
-def resource_profile_from_proto(message: common_pb2.ResourceProfile) -> ResourceProfile:
-    """The profile ``message`` describes; ``0``/``0`` (or an unset message) is UNKNOWN.
-
-    Raises :class:`InvalidJobGraphError` when a value is negative or not finite. (The job
-    graph decoder does not use this strict form; see the module docstring.)
-    """
-    cpu, memory = float(message.cpu_cores), int(message.memory_mb)
-    if not _is_valid_profile(cpu, memory):
-        raise InvalidJobGraphError(
-            f"invalid resource profile (cpu={cpu:g}, memory={memory}MiB): cpu cores and "
-            "memory must be finite and not negative"
-        )
-    return ResourceProfile(cpu_cores=cpu, memory_mb=memory)
-
-
-def _is_valid_profile(cpu: float, memory: int) -> bool:
-    return math.isfinite(cpu) and cpu >= 0 and memory >= 0
-
-
 def _lenient_profile_from_proto(message: common_pb2.ResourceProfile) -> ResourceProfile:
-    """Like :func:`resource_profile_from_proto`, but keeps invalid values for the validator."""
+    """Like :func:`~common.proto_convert.profile_from_proto`, but keeps invalid values for the
+    validator (which rejects them, naming the vertex)."""
     cpu, memory = float(message.cpu_cores), int(message.memory_mb)
-    if _is_valid_profile(cpu, memory):
+    if is_valid_profile(cpu, memory):
         return ResourceProfile(cpu_cores=cpu, memory_mb=memory)
     # ResourceProfile's constructor rejects negative values; build the instance without it so
     # that the validator can name the offending vertex and values in its report.
@@ -186,7 +163,7 @@ def _vertex_to_proto(
             operator=common_pb2.OperatorSpec(
                 kind=vertex.operator.kind, payload=vertex.operator.payload
             ),
-            resource_profile=resource_profile_to_proto(vertex.resource_profile),
+            resource_profile=profile_to_proto(vertex.resource_profile),
             slot_sharing_group=vertex.slot_sharing_group,
             produced=[
                 common_pb2.IntermediateDataSet(

@@ -1,15 +1,17 @@
 """Conversions between protobuf messages and the in-memory types services reason about.
 
 Kept in one module so every service converts slot reports, resource profiles and errors the same
-way (the job graph has its own codec, :mod:`common.jobgraph_codec`).
+way (the job graph has its own codec, :mod:`common.jobgraph_codec`, which decodes resource
+profiles with the codec here).
 """
 
 from __future__ import annotations
 
+import math
 import traceback
 from typing import Any, cast
 
-from sparkmill.common.errors import ErrorCode, RpcError, error_from_code
+from sparkmill.common.errors import ErrorCode, InvalidArgumentError, RpcError, error_from_code
 from sparkmill.common.ids import AllocationID, JobID
 from sparkmill.common.resources import ResourceProfile
 from sparkmill.common.slots import SlotReport, SlotStatus
@@ -17,11 +19,32 @@ from sparkmill.common.v1 import common_pb2
 
 
 def profile_to_proto(profile: ResourceProfile) -> common_pb2.ResourceProfile:
+    """The wire form of ``profile`` (``UNKNOWN_PROFILE`` becomes ``0``/``0``)."""
     return common_pb2.ResourceProfile(cpu_cores=profile.cpu_cores, memory_mb=profile.memory_mb)
 
 
-def profile_from_proto(message: common_pb2.ResourceProfile) -> ResourceProfile:
-    return ResourceProfile(max(0.0, message.cpu_cores), max(0, int(message.memory_mb)))
+def is_valid_profile(cpu: float, memory: int) -> bool:
+    return math.isfinite(cpu) and cpu >= 0 and memory >= 0
+
+
+def profile_from_proto(
+    message: common_pb2.ResourceProfile,
+    *,
+    field: str = "resource_profile",
+    error: type[InvalidArgumentError] = InvalidArgumentError,
+) -> ResourceProfile:
+    """The profile ``message`` describes; ``0``/``0`` (or an unset message) is UNKNOWN.
+
+    Raises ``error`` naming ``field`` when a value is negative or not finite: a bad request is
+    refused, never clamped into a different one.
+    """
+    cpu, memory = float(message.cpu_cores), int(message.memory_mb)
+    if not is_valid_profile(cpu, memory):
+        raise error(
+            f"{field}: invalid resource profile (cpu={cpu:g}, memory={memory}MiB): cpu cores "
+            "and memory must be finite and not negative"
+        )
+    return ResourceProfile(cpu_cores=cpu, memory_mb=memory)
 
 
 def slot_status_to_proto(status: SlotStatus) -> common_pb2.SlotStatus:

@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkmill._logical import LogicalPlan, Node
+from sparkmill.common import plan as S
+from sparkmill.common.errors import PipelineError
+from sparkmill.common.expressions import Expr
 from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
 from sparkmill.common.jobgraph import (
     NO_DATA_PARTITIONER,
@@ -36,9 +40,6 @@ from sparkmill.common.jobgraph import (
     OperatorSpec,
 )
 from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
-from sparkmill.functions import Expr
-from sparkmill.pipeline import Node, Pipeline, PipelineError
-from sparkmill.services.taskexecutor.spark import spec as S
 
 COMMIT_VERTEX_NAME = "commit"
 _MERGE_OF = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
@@ -69,7 +70,7 @@ class CompiledPipeline:
     vertex_ops: dict[str, list[str]]  # job vertex name -> operator labels (for tests/explain)
 
 
-def compile_pipeline(pipeline: Pipeline) -> CompiledPipeline:
+def compile_pipeline(pipeline: LogicalPlan) -> CompiledPipeline:
     ops = _working_copy(pipeline)
     ops = _split_aggregations(ops)
     _check_sinks(ops)
@@ -80,7 +81,7 @@ def compile_pipeline(pipeline: Pipeline) -> CompiledPipeline:
 # -- 1 + 2: reachability and parallelism ------------------------------------------------------
 
 
-def _working_copy(pipeline: Pipeline) -> list[_Op]:
+def _working_copy(pipeline: LogicalPlan) -> list[_Op]:
     needed: set[int] = set()
     for node in reversed(pipeline.nodes):
         if node.is_terminal or node.index in needed:
@@ -114,7 +115,7 @@ class _NoCombine:
 
 
 def _default_parallelism(
-    pipeline: Pipeline, node: Node, inputs: list[tuple[_Op, str, tuple[str, ...]]]
+    pipeline: LogicalPlan, node: Node, inputs: list[tuple[_Op, str, tuple[str, ...]]]
 ) -> int:
     default = pipeline.parallelism
     if not inputs or isinstance(node.op, S.Aggregate):
@@ -253,7 +254,9 @@ class _Vertex:
     outputs: list[S.Output] = field(default_factory=list)
 
 
-def _build_graph(pipeline: Pipeline, ops: list[_Op], groups: list[list[_Op]]) -> CompiledPipeline:
+def _build_graph(
+    pipeline: LogicalPlan, ops: list[_Op], groups: list[list[_Op]]
+) -> CompiledPipeline:
     graph = JobGraph(new_job_id(), pipeline.name, config=dict(pipeline.config))
     vertex_of: dict[int, _Vertex] = {}
     names: set[str] = {COMMIT_VERTEX_NAME}

@@ -30,6 +30,7 @@ from sparkmill.common.errors import (
     ConfigurationError,
     DeadlineExceededError,
     NotLeaderError,
+    PipelineError,
     RpcError,
     SparkmillError,
     UnavailableError,
@@ -546,6 +547,10 @@ def _run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.pipeline)  # fail fast, before starting any process
     try:
         graph = pipeline.build_job_graph()
+    except PipelineError as exc:  # a SparkmillError, reported like any other failed build
+        raise PipelineLoadError(
+            f"{args.pipeline}: building the pipeline failed: {type(exc).__name__}: {exc}"
+        ) from None
     except SparkmillError:
         raise
     except Exception as exc:

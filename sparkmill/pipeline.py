@@ -20,51 +20,22 @@ Nothing runs here: the methods only build a logical plan, which
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkmill.common.errors import ConfigurationError
+from sparkmill._logical import Edge, Node
+from sparkmill.common import plan as S
+from sparkmill.common.collect import CollectedRows, decode_rows, unpack_accumulators
+from sparkmill.common.errors import ConfigurationError, PipelineError
 from sparkmill.common.job_config import JobConfigValue, normalize_job_config
 from sparkmill.common.jobgraph import JobGraph
 from sparkmill.common.resources import ResourceProfile
-from sparkmill.services.taskexecutor.spark import spec as S
 
 DEFAULT_COLLECT_LIMIT = 1000
 DEFAULT_JOB_CONFIG = {"slot.request.timeout": "300 s"}
 _FORMATS = ("parquet", "csv", "json")
 _MODES = ("error", "overwrite")
-
-
-class PipelineError(ValueError):
-    """The pipeline is not valid (raised while it is built or compiled)."""
-
-
-@dataclass(frozen=True)
-class Edge:
-    node: Node
-    partitioner: str = S.FORWARD
-    keys: tuple[str, ...] = ()
-
-
-@dataclass(eq=False)
-class Node:
-    """One logical operator (the compiler chains several into one job vertex)."""
-
-    index: int
-    label: str
-    op: S.Operation | S.SinkOutput | S.CollectOutput
-    inputs: list[Edge] = field(default_factory=list)
-    parallelism: int | None = None
-    resources: ResourceProfile | None = None
-    slot_sharing_group: str | None = None
-    combine: bool = True  # aggregates: may the compiler split it (partial + final)?
-
-    @property
-    def is_terminal(self) -> bool:
-        return isinstance(self.op, S.SinkOutput | S.CollectOutput)
 
 
 class Pipeline:
@@ -380,25 +351,23 @@ class Collected:
         self.name = name
         self.limit = limit
 
-    def _parts(self, result: Any) -> list[dict[str, Any]]:
-        from sparkmill.services.jobmaster.job_master import unpack_accumulators
-
+    def _parts(self, result: Any) -> list[CollectedRows]:
         vertex = self.pipeline._vertex_of_collect(self.name)
         blob = result.accumulators.get(vertex, b"")
-        return [pickle.loads(part) for part in unpack_accumulators(blob) if part]
+        return [decode_rows(part) for part in unpack_accumulators(blob) if part]
 
     def rows(self, result: Any) -> list[Any]:
         from pyspark.sql import Row
 
         rows: list[Any] = []
         for part in self._parts(result):
-            make = Row(*part["columns"])
-            rows.extend(make(*values) for values in part["rows"])
+            make = Row(*part.columns)
+            rows.extend(make(*values) for values in part.rows)
         return rows[: self.limit]
 
     def truncated(self, result: Any) -> bool:
         parts = self._parts(result)
-        return any(p["truncated"] for p in parts) or sum(len(p["rows"]) for p in parts) > self.limit
+        return any(p.truncated for p in parts) or sum(len(p.rows) for p in parts) > self.limit
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -21,8 +21,8 @@ from sparkmill.common.jobgraph import (
     JobVertex,
     OperatorSpec,
 )
+from sparkmill.common.noop import NoOpOptions, encode_noop_payload
 from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
-from sparkmill.services.taskexecutor.operators import NoOpOptions, encode_noop_payload
 
 
 @dataclass

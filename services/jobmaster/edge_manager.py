@@ -12,12 +12,15 @@ and partitions read by exactly the same consumers share one :class:`ConsumerVert
 ALL_TO_ALL connection of S producers and T consumers this means one group of each kind for the
 whole connection: memory and build time are O(S + T), not O(S x T).
 
-POINTWISE connections follow the usual rule, where S is the producer and T the consumer
-parallelism:
+POINTWISE connections follow :func:`~sparkmill.common.exchange.pointwise.pointwise_readers`
+(Flink's rule, where S is the producer and T the consumer parallelism):
 
 * S == T: consumer ``i`` reads partition ``i``;
 * S > T: consumer ``i`` reads partitions ``[i*S//T, (i+1)*S//T)``;
 * S < T: partition ``p`` is read by consumers ``[ceil(p*T/S), ceil((p+1)*T/S))``.
+
+The task executors split and read partitions by the same function, so the partitions a
+consumer is told to read and the share of them written for it always agree.
 
 A group also counts how many of its partitions are finished (their producer's current attempt
 reached FINISHED), so "can this group be consumed?" is an O(1) question.
@@ -25,10 +28,12 @@ reached FINISHED), so "can this group be consumed?" is an O(1) question.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from sparkmill.common.errors import IllegalStateBug
+from sparkmill.common.exchange.pointwise import pointwise_readers
 from sparkmill.common.ids import IntermediateDataSetID, short
 from sparkmill.common.jobgraph import DistributionPattern, IntermediateDataSet, ResultPartitionType
 
@@ -250,21 +255,19 @@ def connect(
 
     sources, targets = len(partitions), len(consumers)
     groups: list[ConsumedPartitionGroup] = []
-    if sources == targets:
-        for i in range(sources):
-            groups.append(_link(partitions[i : i + 1], consumers[i : i + 1], result))
-    elif sources > targets:
-        # Each consumer reads a contiguous run of partitions; every partition has one reader.
-        for i in range(targets):
-            start = i * sources // targets
-            end = (i + 1) * sources // targets
-            groups.append(_link(partitions[start:end], consumers[i : i + 1], result))
-    else:
-        # Each partition is read by a contiguous run of consumers; every consumer reads one.
-        for p in range(sources):
-            start = -(-p * targets // sources)  # ceil(p * T / S)
-            end = -(-(p + 1) * targets // sources)
-            groups.append(_link(partitions[p : p + 1], consumers[start:end], result))
+    # Consecutive partitions with the same readers form one group: with S > T a consumer's
+    # contiguous run of partitions, otherwise a single partition and its readers.
+    for readers, run in itertools.groupby(
+        range(sources), key=lambda p: pointwise_readers(p, sources, targets)
+    ):
+        numbers = list(run)
+        groups.append(
+            _link(
+                partitions[numbers[0] : numbers[-1] + 1],
+                consumers[readers.start : readers.stop],
+                result,
+            )
+        )
     return groups
 
 

@@ -19,10 +19,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sparkmill.common import config_options as opt
 from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.collect import pack_accumulators
 from sparkmill.common.config import Configuration
+from sparkmill.common.deployment import TaskDeployment
 from sparkmill.common.errors import RpcError, UnavailableError, error_from_code
+from sparkmill.common.exchange.layout import cleanup_job
+from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.heartbeat import HeartbeatManager
 from sparkmill.common.ids import AllocationID, JobID, ResourceID, short
+from sparkmill.common.io_counters import io_from_proto
 from sparkmill.common.jobgraph import JobGraph
 from sparkmill.common.leader import LeaderElectionService, LeaderInfo
 from sparkmill.common.proto_convert import profile_from_proto, profile_to_proto
@@ -43,7 +48,7 @@ from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClie
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
 from sparkmill.services.jobmaster.restart_strategy import restart_strategy_from_config
-from sparkmill.services.jobmaster.scheduler import DefaultScheduler, IOTotals
+from sparkmill.services.jobmaster.scheduler import DefaultScheduler
 from sparkmill.services.jobmaster.slot_pool import (
     PhysicalSlot,
     SlotOffer,
@@ -51,7 +56,6 @@ from sparkmill.services.jobmaster.slot_pool import (
     TaskExecutorInfo,
 )
 from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
-from sparkmill.services.taskexecutor.spark.cleanup import cleanup_job
 
 if TYPE_CHECKING:
     from sparkmill.services.jobmaster.service import JobMasterProcess
@@ -244,7 +248,7 @@ class JobMaster:
             result.failure.code = common_pb2.INTERNAL
             result.failure.message = cause
         for name, parts in self.scheduler.accumulators.items():
-            result.accumulators[name] = _pack_accumulators(parts)
+            result.accumulators[name] = pack_accumulators(parts)
         accepted = await self.process.report_job_status(
             dispatcher_pb2.JobStatusReport(
                 job_id=self.job_id,
@@ -340,7 +344,27 @@ class JobMaster:
     ) -> task_executor_pb2.TaskDeploymentDescriptor:
         vertex = execution.vertex
         jv = vertex.job_vertex
-        tdd = task_executor_pb2.TaskDeploymentDescriptor(
+        inputs = tuple(
+            InputGateInfo(
+                dataset_id=edge.source,
+                pattern=edge.pattern.name,
+                partitioner=edge.partitioner,
+                producer_parallelism=group.result.num_partitions,
+                partitions=tuple(
+                    InputPartitionInfo(
+                        dataset_id=edge.source,
+                        partition_number=partition.partition_number,
+                        producer_attempt_id=partition.producer.current_execution.attempt_id,
+                        producer_resource_id=partition.producer.current_execution.task_executor_id,
+                    )
+                    for partition in group
+                ),
+            )
+            for edge, group in zip(
+                jv.job_vertex.inputs, vertex.consumed_partition_groups, strict=True
+            )
+        )
+        return TaskDeployment(
             job_id=self.job_id,
             job_name=self.job_graph.name,
             vertex_id=jv.id,
@@ -350,30 +374,14 @@ class JobMaster:
             attempt_id=execution.attempt_id,
             attempt_number=execution.attempt_number,
             allocation_id=slot.allocation_id,
-            operator=common_pb2.OperatorSpec(
-                kind=jv.job_vertex.operator.kind, payload=jv.job_vertex.operator.payload
-            ),
-            produced_dataset_ids=[r.id for r in jv.produced_results],
+            operator_kind=jv.job_vertex.operator.kind,
+            operator_payload=jv.job_vertex.operator.payload,
             vertex_version=vertex.vertex_version,
-            job_config=dict(self.job_graph.config),
             job_master_epoch=self.epoch_ms,
-        )
-        for edge, group in zip(jv.job_vertex.inputs, vertex.consumed_partition_groups, strict=True):
-            gate = tdd.inputs.add(
-                dataset_id=edge.source,
-                pattern=cast(Any, edge.pattern.value),
-                partitioner=edge.partitioner,
-                producer_parallelism=group.result.num_partitions,
-            )
-            for partition in group:
-                producer = partition.producer.current_execution
-                gate.partitions.add(
-                    dataset_id=edge.source,
-                    partition_number=partition.partition_number,
-                    producer_attempt_id=producer.attempt_id,
-                    producer_resource_id=producer.task_executor_id,
-                )
-        return tdd
+            job_config=dict(self.job_graph.config),
+            inputs=inputs,
+            produced_dataset_ids=tuple(r.id for r in jv.produced_results),
+        ).to_proto()
 
     # -- SlotPoolActions --------------------------------------------------------------------
 
@@ -573,9 +581,7 @@ class JobMaster:
                 message=update.error.message,
                 details=update.error.details,
                 exception_type=update.error.exception_type,
-                io=IOTotals(io.records_in, io.records_out, io.bytes_in, io.bytes_out)
-                if update.HasField("io_metrics")
-                else None,
+                io=io_from_proto(io) if update.HasField("io_metrics") else None,
                 accumulator=update.accumulator,
                 lost_partitions=[
                     (p.dataset_id, p.partition_number, p.producer_attempt_id)
@@ -640,17 +646,3 @@ class JobMaster:
                 ),
             )
         return details
-
-
-def _pack_accumulators(parts: dict[int, bytes]) -> bytes:
-    """Subtask results in subtask order, each prefixed by its 4-byte length."""
-    return b"".join(len(parts[i]).to_bytes(4, "big") + parts[i] for i in sorted(parts))
-
-
-def unpack_accumulators(blob: bytes) -> list[bytes]:
-    out, offset = [], 0
-    while offset < len(blob):
-        size = int.from_bytes(blob[offset : offset + 4], "big")
-        out.append(blob[offset + 4 : offset + 4 + size])
-        offset += 4 + size
-    return out

@@ -26,7 +26,10 @@ import logging
 from collections.abc import Callable, Iterable
 
 from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.exchange.layout import partition_readable
+from sparkmill.common.exchange.partitions import InputPartitionInfo
 from sparkmill.common.ids import ExecutionAttemptID, JobVertexID, short
+from sparkmill.common.io_counters import NO_IO, IOCounters
 from sparkmill.common.job_progress import (
     FINISHED,
     INVALIDATED,
@@ -38,9 +41,7 @@ from sparkmill.common.job_progress import (
     replay,
 )
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
-from sparkmill.services.jobmaster.scheduler import DefaultScheduler, IOTotals
-from sparkmill.services.taskexecutor.operators import InputPartitionInfo
-from sparkmill.services.taskexecutor.spark.exchange import partition_readable
+from sparkmill.services.jobmaster.scheduler import DefaultScheduler
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +76,11 @@ class ProgressRecorder:
             self._enqueue(ProgressEvent(INVALIDATED, self.session_id, subtasks=stale))
 
     def attempt_finished(
-        self, execution: Execution, accumulator: bytes, io: IOTotals | None
+        self, execution: Execution, accumulator: bytes, io: IOCounters | None
     ) -> None:
         if not self.session_id:
             return
         vertex = execution.vertex
-        counts = (io.records_in, io.records_out, io.bytes_in, io.bytes_out) if io else (0, 0, 0, 0)
         attempt = FinishedAttempt(
             vertex.job_vertex.id,
             vertex.subtask_index,
@@ -88,7 +88,7 @@ class ProgressRecorder:
             execution.attempt_number,
             execution.task_executor_id,
             accumulator,
-            counts,
+            io or NO_IO,
         )
         self._enqueue(ProgressEvent(FINISHED, self.session_id, attempt))
 
@@ -248,7 +248,7 @@ async def recover_finished_subtasks(
             record.attempt_number,
             record.task_executor_id,
         )
-        scheduler.restore_finished(vertex, record.accumulator, IOTotals(*record.io))
+        scheduler.restore_finished(vertex, record.accumulator, record.io)
     restored = {(v.job_vertex.id, v.subtask_index) for v, _ in plan}
     recorder.invalidate([k for k in finished if k not in restored])
     log.info(

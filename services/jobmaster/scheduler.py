@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from sparkmill.common.errors import ResourceExhaustedError, RpcError
 from sparkmill.common.ids import ExecutionAttemptID, IntermediateDataSetID, short
+from sparkmill.common.io_counters import NO_IO, IOCounters
 from sparkmill.common.jobgraph import NO_DATA_PARTITIONER
 from sparkmill.services.jobmaster.execution_graph import (
     Execution,
@@ -72,7 +73,7 @@ class ProgressListener(Protocol):
     that takes the job over later restores what is still valid)."""
 
     def attempt_finished(
-        self, execution: Execution, accumulator: bytes, io: IOTotals | None
+        self, execution: Execution, accumulator: bytes, io: IOCounters | None
     ) -> None: ...
 
     def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None: ...
@@ -80,7 +81,7 @@ class ProgressListener(Protocol):
 
 class NoProgressListener:
     def attempt_finished(
-        self, execution: Execution, accumulator: bytes, io: IOTotals | None
+        self, execution: Execution, accumulator: bytes, io: IOCounters | None
     ) -> None:
         pass
 
@@ -107,14 +108,6 @@ class _Restart:
     started: bool = False
 
 
-@dataclass
-class IOTotals:
-    records_in: int = 0
-    records_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-
-
 class DefaultScheduler:
     def __init__(
         self,
@@ -138,7 +131,7 @@ class DefaultScheduler:
         self.recovered_subtasks = 0
         self.exceptions: list[FailureRecord] = []
         self.accumulators: dict[str, dict[int, bytes]] = {}
-        self.io: dict[str, IOTotals] = {}
+        self.io: dict[str, IOCounters] = {}
         self._slots: dict[ExecutionAttemptID, PhysicalSlot] = {}
         self._requests: dict[ExecutionAttemptID, PendingSlotRequest] = {}
         self._restarts: list[_Restart] = []
@@ -178,17 +171,13 @@ class DefaultScheduler:
         if not task.cancelled() and task.exception() is not None:
             log.error("scheduler task %s died", task.get_name(), exc_info=task.exception())
 
-    def restore_finished(self, vertex: ExecutionVertex, accumulator: bytes, io: IOTotals) -> None:
+    def restore_finished(self, vertex: ExecutionVertex, accumulator: bytes, io: IOCounters) -> None:
         """Take over what an earlier JobMaster's finished attempt of ``vertex`` reported (the
         graph has restored the attempt itself)."""
         name = vertex.job_vertex.name
         if accumulator:
             self.accumulators.setdefault(name, {})[vertex.subtask_index] = accumulator
-        totals = self.io.setdefault(name, IOTotals())
-        totals.records_in += io.records_in
-        totals.records_out += io.records_out
-        totals.bytes_in += io.bytes_in
-        totals.bytes_out += io.bytes_out
+        self.io[name] = self.io.get(name, NO_IO) + io
         self.recovered_subtasks += 1
 
     # -- scheduling -----------------------------------------------------------------------------
@@ -279,7 +268,7 @@ class DefaultScheduler:
         message: str = "",
         details: str = "",
         exception_type: str = "",
-        io: IOTotals | None = None,
+        io: IOCounters | None = None,
         accumulator: bytes = b"",
         lost_partitions: Iterable[tuple[str, int, str]] = (),
     ) -> bool:
@@ -295,11 +284,8 @@ class DefaultScheduler:
         if state is ES.DEPLOYING or not execution.can_transition_to(state):
             return False
         if io is not None:
-            totals = self.io.setdefault(execution.vertex.job_vertex.name, IOTotals())
-            totals.records_in += io.records_in
-            totals.records_out += io.records_out
-            totals.bytes_in += io.bytes_in
-            totals.bytes_out += io.bytes_out
+            name = execution.vertex.job_vertex.name
+            self.io[name] = self.io.get(name, NO_IO) + io
         if state is ES.FAILED:
             self._fail_execution(
                 execution,

@@ -176,6 +176,9 @@ class ResourceManager(ResourceManagerServicer):
         self, request: resource_manager_pb2.RegisterTaskExecutorRequest, context: CallContext
     ) -> resource_manager_pb2.RegisterTaskExecutorResponse:
         self._slots()
+        # Refuse bad profiles now: they are decoded again on every slot report.
+        profile_from_proto(request.total_resources, field="total_resources")
+        profile_from_proto(request.default_slot_profile, field="default_slot_profile")
         resource_id = ResourceID(request.resource_id)
         if resource_id in self.task_executors:
             # A re-registration (e.g. it restarted, or missed our heartbeats): the old
@@ -222,8 +225,10 @@ class ResourceManager(ResourceManagerServicer):
                 record.instance_id,
                 record.resource_id,
                 report,
-                profile_from_proto(record.request.total_resources),
-                profile_from_proto(record.request.default_slot_profile),
+                profile_from_proto(record.request.total_resources, field="total_resources"),
+                profile_from_proto(
+                    record.request.default_slot_profile, field="default_slot_profile"
+                ),
             )
             record.slot_manager_registered = True
         else:

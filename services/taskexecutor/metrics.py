@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 
 from prometheus_client.core import Metric
 
 from sparkmill.common.ids import JobID
+from sparkmill.common.io_counters import NO_IO, IOCounters
 from sparkmill.common.metrics import ExpiringKeys, ProcessMetrics, counter, gauge
 from sparkmill.services.jobmaster.states import ExecutionState
-from sparkmill.services.taskexecutor.operators import TaskOutcome
+from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.slot_table import TaskSlotState
 from sparkmill.services.taskexecutor.task import Task, TaskFailureInfo
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
@@ -36,10 +38,7 @@ class _AttemptCounts:
     finished: int = 0
     failed: int = 0
     canceled: int = 0
-    records_in: int = 0
-    records_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
+    io: IOCounters = NO_IO
 
 
 _COUNTERS = (
@@ -47,10 +46,10 @@ _COUNTERS = (
     ("task_attempts_finished", "finished", "Task attempts that ended FINISHED."),
     ("task_attempts_failed", "failed", "Task attempts that ended FAILED."),
     ("task_attempts_canceled", "canceled", "Task attempts that ended CANCELED."),
-    ("task_records_in", "records_in", "Records read by finished task attempts."),
-    ("task_records_out", "records_out", "Records written by finished task attempts."),
-    ("task_bytes_in", "bytes_in", "Bytes read by finished task attempts."),
-    ("task_bytes_out", "bytes_out", "Bytes written by finished task attempts."),
+    ("task_records_in", "io.records_in", "Records read by finished task attempts."),
+    ("task_records_out", "io.records_out", "Records written by finished task attempts."),
+    ("task_bytes_in", "io.bytes_in", "Bytes read by finished task attempts."),
+    ("task_bytes_out", "io.bytes_out", "Bytes written by finished task attempts."),
 )
 
 
@@ -100,10 +99,7 @@ class TaskExecutorCollector:
         else:
             counts.canceled += 1
         if outcome is not None:
-            counts.records_in += outcome.records_in
-            counts.records_out += outcome.records_out
-            counts.bytes_in += outcome.bytes_in
-            counts.bytes_out += outcome.bytes_out
+            counts.io += outcome.io
 
     # -- scrape -----------------------------------------------------------------------------
 
@@ -167,7 +163,7 @@ class TaskExecutorCollector:
         for name, field, documentation in _COUNTERS:
             family = counter(name, f"{documentation} By job and vertex.", ["job_id", "vertex"])
             for (job_id, vertex), counts in sorted(self._counts.items()):
-                family.add_metric([job_id, vertex], getattr(counts, field))
+                family.add_metric([job_id, vertex], attrgetter(field)(counts))
             yield family
 
 

@@ -20,19 +20,13 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkmill.common.errors import ErrorCode
+from sparkmill.common.deployment import TaskDeployment
+from sparkmill.common.errors import ErrorCode, PartitionNotFoundError, TaskCancelledError
+from sparkmill.common.exchange.partitions import InputPartitionInfo
 from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID
-from sparkmill.common.v1 import common_pb2, task_executor_pb2
+from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
-from sparkmill.services.taskexecutor.operators import (
-    InputGateInfo,
-    InputPartitionInfo,
-    Invokable,
-    PartitionNotFoundError,
-    TaskCancelledError,
-    TaskContext,
-    TaskOutcome,
-)
+from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 
 log = logging.getLogger(__name__)
 
@@ -63,37 +57,21 @@ class Task:
         self._listener = listener
         self._loop = loop
         self.state = ExecutionState.DEPLOYING
+        deployment = TaskDeployment.from_proto(tdd)
         self.context = TaskContext(
-            job_id=tdd.job_id,
-            job_name=tdd.job_name,
-            vertex_id=tdd.vertex_id,
-            vertex_name=tdd.vertex_name,
-            subtask_index=tdd.subtask_index,
-            parallelism=tdd.parallelism,
-            attempt_id=tdd.attempt_id,
-            attempt_number=tdd.attempt_number,
-            job_master_epoch=tdd.job_master_epoch,
-            payload=tdd.operator.payload,
-            job_config=dict(tdd.job_config),
-            inputs=[
-                InputGateInfo(
-                    dataset_id=gate.dataset_id,
-                    pattern=common_pb2.DistributionPattern.Name(gate.pattern),
-                    partitioner=gate.partitioner,
-                    producer_parallelism=gate.producer_parallelism,
-                    partitions=tuple(
-                        InputPartitionInfo(
-                            p.dataset_id,
-                            p.partition_number,
-                            p.producer_attempt_id,
-                            p.producer_resource_id,
-                        )
-                        for p in gate.partitions
-                    ),
-                )
-                for gate in tdd.inputs
-            ],
-            produced_dataset_ids=list(tdd.produced_dataset_ids),
+            job_id=deployment.job_id,
+            job_name=deployment.job_name,
+            vertex_id=deployment.vertex_id,
+            vertex_name=deployment.vertex_name,
+            subtask_index=deployment.subtask_index,
+            parallelism=deployment.parallelism,
+            attempt_id=deployment.attempt_id,
+            attempt_number=deployment.attempt_number,
+            job_master_epoch=deployment.job_master_epoch,
+            payload=deployment.operator_payload,
+            job_config=dict(deployment.job_config),
+            inputs=list(deployment.inputs),
+            produced_dataset_ids=list(deployment.produced_dataset_ids),
         )
         self._invokable: Invokable | None = None
         self._lock = threading.Lock()  # guards _invokable between the loop and the task thread

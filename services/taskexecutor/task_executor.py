@@ -35,6 +35,7 @@ from sparkmill.common.errors import (
 )
 from sparkmill.common.heartbeat import HeartbeatManager
 from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
+from sparkmill.common.io_counters import io_to_proto
 from sparkmill.common.job_leaders import JobLeaderRetrievalFactory, JobLeaderTracker
 from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.proto_convert import (
@@ -63,7 +64,8 @@ from sparkmill.common.v1.gateways import (
 )
 from sparkmill.services.base import ServiceIdentity
 from sparkmill.services.jobmaster.states import ExecutionState
-from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS, TaskOutcome
+from sparkmill.services.taskexecutor.context import TaskOutcome
+from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
 from sparkmill.services.taskexecutor.task import StateListener, Task, TaskFailureInfo
 from sparkmill.services.taskexecutor.task_services import close_task_services, install_task_services
@@ -592,10 +594,7 @@ class TaskExecutor(TaskExecutorServicer):
                     producer_attempt_id=lost.producer_attempt_id,
                 )
         if outcome is not None:
-            update.io_metrics.records_in = outcome.records_in
-            update.io_metrics.records_out = outcome.records_out
-            update.io_metrics.bytes_in = outcome.bytes_in
-            update.io_metrics.bytes_out = outcome.bytes_out
+            io_to_proto(outcome.io, update.io_metrics)
             update.accumulator = outcome.accumulator
         if state.is_terminal:
             self._table().remove_task(task.attempt_id)

@@ -7,9 +7,8 @@ from datetime import timedelta
 import pytest
 
 import sparkmill as sm
-from sparkmill.common.errors import ConfigurationError
+from sparkmill.common.errors import ConfigurationError, PipelineError
 from sparkmill.common.job_config import normalize_job_config
-from sparkmill.pipeline import PipelineError
 from sparkmill.testing import noop_pipeline
 
 

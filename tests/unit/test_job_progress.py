@@ -12,7 +12,10 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from sparkmill.common.exchange.layout import missing_partitions, partition_dir
+from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.ids import new_attempt_id
+from sparkmill.common.io_counters import IOCounters
 from sparkmill.common.job_progress import (
     FINISHED,
     INVALIDATED,
@@ -27,15 +30,15 @@ from sparkmill.common.job_progress import (
 from sparkmill.services.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, plan_recovery
 from sparkmill.services.jobmaster.states import ExecutionState
-from sparkmill.services.taskexecutor.operators import InputGateInfo, InputPartitionInfo
-from sparkmill.services.taskexecutor.spark.exchange import missing_partitions, partition_dir
 from tests.unit.test_scheduler import A2A, BLOCKING, PIPELINED, POINTWISE, build_graph
 
 ES = ExecutionState
 
 
 def attempt(vertex: str, subtask: int, number: int = 0, acc: bytes = b"") -> FinishedAttempt:
-    return FinishedAttempt(vertex, subtask, new_attempt_id(), number, "te-1", acc, (1, 2, 3, 4))
+    return FinishedAttempt(
+        vertex, subtask, new_attempt_id(), number, "te-1", acc, IOCounters(1, 2, 3, 4)
+    )
 
 
 def finished(session: str, a: FinishedAttempt) -> ProgressEvent:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from sparkmill.common.errors import InvalidJobGraphError
+from sparkmill.common.errors import InvalidArgumentError, InvalidJobGraphError
 from sparkmill.common.ids import IntermediateDataSetID, JobID, JobVertexID
 from sparkmill.common.jobgraph import (
     DEFAULT_MAX_PARALLELISM,
@@ -24,9 +24,8 @@ from sparkmill.common.jobgraph import (
 from sparkmill.common.jobgraph_codec import (
     job_graph_from_proto,
     job_graph_to_proto,
-    resource_profile_from_proto,
-    resource_profile_to_proto,
 )
+from sparkmill.common.proto_convert import profile_from_proto, profile_to_proto
 from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
 from sparkmill.common.v1 import common_pb2
 from sparkmill.services.dispatcher.validation import validate_job_graph
@@ -114,16 +113,19 @@ def test_decoded_sample_graph_is_valid() -> None:
 
 def test_resource_profile_round_trip() -> None:
     for profile in (UNKNOWN_PROFILE, ResourceProfile(1.5, 2048), ResourceProfile(0.0, 1)):
-        assert resource_profile_from_proto(resource_profile_to_proto(profile)) == profile
-    assert resource_profile_from_proto(common_pb2.ResourceProfile()) == UNKNOWN_PROFILE
+        assert profile_from_proto(profile_to_proto(profile)) == profile
+    assert profile_from_proto(common_pb2.ResourceProfile()) == UNKNOWN_PROFILE
 
 
 @pytest.mark.parametrize(
     ("cpu", "memory"), [(-1.0, 0), (0.0, -5), (math.nan, 0), (math.inf, 10), (-math.inf, 0)]
 )
-def test_strict_resource_profile_decoding_rejects_invalid_values(cpu: float, memory: int) -> None:
-    with pytest.raises(InvalidJobGraphError, match="invalid resource profile"):
-        resource_profile_from_proto(common_pb2.ResourceProfile(cpu_cores=cpu, memory_mb=memory))
+def test_resource_profile_decoding_rejects_invalid_values(cpu: float, memory: int) -> None:
+    message = common_pb2.ResourceProfile(cpu_cores=cpu, memory_mb=memory)
+    with pytest.raises(InvalidArgumentError, match=r"^resource_profile: invalid resource profile"):
+        profile_from_proto(message)
+    with pytest.raises(InvalidJobGraphError, match=r"^total_resources: invalid resource profile"):
+        profile_from_proto(message, field="total_resources", error=InvalidJobGraphError)
 
 
 # -- the wire's implicit fields and defaults ------------------------------------------------------

@@ -11,9 +11,9 @@ hand-written fakes for the outside world.
 from __future__ import annotations
 
 from sparkmill.common.ids import new_resource_id
+from sparkmill.common.io_counters import IOCounters
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionVertex
 from sparkmill.services.jobmaster.restart_strategy import FixedDelayRestartStrategy
-from sparkmill.services.jobmaster.scheduler import IOTotals
 from sparkmill.services.jobmaster.slot_pool import TaskExecutorInfo
 from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 from tests.unit.test_scheduler import (
@@ -219,7 +219,7 @@ class RecordingProgress:
         self.events: list[str] = []
 
     def attempt_finished(
-        self, execution: Execution, accumulator: bytes, io: IOTotals | None
+        self, execution: Execution, accumulator: bytes, io: IOCounters | None
     ) -> None:
         self.events.append(f"finished {execution.vertex.task_name_with_subtask}")
 

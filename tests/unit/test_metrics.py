@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import Metric
 
 from sparkmill.common.ids import new_allocation_id, new_instance_id, new_job_id, new_resource_id
+from sparkmill.common.io_counters import IOCounters
 from sparkmill.common.metrics import (
     CONTENT_TYPE,
     ExpiringKeys,
@@ -32,8 +33,8 @@ from sparkmill.services.jobmaster.metrics import JobMasterCollector, _JobMasters
 from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
+from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.metrics import TaskExecutorCollector, spark_session_up
-from sparkmill.services.taskexecutor.operators import TaskOutcome
 from sparkmill.testing import noop_pipeline
 from tests.unit.test_slot_manager import RecordingActions
 
@@ -246,7 +247,7 @@ def test_task_executor_collector_counts_attempts_by_job_and_vertex_and_drops_end
     a, b = _task("j1", "map", "a1"), _task("j1", "map", "a2")
     collector.on_task_state(a, ES.INITIALIZING, None, None)
     collector.on_task_state(a, ES.RUNNING, None, None)
-    collector.on_task_state(a, ES.FINISHED, None, TaskOutcome(10, 5, 100, 50))
+    collector.on_task_state(a, ES.FINISHED, None, TaskOutcome(IOCounters(10, 5, 100, 50)))
     collector.on_task_state(b, ES.FAILED, None, None)  # failed before it was seen running
     labels = {"job_id": "j1", "vertex": "map"}
     retention.retention_s = 3600

@@ -14,13 +14,15 @@ import pytest
 import sparkmill as sm
 from sparkmill import functions as F
 from sparkmill._compile import split_aggregates
+from sparkmill.common import plan as S
+from sparkmill.common.errors import CommitError, PipelineError
+from sparkmill.common.exchange import layout
+from sparkmill.common.exchange.pointwise import pointwise_readers
 from sparkmill.common.jobgraph import DistributionPattern, JobGraph, JobVertex
 from sparkmill.common.jobgraph_codec import job_graph_from_proto, job_graph_to_proto
 from sparkmill.common.resources import ResourceProfile
-from sparkmill.pipeline import PipelineError
 from sparkmill.services.dispatcher.validation import validate_job_graph
-from sparkmill.services.taskexecutor.spark import cleanup, errors, exchange, sinks, sources
-from sparkmill.services.taskexecutor.spark import spec as S
+from sparkmill.services.taskexecutor.spark import errors, sinks, sources
 
 A2A = DistributionPattern.ALL_TO_ALL
 POINTWISE = DistributionPattern.POINTWISE
@@ -330,16 +332,9 @@ def test_expressions_are_recorded_and_described() -> None:
 
 def test_pointwise_readers_match_the_execution_graph_rule() -> None:
     # 3 -> 7: partitions are read by [0,1,2], [3,4], [5,6]
-    assert [exchange.pointwise_readers(p, 3, 7) for p in range(3)] == [(0, 3), (3, 2), (5, 2)]
-    assert [exchange.pointwise_readers(p, 7, 3) for p in range(7)] == [
-        (0, 1),
-        (0, 1),
-        (0, 1),
-        (1, 1),
-        (1, 1),
-        (2, 1),
-        (2, 1),
-    ]
+    assert [pointwise_readers(p, 3, 7) for p in range(3)] == [range(0, 3), range(3, 5), range(5, 7)]
+    # 7 -> 3: consumers read partitions [0,1], [2,3], [4,5,6]
+    assert [pointwise_readers(p, 7, 3).start for p in range(7)] == [0, 0, 1, 1, 2, 2, 2]
 
 
 def test_file_shares_are_disjoint_complete_and_balanced() -> None:
@@ -389,24 +384,24 @@ def test_commit_job_refuses_missing_subtasks_and_existing_output(tmp_path: Path)
     d.mkdir(parents=True)
     (d / "part-1.json").write_text("{}")
     sinks.commit_task(S.SinkOutput("json", str(out), "error"), "j", 0, d)
-    with pytest.raises(sinks.CommitError, match=r"subtasks \[1\]"):
+    with pytest.raises(CommitError, match=r"subtasks \[1\]"):
         sinks.commit_job(S.SinkCommit(str(out), "json", "error", 2), "j")
     (out / "someone-elses.json").write_text("{}")
-    with pytest.raises(sinks.CommitError, match="already has content"):
+    with pytest.raises(CommitError, match="already has content"):
         sinks.commit_job(S.SinkCommit(str(out), "json", "error", 1), "j")
 
 
 def test_cleanup_removes_exchange_data_and_sink_temporaries(tmp_path: Path) -> None:
     exchange_dir = str(tmp_path / "exchange")
     out = str(tmp_path / "out")
-    cleanup.register_sink(exchange_dir, "job", out)
-    partition = exchange.partition_dir(exchange_dir, "job", "ds", 0, "attempt")
+    layout.register_sink(exchange_dir, "job", out)
+    partition = layout.partition_dir(exchange_dir, "job", "ds", 0, "attempt")
     partition.mkdir(parents=True)
     sinks.attempt_dir(out, "job", 0, "attempt").mkdir(parents=True)
-    cleanup.cleanup_job(exchange_dir, "job")
+    layout.cleanup_job(exchange_dir, "job")
     assert not (tmp_path / "exchange" / "job").exists()
     assert not (tmp_path / "out" / "_temporary").exists()
-    cleanup.cleanup_job(exchange_dir, "job")  # idempotent
+    layout.cleanup_job(exchange_dir, "job")  # idempotent
 
 
 def test_error_summaries_put_the_users_error_first() -> None:
@@ -506,6 +501,6 @@ def test_commit_job_fails_rather_than_publish_incomplete_output(tmp_path: Path) 
     commit = S.SinkCommit(out, "csv", "overwrite", 1)
     plan = sinks._plan(commit, "j")
     Path(plan[0][0]).unlink()  # e.g. replaced by a late commit between plan and move
-    with pytest.raises(sinks.CommitError, match="vanished"):
+    with pytest.raises(CommitError, match="vanished"):
         sinks.commit_job(commit, "j")
     assert not (Path(out) / "_SUCCESS").exists()

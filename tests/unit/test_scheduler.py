@@ -26,6 +26,7 @@ from sparkmill.common.ids import (
     new_vertex_id,
     short,
 )
+from sparkmill.common.io_counters import IOCounters
 from sparkmill.common.jobgraph import (
     NOOP_OPERATOR_KIND,
     DistributionPattern,
@@ -44,7 +45,7 @@ from sparkmill.services.jobmaster.restart_strategy import (
     NoRestartStrategy,
     RestartStrategy,
 )
-from sparkmill.services.jobmaster.scheduler import DefaultScheduler, IOTotals, ProgressListener
+from sparkmill.services.jobmaster.scheduler import DefaultScheduler, ProgressListener
 from sparkmill.services.jobmaster.slot_pool import (
     PhysicalSlot,
     SlotOffer,
@@ -211,7 +212,7 @@ class Harness:
         message: str = "",
         details: str = "",
         exception_type: str = "",
-        io: IOTotals | None = None,
+        io: IOCounters | None = None,
         accumulator: bytes = b"",
         lost_partitions: list[tuple[str, int, str]] | None = None,
     ) -> bool:
@@ -617,7 +618,7 @@ def test_job_finishes_when_every_subtask_finished_collecting_io_and_accumulators
                 "noop-0",
                 index,
                 ES.FINISHED,
-                io=IOTotals(records_in=1, records_out=2, bytes_in=10, bytes_out=20),
+                io=IOCounters(records_in=1, records_out=2, bytes_in=10, bytes_out=20),
                 accumulator=b"acc-%d" % index,
             )
             await settle()
@@ -627,7 +628,7 @@ def test_job_finishes_when_every_subtask_finished_collecting_io_and_accumulators
         assert h.actions.status_names == ["RUNNING", "FINISHED"]
         assert h.scheduler.failure_cause == ""
         assert h.scheduler.exceptions == []
-        assert h.scheduler.io["noop-0"] == IOTotals(2, 4, 20, 40)
+        assert h.scheduler.io["noop-0"] == IOCounters(2, 4, 20, 40)
         assert h.scheduler.accumulators == {"noop-0": {0: b"acc-0", 1: b"acc-1"}}
         assert h.graph.all_vertices_finished
 

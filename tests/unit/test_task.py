@@ -7,7 +7,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from sparkmill.common.errors import ErrorCode
+from sparkmill.common.errors import ErrorCode, TaskCancelledError
 from sparkmill.common.ids import (
     new_allocation_id,
     new_attempt_id,
@@ -15,17 +15,12 @@ from sparkmill.common.ids import (
     new_job_id,
     new_vertex_id,
 )
+from sparkmill.common.io_counters import IOCounters
+from sparkmill.common.noop import NoOpOptions, encode_noop_payload
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
 from sparkmill.services.jobmaster.states import ExecutionState
-from sparkmill.services.taskexecutor.operators import (
-    Invokable,
-    NoOpInvokable,
-    NoOpOptions,
-    TaskCancelledError,
-    TaskContext,
-    TaskOutcome,
-    encode_noop_payload,
-)
+from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
+from sparkmill.services.taskexecutor.operators import NoOpInvokable
 from sparkmill.services.taskexecutor.task import Task, TaskFailureInfo
 
 ES = ExecutionState
@@ -150,7 +145,7 @@ class BlockingInvokable:
             raise AssertionError("never cancelled")
         if self.cooperative:
             raise TaskCancelledError("interrupted")
-        return TaskOutcome(records_out=1)
+        return TaskOutcome(IOCounters(records_out=1))
 
     def cancel(self) -> None:
         self.cancel_calls += 1
@@ -163,9 +158,7 @@ class OutcomeInvokable:
 
     def invoke(self, context: TaskContext) -> TaskOutcome:
         self.seen = context
-        return TaskOutcome(
-            records_in=3, records_out=5, bytes_in=30, bytes_out=50, accumulator=b"ok"
-        )
+        return TaskOutcome(IOCounters(3, 5, 30, 50), accumulator=b"ok")
 
     def cancel(self) -> None:
         pass
@@ -212,7 +205,7 @@ def test_task_reports_the_invokable_outcome_and_builds_the_context_from_the_tdd(
         task.start()
         await until_terminal(task, listener)
         assert listener.states == [ES.INITIALIZING, ES.RUNNING, ES.FINISHED]
-        assert listener.last.outcome == TaskOutcome(3, 5, 30, 50, b"ok")
+        assert listener.last.outcome == TaskOutcome(IOCounters(3, 5, 30, 50), b"ok")
         seen = invokable.seen
         assert seen is not None
         assert (seen.subtask_index, seen.parallelism, seen.attempt_number) == (0, 4, 2)

@@ -4,7 +4,7 @@ A Python UDF that raises surfaces as a Py4J error wrapping a JVM exception wrapp
 worker's traceback; an unknown column as an ``AnalysisException`` followed by the whole logical
 plan. The task's failure *message* starts with what the user needs - the user's exception type
 and message, or Spark's error condition - and the full trace stays in the failure's details
-(the exception's ``__cause__``).
+(the exception's ``__cause__``). The exception classes themselves are in ``common/errors.py``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,6 @@ import re
 _MAX_TRACEBACK_LINES = 25
 _PY_TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b.*)$")
-
-
-class OperatorError(RuntimeError):
-    """A user operator failed while its DataFrame was being built (or a column is unknown)."""
-
-
-class SparkJobError(RuntimeError):
-    """A Spark job of the task failed (e.g. a Python UDF raised inside Spark)."""
 
 
 def _python_traceback(text: str) -> tuple[str, list[str]] | None:

@@ -1,16 +1,9 @@
-"""Blocking result partitions: how vertices hand data to each other (Parquet under exchange.dir).
+"""Blocking result partitions: writing and reading them with Spark (Parquet under exchange.dir).
 
 A producer subtask writes its partition of a data set once, completely, before any consumer
-starts (the edges are BLOCKING)::
-
-    {exchange_dir}/{job_id}/{dataset_id}/{producer_subtask}/{attempt_id}/
-        _schema.json                    the DataFrame schema (so empty partitions are fine)
-        data/                           Parquet, split into sub-partitions when needed:
-        data/__sm_part=3/               the rows for reader 3
-
-Every attempt writes to its own directory, and a consumer reads exactly the attempts its input
-gate names (each partition's *finished* producer attempt): files of failed or superseded
-attempts are never read.
+starts (the edges are BLOCKING). Where the files go is the shared exchange layout
+(:mod:`sparkmill.common.exchange.layout`); who reads a POINTWISE partition is the shared rule
+(:mod:`sparkmill.common.exchange.pointwise`), the same one the JobMaster wires the graph with.
 
 Splitting, per partitioner:
 
@@ -21,7 +14,7 @@ Splitting, per partitioner:
 * ``broadcast`` - not split; every consumer reads everything;
 * ``forward`` (POINTWISE) - with S producers and T consumers, S >= T: each consumer reads whole
   partitions; S < T: partition p is split round robin among its readers
-  ``[ceil(p*T/S), ceil((p+1)*T/S))`` (the execution graph's pointwise rule).
+  ``[ceil(p*T/S), ceil((p+1)*T/S))`` (see :func:`pointwise_readers`).
 """
 
 from __future__ import annotations
@@ -31,33 +24,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sparkmill.common.jobgraph import NO_DATA_PARTITIONER
-from sparkmill.services.taskexecutor.operators import InputGateInfo, InputPartitionInfo
-from sparkmill.services.taskexecutor.spark import spec as S
-from sparkmill.services.taskexecutor.spark.cleanup import job_exchange_dir
-
-SCHEMA_FILE = "_schema.json"
-DATA_DIR = "data"
-
-
-class MissingPartitionError(RuntimeError):
-    """A result partition named by an input gate is not on disk."""
-
-
-def partition_dir(
-    exchange_dir: str, job_id: str, dataset_id: str, producer_subtask: int, attempt_id: str
-) -> Path:
-    return job_exchange_dir(exchange_dir, job_id) / dataset_id / str(producer_subtask) / attempt_id
-
-
-def pointwise_readers(partition: int, producers: int, consumers: int) -> tuple[int, int]:
-    """(first reader, number of readers) of a partition under the POINTWISE rule."""
-    if producers >= consumers:
-        return partition * consumers // producers, 1
-    first = -(-partition * consumers // producers)
-    end = -(-(partition + 1) * consumers // producers)
-    return first, end - first
-
+from sparkmill.common import plan as S
+from sparkmill.common.errors import IllegalStateBug, MissingPartitionError
+from sparkmill.common.exchange.layout import (
+    DATA_DIR,
+    SCHEMA_FILE,
+    SUB_PARTITION_COLUMN,
+    partition_dir,
+    sub_partition_dir,
+)
+from sparkmill.common.exchange.partitions import InputGateInfo
+from sparkmill.common.exchange.pointwise import pointwise_readers
 
 # -- writing ------------------------------------------------------------------------------------
 
@@ -106,7 +83,7 @@ def write_partition(
     elif output.partitioner == S.REBALANCE:
         split = F.pmod(F.monotonically_increasing_id() + F.lit(subtask), F.lit(readers))
     elif output.partitioner == S.FORWARD:
-        _, count = pointwise_readers(subtask, parallelism, readers)
+        count = len(pointwise_readers(subtask, parallelism, readers))
         if count > 1:
             split = F.pmod(F.monotonically_increasing_id(), F.lit(count))
     elif output.partitioner != S.BROADCAST:
@@ -117,8 +94,8 @@ def write_partition(
     if split is None:
         df.write.mode("overwrite").parquet(data)
     else:
-        df.withColumn(S.SUB_PARTITION_COLUMN, split).write.mode("overwrite").partitionBy(
-            S.SUB_PARTITION_COLUMN
+        df.withColumn(SUB_PARTITION_COLUMN, split).write.mode("overwrite").partitionBy(
+            SUB_PARTITION_COLUMN
         ).parquet(data)
     scratch = target / (SCHEMA_FILE + ".tmp")
     scratch.write_text(schema_json)
@@ -126,29 +103,6 @@ def write_partition(
 
 
 # -- reading ------------------------------------------------------------------------------------
-
-
-def partition_readable(exchange_dir: str, job_id: str, part: InputPartitionInfo) -> bool:
-    """Whether a finished attempt's partition is (still) on disk: its schema file is written
-    only after the data."""
-    base = partition_dir(
-        exchange_dir, job_id, part.dataset_id, part.partition_number, part.producer_attempt_id
-    )
-    return (base / SCHEMA_FILE).is_file() and (base / DATA_DIR).is_dir()
-
-
-def missing_partitions(
-    gates: list[InputGateInfo], exchange_dir: str, job_id: str
-) -> tuple[InputPartitionInfo, ...]:
-    """The partitions named by ``gates`` that are not readable (a stat or two per partition:
-    called after a task failed, to tell a lost input from any other failure)."""
-    return tuple(
-        part
-        for gate in gates
-        if gate.partitioner != NO_DATA_PARTITIONER
-        for part in gate.partitions
-        if not partition_readable(exchange_dir, job_id, part)
-    )
 
 
 def gate_paths(
@@ -172,12 +126,18 @@ def gate_paths(
             schema = schema_file.read_text()
         data = base / DATA_DIR
         if gate.partitioner in (S.HASH, S.REBALANCE):
-            path = data / f"{S.SUB_PARTITION_COLUMN}={subtask}"
+            path = sub_partition_dir(data, subtask)
         elif gate.partitioner == S.FORWARD:
-            first, count = pointwise_readers(
+            readers = pointwise_readers(
                 part.partition_number, gate.producer_parallelism, parallelism
             )
-            path = data / f"{S.SUB_PARTITION_COLUMN}={subtask - first}" if count > 1 else data
+            if subtask not in readers:
+                raise IllegalStateBug(
+                    f"subtask {subtask} of {parallelism} is wired to partition "
+                    f"{part.partition_number} of data set {gate.dataset_id}, which is read by "
+                    f"subtasks {readers.start}..{readers.stop - 1}"
+                )
+            path = sub_partition_dir(data, subtask - readers.start) if len(readers) > 1 else data
         else:
             path = data
         if path.is_dir():

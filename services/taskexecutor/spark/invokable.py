@@ -13,9 +13,10 @@ import threading
 import time
 from typing import Any
 
-from sparkmill.functions import set_live
-from sparkmill.services.taskexecutor.operators import TaskCancelledError, TaskContext, TaskOutcome
-from sparkmill.services.taskexecutor.spark import spec as S
+from sparkmill.common import plan as S
+from sparkmill.common.errors import TaskCancelledError
+from sparkmill.common.expressions import set_live
+from sparkmill.services.taskexecutor.context import TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
 
 log = logging.getLogger(__name__)

@@ -11,20 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
+
+from sparkmill.common.io_counters import IOCounters
 
 log = logging.getLogger(__name__)
 
 _FINAL = frozenset({"COMPLETE", "SKIPPED", "FAILED"})
-
-
-@dataclass
-class IOCounts:
-    records_in: int = 0
-    records_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
 
 
 class SparkIOMetrics:
@@ -46,8 +39,8 @@ class SparkIOMetrics:
         except Exception:  # an older Spark without job tags
             return []
 
-    def totals(self, wait_s: float = 3.0) -> IOCounts:
-        counts = IOCounts()
+    def totals(self, wait_s: float = 3.0) -> IOCounters:
+        records_in = records_out = bytes_in = bytes_out = 0
         jobs = sorted(set(self._job_ids()) - self._before)
         input_jobs = self._input_jobs if self._input_jobs is not None else set(jobs)
         tracker = self._sc.statusTracker()
@@ -73,14 +66,14 @@ class SparkIOMetrics:
                     continue
                 if data is not None:
                     if stage in input_stages:
-                        counts.records_in += int(data.inputRecords())
-                        counts.bytes_in += int(data.inputBytes())
-                    counts.records_out += int(data.outputRecords())
-                    counts.bytes_out += int(data.outputBytes())
+                        records_in += int(data.inputRecords())
+                        bytes_in += int(data.inputBytes())
+                    records_out += int(data.outputRecords())
+                    bytes_out += int(data.outputBytes())
             pending = still
             if pending:
                 time.sleep(0.05)
-        return counts
+        return IOCounters(records_in, records_out, bytes_in, bytes_out)
 
 
 def _stage(store: Any, stage: int) -> Any:

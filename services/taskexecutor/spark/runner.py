@@ -9,23 +9,27 @@ from __future__ import annotations
 
 import functools
 import logging
-import pickle
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from sparkmill.common.ids import short
-from sparkmill.functions import resolve
-from sparkmill.services.taskexecutor.operators import (
+from sparkmill.common import plan as S
+from sparkmill.common.collect import encode_rows
+from sparkmill.common.errors import (
+    CommitError,
+    OperatorError,
     PartitionNotFoundError,
+    SparkJobError,
     TaskCancelledError,
-    TaskContext,
-    TaskOutcome,
 )
+from sparkmill.common.exchange.layout import cleanup_job, missing_partitions, partition_dir
+from sparkmill.common.expressions import resolve
+from sparkmill.common.ids import short
+from sparkmill.common.io_counters import NO_IO, IOCounters
+from sparkmill.services.taskexecutor.context import TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.spark import exchange, sinks, sources
-from sparkmill.services.taskexecutor.spark import spec as S
-from sparkmill.services.taskexecutor.spark.errors import OperatorError, SparkJobError, summarize
-from sparkmill.services.taskexecutor.spark.metrics import IOCounts, SparkIOMetrics
+from sparkmill.services.taskexecutor.spark.errors import summarize
+from sparkmill.services.taskexecutor.spark.metrics import SparkIOMetrics
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +127,7 @@ def run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> 
     except Exception as exc:
         # Whatever Spark said (a missing file, a corrupt footer, ...): if inputs are gone, that
         # is the cause, and only running their producers again can fix it.
-        lost = exchange.missing_partitions(context.inputs, context.exchange_dir, context.job_id)
+        lost = missing_partitions(context.inputs, context.exchange_dir, context.job_id)
         if not lost:
             raise
         names = ", ".join(
@@ -156,7 +160,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
             check_cancelled(context.cancelled)
             try:
                 if isinstance(output, S.ExchangeOutput):
-                    target = exchange.partition_dir(
+                    target = partition_dir(
                         context.exchange_dir,
                         context.job_id,
                         output.dataset_id,
@@ -179,7 +183,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
                 else:
                     accumulator, collected = _collect(root, output, context.subtask_index)
                 metrics.mark_inputs_read()
-            except (TaskCancelledError, OperatorError, sinks.CommitError):
+            except (TaskCancelledError, OperatorError, CommitError):
                 raise
             except Exception as exc:
                 check_cancelled(context.cancelled)
@@ -194,7 +198,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
         counts = metrics.totals()
     except Exception:  # counting must never fail a task that did its work
         log.warning("%s: could not read Spark's task metrics", spec.vertex_name, exc_info=True)
-        counts = IOCounts()
+        counts = NO_IO
     check_cancelled(context.cancelled)
     for output, path in written:
         sinks.commit_task(
@@ -205,13 +209,8 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
             context.attempt_number,
             context.job_master_epoch,
         )
-    return TaskOutcome(
-        records_in=counts.records_in + built.rows_in,
-        records_out=counts.records_out + collected,
-        bytes_in=counts.bytes_in,
-        bytes_out=counts.bytes_out + len(accumulator),
-        accumulator=accumulator,
-    )
+    own = IOCounters(records_in=built.rows_in, records_out=collected, bytes_out=len(accumulator))
+    return TaskOutcome(io=counts + own, accumulator=accumulator)
 
 
 def _describe(output: S.Output) -> str:
@@ -226,10 +225,7 @@ def _collect(df: Any, output: S.CollectOutput, subtask: int) -> tuple[bytes, int
     rows = df.limit(output.limit + 1).collect()
     truncated = len(rows) > output.limit
     rows = rows[: output.limit]
-    blob = pickle.dumps(
-        {"columns": list(df.columns), "rows": [tuple(r) for r in rows], "truncated": truncated},
-        protocol=pickle.HIGHEST_PROTOCOL,
-    )
+    blob = encode_rows(df.columns, [tuple(r) for r in rows], truncated)
     if len(blob) > MAX_COLLECT_BYTES:
         raise OperatorError(
             f"collect '{output.name}': subtask {subtask} returned {len(blob) >> 20} MiB, more "
@@ -241,12 +237,10 @@ def _collect(df: Any, output: S.CollectOutput, subtask: int) -> tuple[bytes, int
 
 def run_commit(spec: S.CommitSpec, context: TaskContext) -> TaskOutcome:
     """The final vertex: publish every sink, then drop the job's exchange data."""
-    from sparkmill.services.taskexecutor.spark.cleanup import cleanup_job
-
     files = 0
     for sink in spec.sinks:
         check_cancelled(context.cancelled)
         files += sinks.commit_job(sink, context.job_id)
         log.info("job %s: committed %s (%d files)", context.job_id, sink.path, files)
     cleanup_job(context.exchange_dir, context.job_id)
-    return TaskOutcome(records_out=files)
+    return TaskOutcome(io=IOCounters(records_out=files))

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from sparkmill.services.taskexecutor.operators import TaskCancelledError
+from sparkmill.common.errors import SparkSessionUnavailableError, TaskCancelledError
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +29,6 @@ SERVICE_KEY = "spark"
 """Key of the manager in ``TaskContext.services``."""
 
 _QUIET_LOGGERS = ("py4j", "DataFrameQueryContextLogger", "SQLQueryContextLogger")
-
-
-class SparkSessionUnavailableError(RuntimeError):
-    """The Spark session could not be started (the cause is in the message)."""
 
 
 def default_spark_conf(master: str, app_name: str, ui_enabled: bool) -> dict[str, str]:

@@ -22,8 +22,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sparkmill.services.taskexecutor.spark import spec as S
-from sparkmill.services.taskexecutor.spark.cleanup import (
+from sparkmill.common import plan as S
+from sparkmill.common.errors import CommitError
+from sparkmill.common.exchange.layout import (
     TEMPORARY_DIR,
     local_path,
     register_sink,
@@ -34,10 +35,6 @@ from sparkmill.services.taskexecutor.spark.cleanup import (
 SUCCESS_MARKER = "_SUCCESS"
 PLAN_FILE = "_plan.json"
 COMMITTED_DIR = "committed"
-
-
-class CommitError(RuntimeError):
-    """The output cannot be published."""
 
 
 def attempt_dir(path: str, job_id: str, subtask: int, attempt_id: str) -> Path:

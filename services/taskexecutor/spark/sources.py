@@ -15,11 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sparkmill.services.taskexecutor.spark import spec as S
-
-
-class InputNotFoundError(FileNotFoundError):
-    """A source path matches no file."""
+from sparkmill.common import plan as S
+from sparkmill.common.errors import InputNotFoundError
 
 
 @dataclass(frozen=True)

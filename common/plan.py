@@ -3,7 +3,8 @@
 The client (``sparkmill.Pipeline``) compiles a pipeline into job vertices; each vertex's
 payload is one of these specs, pickled with cloudpickle (user functions travel by value). The
 task executor unpickles it and evaluates it with its SparkSession. This module is shared by
-both sides and imports nothing from PySpark.
+both sides and imports nothing from PySpark at import time (only :func:`encode_spec`, on the
+client, loads PySpark's cloudpickle).
 
 A :class:`ChainSpec` is an *in-tree* of operators: leaves read (a source share or an input
 gate), inner nodes transform, and the single root's DataFrame goes to every output (a
@@ -25,9 +26,6 @@ FORWARD = "forward"
 HASH = "hash"
 REBALANCE = "rebalance"
 BROADCAST = "broadcast"
-
-SUB_PARTITION_COLUMN = "__sm_part"
-"""Column by which a producer splits its result partition into one directory per reader."""
 
 
 # -- leaves -------------------------------------------------------------------------------------
@@ -58,7 +56,7 @@ class RowsSource:
 
 @dataclass(frozen=True)
 class GateInput:
-    """Read this subtask's share of an intermediate data set (see ``exchange.py``)."""
+    """Read this subtask's share of an intermediate data set (see ``common/exchange``)."""
 
     dataset_id: str
     partitioner: str

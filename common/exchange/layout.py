@@ -1,15 +1,23 @@
-"""Removing what a job leaves on disk: its exchange data and its sinks' temporary files.
+"""What a job keeps under ``exchange.dir``, where to find it, and how it is removed.
 
-Importable without PySpark (the JobMaster calls :func:`cleanup_job` when a job ends FAILED or
-CANCELED; on success the job's ``commit`` vertex calls it).
+Layout::
 
-Layout under ``exchange.dir``::
-
-    {exchange_dir}/{job_id}/{dataset_id}/{producer_subtask}/{attempt_id}/   result partitions
+    {exchange_dir}/{job_id}/{dataset_id}/{producer_subtask}/{attempt_id}/   a result partition
+        _schema.json                    the DataFrame schema, written last (the marker that
+                                        the partition is complete)
+        data/                           Parquet, split into sub-partitions when needed:
+        data/__sm_part=3/               the rows for reader 3
     {exchange_dir}/{job_id}/_sinks/{digest}                                 a sink's path
+
+Every attempt writes to its own directory, and a consumer reads exactly the attempts its input
+gate names: files of failed or superseded attempts are never read.
 
 A sink attempt registers its output path before it writes anything, so the temporary
 directory ``{path}/_temporary/{job_id}`` is found and removed even if the job never commits.
+
+Importable without PySpark: the JobMaster checks which partitions are still readable when it
+recovers a job, and calls :func:`cleanup_job` when a job ends FAILED or CANCELED (on success
+the job's ``commit`` vertex calls it).
 """
 
 from __future__ import annotations
@@ -19,16 +27,58 @@ import hashlib
 import logging
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
+
+from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
+from sparkmill.common.jobgraph import NO_DATA_PARTITIONER
 
 log = logging.getLogger(__name__)
 
 SINKS_DIR = "_sinks"
 TEMPORARY_DIR = "_temporary"
+SCHEMA_FILE = "_schema.json"
+DATA_DIR = "data"
+SUB_PARTITION_COLUMN = "__sm_part"
+"""Column by which a producer splits its result partition into one directory per reader."""
 
 
 def job_exchange_dir(exchange_dir: str, job_id: str) -> Path:
     return Path(exchange_dir) / job_id
+
+
+def partition_dir(
+    exchange_dir: str, job_id: str, dataset_id: str, producer_subtask: int, attempt_id: str
+) -> Path:
+    return job_exchange_dir(exchange_dir, job_id) / dataset_id / str(producer_subtask) / attempt_id
+
+
+def sub_partition_dir(data: Path, reader: int) -> Path:
+    """The rows of a split partition's ``data`` directory meant for its ``reader``-th reader."""
+    return data / f"{SUB_PARTITION_COLUMN}={reader}"
+
+
+def partition_readable(exchange_dir: str, job_id: str, part: InputPartitionInfo) -> bool:
+    """Whether a finished attempt's partition is (still) on disk: its schema file is written
+    only after the data."""
+    base = partition_dir(
+        exchange_dir, job_id, part.dataset_id, part.partition_number, part.producer_attempt_id
+    )
+    return (base / SCHEMA_FILE).is_file() and (base / DATA_DIR).is_dir()
+
+
+def missing_partitions(
+    gates: Iterable[InputGateInfo], exchange_dir: str, job_id: str
+) -> tuple[InputPartitionInfo, ...]:
+    """The partitions named by ``gates`` that are not readable (a stat or two per partition:
+    called after a task failed, to tell a lost input from any other failure)."""
+    return tuple(
+        part
+        for gate in gates
+        if gate.partitioner != NO_DATA_PARTITIONER
+        for part in gate.partitions
+        if not partition_readable(exchange_dir, job_id, part)
+    )
 
 
 def local_path(path: str) -> Path:

@@ -1,0 +1,114 @@
+"""The task deployment descriptor (Flink's ``TaskDeploymentDescriptor``), built and read in one
+place.
+
+The JobMaster describes an attempt as a :class:`TaskDeployment` and sends it as the protobuf
+``TaskDeploymentDescriptor`` (:meth:`TaskDeployment.to_proto`); the task executor turns the
+message back into the same value (:meth:`TaskDeployment.from_proto`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
+from sparkmill.common.v1 import common_pb2, task_executor_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDeployment:
+    """Everything a task executor needs to run one attempt of one subtask."""
+
+    job_id: str
+    job_name: str
+    vertex_id: str
+    vertex_name: str
+    subtask_index: int
+    parallelism: int
+    attempt_id: str
+    attempt_number: int
+    allocation_id: str
+    operator_kind: str
+    operator_payload: bytes
+    vertex_version: int = 0
+    # When the deploying JobMaster became the job's leader: (epoch, attempt number) orders the
+    # attempts of successive JobMasters.
+    job_master_epoch: int = 0
+    job_config: Mapping[str, str] = field(default_factory=dict)
+    # What to read: each gate names the finished producer attempts whose partitions it reads.
+    inputs: tuple[InputGateInfo, ...] = ()
+    produced_dataset_ids: tuple[str, ...] = ()
+
+    def to_proto(self) -> task_executor_pb2.TaskDeploymentDescriptor:
+        tdd = task_executor_pb2.TaskDeploymentDescriptor(
+            job_id=self.job_id,
+            job_name=self.job_name,
+            vertex_id=self.vertex_id,
+            vertex_name=self.vertex_name,
+            subtask_index=self.subtask_index,
+            parallelism=self.parallelism,
+            attempt_id=self.attempt_id,
+            attempt_number=self.attempt_number,
+            allocation_id=self.allocation_id,
+            operator=common_pb2.OperatorSpec(
+                kind=self.operator_kind, payload=self.operator_payload
+            ),
+            produced_dataset_ids=list(self.produced_dataset_ids),
+            vertex_version=self.vertex_version,
+            job_config=dict(self.job_config),
+            job_master_epoch=self.job_master_epoch,
+        )
+        for gate in self.inputs:
+            message = tdd.inputs.add(
+                dataset_id=gate.dataset_id,
+                pattern=cast(Any, common_pb2.DistributionPattern.Value(gate.pattern)),
+                partitioner=gate.partitioner,
+                producer_parallelism=gate.producer_parallelism,
+            )
+            for part in gate.partitions:
+                message.partitions.add(
+                    dataset_id=part.dataset_id,
+                    partition_number=part.partition_number,
+                    producer_attempt_id=part.producer_attempt_id,
+                    producer_resource_id=part.producer_resource_id,
+                )
+        return tdd
+
+    @classmethod
+    def from_proto(cls, tdd: task_executor_pb2.TaskDeploymentDescriptor) -> TaskDeployment:
+        return cls(
+            job_id=tdd.job_id,
+            job_name=tdd.job_name,
+            vertex_id=tdd.vertex_id,
+            vertex_name=tdd.vertex_name,
+            subtask_index=tdd.subtask_index,
+            parallelism=tdd.parallelism,
+            attempt_id=tdd.attempt_id,
+            attempt_number=tdd.attempt_number,
+            allocation_id=tdd.allocation_id,
+            operator_kind=tdd.operator.kind,
+            operator_payload=tdd.operator.payload,
+            vertex_version=tdd.vertex_version,
+            job_master_epoch=tdd.job_master_epoch,
+            job_config=dict(tdd.job_config),
+            inputs=tuple(
+                InputGateInfo(
+                    dataset_id=gate.dataset_id,
+                    pattern=common_pb2.DistributionPattern.Name(gate.pattern),
+                    partitioner=gate.partitioner,
+                    producer_parallelism=gate.producer_parallelism,
+                    partitions=tuple(
+                        InputPartitionInfo(
+                            p.dataset_id,
+                            p.partition_number,
+                            p.producer_attempt_id,
+                            p.producer_resource_id,
+                        )
+                        for p in gate.partitions
+                    ),
+                )
+                for gate in tdd.inputs
+            ),
+            produced_dataset_ids=tuple(tdd.produced_dataset_ids),
+        )
