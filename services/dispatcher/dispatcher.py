@@ -37,12 +37,12 @@ from sparkmill.common.jobgraph_codec import job_graph_from_proto
 from sparkmill.common.leader import LeaderElectionService
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.service_base import ServiceIdentity, require_leader
 from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.states import JobStatus
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherServicer, JobMasterClient
-from sparkmill.services.base import ServiceIdentity, require_leader
 from sparkmill.services.dispatcher.validation import validate_job_graph
-from sparkmill.services.jobmaster.states import JobStatus
 
 log = logging.getLogger(__name__)
 

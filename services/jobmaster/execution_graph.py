@@ -10,7 +10,7 @@
 * each execution vertex starts with one :class:`Execution` (attempt 0) in state CREATED.
 
 An :class:`Execution` is one attempt to run a subtask. Its state changes are checked against
-:data:`~services.jobmaster.states.EXECUTION_STATE_TRANSITIONS`; the graph reacts to each change
+:data:`~common.states.EXECUTION_STATE_TRANSITIONS`; the graph reacts to each change
 in O(1) per affected group: it keeps the per-state counts, marks the produced partitions finished
 when an attempt FINISHES (so consumability checks are O(1)), and indexes current attempts by id.
 :meth:`ExecutionGraph.reset_vertex_for_new_execution` replaces a terminal attempt with a new one.
@@ -39,6 +39,7 @@ from sparkmill.common.ids import (
 )
 from sparkmill.common.jobgraph import JobGraph, JobVertex
 from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from sparkmill.services.jobmaster.edge_manager import (
     ConsumedPartitionGroup,
     ConsumerVertexGroup,
@@ -51,7 +52,6 @@ from sparkmill.services.jobmaster.pipelined_regions import (
     PipelinedRegion,
     compute_pipelined_regions,
 )
-from sparkmill.services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 
 MAX_PRIOR_ATTEMPTS_KEPT = 16
 """How many superseded attempts an execution vertex remembers (for failure history displays)."""

@@ -30,6 +30,7 @@ from sparkmill.common.resources import ResourceProfile
 from sparkmill.common.retry import retry_registration
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.states import ExecutionState, JobStatus
 from sparkmill.common.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
     common_pb2,
@@ -50,7 +51,6 @@ from sparkmill.services.jobmaster.slot_pool import (
     SlotPool,
     TaskExecutorInfo,
 )
-from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 from sparkmill.services.taskexecutor.spark.cleanup import cleanup_job
 
 if TYPE_CHECKING:

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from sparkmill.common.errors import ResourceExhaustedError, RpcError
 from sparkmill.common.ids import ExecutionAttemptID, IntermediateDataSetID, short
 from sparkmill.common.jobgraph import NO_DATA_PARTITIONER
+from sparkmill.common.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
 from sparkmill.services.jobmaster.execution_graph import (
     Execution,
     ExecutionGraph,
@@ -45,7 +46,6 @@ from sparkmill.services.jobmaster.execution_graph import (
 from sparkmill.services.jobmaster.pipelined_regions import PipelinedRegion
 from sparkmill.services.jobmaster.restart_strategy import RestartStrategy
 from sparkmill.services.jobmaster.slot_pool import PendingSlotRequest, PhysicalSlot, SlotPool
-from sparkmill.services.jobmaster.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
 
 log = logging.getLogger(__name__)
 

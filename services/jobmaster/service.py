@@ -32,10 +32,10 @@ from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.retry import retry_registration
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.service_base import ServiceIdentity
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherClient, JobMasterServicer
-from sparkmill.services.base import ServiceIdentity
 from sparkmill.services.jobmaster.job_master import JobMaster
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from sparkmill.common.errors import ErrorCode
 from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID
+from sparkmill.common.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
-from sparkmill.services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from sparkmill.services.taskexecutor.operators import (
     InputGateInfo,
     InputPartitionInfo,

@@ -45,8 +45,10 @@ from sparkmill.common.resources import ResourceProfile
 from sparkmill.common.retry import retry_registration
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.service_base import ServiceIdentity
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.slots import SlotStatus
+from sparkmill.common.states import ExecutionState
 from sparkmill.common.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
     common_pb2,
@@ -59,8 +61,6 @@ from sparkmill.common.v1.gateways import (
     ResourceManagerClient,
     TaskExecutorServicer,
 )
-from sparkmill.services.base import ServiceIdentity
-from sparkmill.services.jobmaster.states import ExecutionState
 from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS, TaskOutcome
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
 from sparkmill.services.taskexecutor.task import StateListener, Task, TaskFailureInfo

@@ -25,11 +25,11 @@ from sparkmill.common.metrics import (
 )
 from sparkmill.common.resources import ResourceProfile
 from sparkmill.common.slots import SlotReport, SlotStatus
+from sparkmill.common.states import ExecutionState, JobStatus
 from sparkmill.common.timers import ManualTimerService
 from sparkmill.services.dispatcher.metrics import DispatcherCollector
 from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
 from sparkmill.services.jobmaster.metrics import JobMasterCollector, _JobMasters
-from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
 from sparkmill.services.taskexecutor.metrics import TaskExecutorCollector, spark_session_up

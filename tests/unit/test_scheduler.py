@@ -37,6 +37,7 @@ from sparkmill.common.jobgraph import (
     ResultPartitionType,
 )
 from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.states import ExecutionState, JobStatus
 from sparkmill.common.timers import ManualTimerService
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
 from sparkmill.services.jobmaster.restart_strategy import (
@@ -51,7 +52,6 @@ from sparkmill.services.jobmaster.slot_pool import (
     SlotPool,
     TaskExecutorInfo,
 )
-from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 from sparkmill.testing import noop_pipeline
 
 ES = ExecutionState

@@ -15,8 +15,8 @@ from sparkmill.common.ids import (
     new_job_id,
     new_vertex_id,
 )
+from sparkmill.common.states import ExecutionState
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
-from sparkmill.services.jobmaster.states import ExecutionState
 from sparkmill.services.taskexecutor.operators import (
     Invokable,
     NoOpInvokable,
