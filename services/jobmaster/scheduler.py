@@ -43,7 +43,7 @@ from sparkmill.services.jobmaster.execution_graph import (
     ExecutionVertex,
     PartitionID,
 )
-from sparkmill.services.jobmaster.pipelined_regions import PipelinedRegion
+from sparkmill.services.jobmaster.execution_topology import PipelinedRegion
 from sparkmill.services.jobmaster.restart_strategy import RestartStrategy
 from sparkmill.services.jobmaster.slot_pool import PendingSlotRequest, PhysicalSlot, SlotPool
 
