@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from sparkmill.common import config_options as opt
 from sparkmill.common.actor import ServiceRuntime
@@ -42,6 +42,7 @@ from sparkmill.common.v1 import (
 )
 from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph
+from sparkmill.services.jobmaster.host import JobMasterHost
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
 from sparkmill.services.jobmaster.restart_strategy import restart_strategy_from_config
 from sparkmill.services.jobmaster.scheduler import DefaultScheduler, IOTotals
@@ -52,9 +53,6 @@ from sparkmill.services.jobmaster.slot_pool import (
     TaskExecutorInfo,
 )
 from sparkmill.services.taskexecutor.spark.cleanup import cleanup_job
-
-if TYPE_CHECKING:
-    from sparkmill.services.jobmaster.service import JobMasterProcess
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +72,7 @@ class JobMaster:
         settings: ClusterSettings,
         config: Configuration,
         runtime: ServiceRuntime,
-        process: JobMasterProcess,
+        host: JobMasterHost,
         election: LeaderElectionService,
         clients: RpcClientPool,
         submitted_at: float,
@@ -83,7 +81,7 @@ class JobMaster:
         self.job_id: JobID = graph.job_id
         self.settings = settings
         self.runtime = runtime
-        self.process = process
+        self.host = host
         self.election = election
         self.clients = clients
         self.submitted_at = submitted_at or time.time()
@@ -103,7 +101,7 @@ class JobMaster:
             slot_request_timeout_s=self.config.get(opt.SLOT_REQUEST_TIMEOUT) + 1.0,
             idle_slot_timeout_s=settings.slot_idle_timeout_s,
         )
-        self.progress = ProgressRecorder(process.progress_store, self.job_id, runtime)
+        self.progress = ProgressRecorder(host.progress_store, self.job_id, runtime)
         self.scheduler = DefaultScheduler(
             self.graph,
             self.slot_pool,
@@ -141,18 +139,18 @@ class JobMaster:
                 "job %s: this JobMaster has led already; ignoring a new grant", short(self.job_id)
             )
             return
-        store = self.process.result_store
+        store = self.host.result_store
         if await self.runtime.run_blocking(store.has_result, self.job_id):
             # Another JobMaster finished the job while we waited as a standby: never run it
             # again (seed 002's "job already done" check).
             log.info("job %s already has a result; this JobMaster stands down", short(self.job_id))
             self.status = JobStatus.SUSPENDED
             self.runtime.spawn(self.election.stop(), "stand-down")
-            self.process.job_master_done(self)
+            self.host.job_master_done(self)
             return
         self.session_id = session_id
         self.epoch_ms = int(time.time() * 1000)
-        await self.election.confirm_leadership(session_id, self.process.identity.address)
+        await self.election.confirm_leadership(session_id, self.host.identity.address)
         # Before anything is scheduled: what an earlier JobMaster finished and is still
         # readable is not run again.
         await recover_finished_subtasks(
@@ -165,7 +163,7 @@ class JobMaster:
         )
         self.status = JobStatus.CREATED
         self._report_status(JobStatus.CREATED, "")
-        self.on_resource_manager_leader(self.process.rm_leader)
+        self.on_resource_manager_leader(self.host.rm_leader)
         # Scheduling starts once the call stack that started us has returned.
         asyncio.get_running_loop().call_soon(self.scheduler.start_scheduling)
 
@@ -192,14 +190,14 @@ class JobMaster:
         finished."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
-                self.process.report_job_status(
+                self.host.report_job_status(
                     dispatcher_pb2.JobStatusReport(
                         job_id=self.job_id,
                         status=cast(Any, JobStatus.SUSPENDED.value),
                         job_master_session_id=self.session_id,
                         details=self.details(),
-                        job_master_process_id=self.process.identity.id,
-                        job_master_address=self.process.identity.address,
+                        job_master_process_id=self.host.identity.id,
+                        job_master_address=self.host.identity.address,
                     )
                 ),
                 timeout=min(self.settings.rpc_timeout_s, 5.0),
@@ -234,7 +232,7 @@ class JobMaster:
             )
             self.status = JobStatus.SUSPENDED
             await self.election.stop()
-            self.process.job_master_done(self)
+            self.host.job_master_done(self)
             await self._hand_job_back()  # the job's outcome (if any) is for the next one
             return
         result = jobs_pb2.JobResult(
@@ -245,15 +243,15 @@ class JobMaster:
             result.failure.message = cause
         for name, parts in self.scheduler.accumulators.items():
             result.accumulators[name] = _pack_accumulators(parts)
-        accepted = await self.process.report_job_status(
+        accepted = await self.host.report_job_status(
             dispatcher_pb2.JobStatusReport(
                 job_id=self.job_id,
                 status=cast(Any, status.value),
                 job_master_session_id=self.session_id,
                 details=result.details,
                 result=result,
-                job_master_process_id=self.process.identity.id,
-                job_master_address=self.process.identity.address,
+                job_master_process_id=self.host.identity.id,
+                job_master_address=self.host.identity.address,
             )
         )
         if accepted and status is not JobStatus.FINISHED:
@@ -271,11 +269,11 @@ class JobMaster:
         if accepted:
             try:
                 await self.progress.flush()  # no late append may recreate the removed log
-                await self.runtime.run_blocking(self.process.progress_store.remove, self.job_id)
+                await self.runtime.run_blocking(self.host.progress_store.remove, self.job_id)
             except OSError as exc:
                 log.warning("job %s: progress log not removed: %s", short(self.job_id), exc)
         await self.election.stop()
-        self.process.job_master_done(self)
+        self.host.job_master_done(self)
 
     def _report_status(self, status: JobStatus, cause: str) -> None:
         report = dispatcher_pb2.JobStatusReport(
@@ -283,10 +281,10 @@ class JobMaster:
             status=cast(Any, status.value),
             job_master_session_id=self.session_id,
             details=self.details(),
-            job_master_process_id=self.process.identity.id,
-            job_master_address=self.process.identity.address,
+            job_master_process_id=self.host.identity.id,
+            job_master_address=self.host.identity.address,
         )
-        self.runtime.spawn(self.process.report_job_status(report), "report-status")
+        self.runtime.spawn(self.host.report_job_status(report), "report-status")
 
     async def _release_everything(self, cause: str) -> None:
         await self._release_resources(cause)
@@ -319,7 +317,7 @@ class JobMaster:
         await te.client.submit_task(
             task_executor_pb2.SubmitTaskRequest(
                 tdd=self._deployment_descriptor(execution, slot),
-                job_master_address=self.process.identity.address,
+                job_master_address=self.host.identity.address,
             ),
             timeout=self.settings.rpc_timeout_s,
         )
@@ -391,7 +389,7 @@ class JobMaster:
                         job_id=self.job_id,
                         allocation_id=allocation_id,
                         resource_profile=profile_to_proto(resource_profile),
-                        job_master_address=self.process.identity.address,
+                        job_master_address=self.host.identity.address,
                         timeout_ms=int(self.config.get(opt.SLOT_REQUEST_TIMEOUT) * 1000),
                     )
                 )
@@ -464,9 +462,9 @@ class JobMaster:
     async def _register_at_rm(self, client: ResourceManagerClient) -> None:
         request = resource_manager_pb2.RegisterJobMasterRequest(
             job_id=self.job_id,
-            job_master_address=self.process.identity.address,
+            job_master_address=self.host.identity.address,
             job_master_session_id=self.session_id,
-            job_master_resource_id=self.process.identity.id,
+            job_master_resource_id=self.host.identity.id,
         )
 
         async def attempt(timeout: float) -> None:
@@ -504,7 +502,7 @@ class JobMaster:
         if te is not None:
             await te.client.heartbeat_from_job_master(
                 task_executor_pb2.TaskExecutorJobHeartbeatRequest(
-                    job_id=self.job_id, sender_id=self.process.identity.id
+                    job_id=self.job_id, sender_id=self.host.identity.id
                 ),
                 timeout=self.settings.heartbeat_interval_s,
             )
@@ -591,7 +589,7 @@ class JobMaster:
             status=cast(Any, self.status.value),
             submitted_at=self.submitted_at,
             ended_at=self.ended_at,
-            job_master_address=self.process.identity.address,
+            job_master_address=self.host.identity.address,
             restarts=self.scheduler.restarts,
             recovered_subtasks=self.scheduler.recovered_subtasks,
         )

@@ -36,6 +36,7 @@ from sparkmill.common.service_base import ServiceIdentity
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherClient, JobMasterServicer
+from sparkmill.services.jobmaster.host import HostedJobMaster
 from sparkmill.services.jobmaster.job_master import JobMaster
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ class _DispatcherConnection:
 
 
 class JobMasterProcess(JobMasterServicer):
+    """The job-master process; the :class:`~services.jobmaster.host.JobMasterHost` of its
+    JobMasters."""
+
     def __init__(
         self,
         settings: ClusterSettings,
@@ -147,7 +151,7 @@ class JobMasterProcess(JobMasterServicer):
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    def job_master_done(self, job_master: JobMaster) -> None:
+    def job_master_done(self, job_master: HostedJobMaster) -> None:
         if self.job_masters.get(job_master.job_id) is job_master:
             del self.job_masters[job_master.job_id]
 
@@ -181,7 +185,7 @@ class JobMasterProcess(JobMasterServicer):
             settings=self.settings,
             config=self.config,
             runtime=self.runtime,
-            process=self,
+            host=self,
             election=election,
             clients=self.clients,
             submitted_at=request.submitted_at,
