@@ -42,6 +42,13 @@ from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.states import JobStatus
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherServicer, JobMasterClient
+from sparkmill.services.dispatcher.job_placement import (
+    JOB_PLACEMENT_TRANSITIONS,
+    JobPlacement,
+    can_be_released,
+    can_start,
+    is_waiting_for_claim,
+)
 from sparkmill.services.dispatcher.validation import validate_job_graph
 
 log = logging.getLogger(__name__)
@@ -69,12 +76,16 @@ class _Job:
     address: str = ""
     details: jobs_pb2.JobDetails | None = None
     result: jobs_pb2.JobResult | None = None
-    starting: bool = False
-    recovered: bool = False  # recovered by a new leader, waiting to be claimed
+    placement: JobPlacement = JobPlacement.WAITING
 
     @property
     def terminal(self) -> bool:
         return self.status.is_globally_terminal
+
+    def move_to(self, placement: JobPlacement) -> None:
+        """Change the placement; one the table does not allow is a bug."""
+        JOB_PLACEMENT_TRANSITIONS.check(self.placement, placement, f"job {short(self.job_id)}")
+        self.placement = placement
 
 
 class Dispatcher(DispatcherServicer):
@@ -143,6 +154,7 @@ class Dispatcher(DispatcherServicer):
                 ended_at=result.details.ended_at,
                 result=result,
                 details=result.details,
+                placement=JobPlacement.ENDED,
             )
             self.jobs[job_id] = job
             if dirty:  # the previous leader died between recording the result and clean-up
@@ -153,7 +165,9 @@ class Dispatcher(DispatcherServicer):
                 log.info("job %s already has a result; removing its stale graph", short(job_id))
                 await self._clean_up(job_id)
                 continue
-            self.jobs[job_id] = _Job(job_id, graph.name, graph, time.time(), recovered=True)
+            self.jobs[job_id] = _Job(
+                job_id, graph.name, graph, time.time(), placement=JobPlacement.RECOVERED
+            )
             log.info("recovered job %s ('%s') from the job graph store", short(job_id), graph.name)
 
     async def _clean_up(self, job_id: JobID) -> None:
@@ -162,7 +176,8 @@ class Dispatcher(DispatcherServicer):
 
     def _end_recovery_grace(self) -> None:
         for job in self.jobs.values():
-            job.recovered = False
+            if is_waiting_for_claim(job.placement):
+                job.move_to(JobPlacement.WAITING)
         self._schedule_waiting_jobs()
 
     async def revoke_leadership(self) -> None:
@@ -212,12 +227,12 @@ class Dispatcher(DispatcherServicer):
         if self.session_id is None:
             return
         for job in self.jobs.values():
-            if not job.terminal and not job.process_id and not job.starting and not job.recovered:
+            if can_start(job.placement):
                 process = self._least_loaded_process()
                 if process is None:
                     log.info("job %s waits for a job-master process to register", short(job.job_id))
                     return
-                job.starting = True
+                job.move_to(JobPlacement.STARTING)
                 job.process_id = process.process_id
                 process.jobs.add(job.job_id)
                 self.runtime.spawn(self._start_job(job, process), "start-job")
@@ -228,8 +243,7 @@ class Dispatcher(DispatcherServicer):
             old.jobs.discard(job.job_id)
         job.process_id = process_id
         job.address = address
-        job.recovered = False
-        job.starting = False
+        job.move_to(JobPlacement.ASSIGNED)
         new = self.processes.get(process_id)
         if new is not None:
             new.jobs.add(job.job_id)
@@ -258,12 +272,14 @@ class Dispatcher(DispatcherServicer):
             )
             process.jobs.discard(job.job_id)
             job.process_id = ""
-            job.starting = False
+            if can_be_released(job.placement):
+                job.move_to(JobPlacement.WAITING)
             if isinstance(exc, AlreadyExistsError):
                 return  # it runs there already (a retried start); its reports will arrive
             self.runtime.spawn(self._retry_scheduling_later(), "reschedule")
             return
-        job.starting = False
+        if job.placement is JobPlacement.STARTING:
+            job.move_to(JobPlacement.ASSIGNED)
         if self.jobs.get(job.job_id) is not job:
             return
         # Empty while the JobMaster waits as a standby in the job's election; its first status
@@ -315,7 +331,8 @@ class Dispatcher(DispatcherServicer):
                 process.jobs.discard(job.job_id)
             job.process_id = ""
             job.session_id = ""
-            job.starting = False
+            if can_be_released(job.placement):
+                job.move_to(JobPlacement.WAITING)
             job.status = JobStatus.INITIALIZING
             self._schedule_waiting_jobs()
             return common_pb2.Empty()
@@ -325,6 +342,7 @@ class Dispatcher(DispatcherServicer):
             result.CopyFrom(request.result)
             result.details.CopyFrom(self._details(job))
             job.result = result
+            job.move_to(JobPlacement.ENDED)
             process = self.processes.get(job.process_id)
             if process is not None:
                 process.jobs.discard(job.job_id)
@@ -396,7 +414,8 @@ class Dispatcher(DispatcherServicer):
             if not job.terminal:
                 job.process_id = ""
                 job.session_id = ""
-                job.starting = False
+                if can_be_released(job.placement):
+                    job.move_to(JobPlacement.WAITING)
                 job.status = JobStatus.INITIALIZING
         self._schedule_waiting_jobs()
 
