@@ -570,6 +570,7 @@ class JobMaster:
                 message=update.error.message,
                 details=update.error.details,
                 exception_type=update.error.exception_type,
+                suppress_restarts=update.suppress_restarts,
                 io=IOTotals(io.records_in, io.records_out, io.bytes_in, io.bytes_out)
                 if update.HasField("io_metrics")
                 else None,

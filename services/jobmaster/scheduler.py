@@ -51,8 +51,6 @@ log = logging.getLogger(__name__)
 
 ES = ExecutionState
 MAX_EXCEPTIONS_KEPT = 100
-SUPPRESS_RESTARTS_EXCEPTIONS = frozenset({"SuppressRestartsError"})
-"""Exception types (as reported by task executors) after which restarting cannot help."""
 
 
 class SchedulerActions(Protocol):
@@ -279,6 +277,7 @@ class DefaultScheduler:
         message: str = "",
         details: str = "",
         exception_type: str = "",
+        suppress_restarts: bool = False,
         io: IOTotals | None = None,
         accumulator: bytes = b"",
         lost_partitions: Iterable[tuple[str, int, str]] = (),
@@ -286,7 +285,8 @@ class DefaultScheduler:
         """Apply a reported state; False when the attempt is unknown or superseded (stale).
 
         ``lost_partitions`` (dataset id, partition number, producer attempt id) come with a
-        FAILED report of a task that could not read those inputs."""
+        FAILED report of a task that could not read those inputs; ``suppress_restarts`` with
+        one whose task raised a :class:`~common.errors.SuppressRestartsError`."""
         execution = self.graph.execution(attempt_id)
         if self._closed or execution is None or execution.state.is_terminal:
             return False
@@ -306,7 +306,7 @@ class DefaultScheduler:
                 message or "the task failed",
                 exception_type,
                 details,
-                suppress_restarts=exception_type in SUPPRESS_RESTARTS_EXCEPTIONS,
+                suppress_restarts=suppress_restarts,
                 lost_producers=self._producers_of(lost_partitions),
             )
         elif state is ES.FINISHED:
@@ -387,7 +387,7 @@ class DefaultScheduler:
         )
         if self.status is JobStatus.RUNNING:
             if suppress_restarts:
-                # Seed 003's SuppressRestartsException: no restart can fix this failure.
+                # Flink's SuppressRestartsException: no restart can fix this failure.
                 self.fail_job(
                     f"{execution.description} failed: {message} (not restarted: "
                     f"restarting cannot help)"

@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkmill.common.errors import ErrorCode
+from sparkmill.common.errors import ErrorCode, SuppressRestartsError
 from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID
 from sparkmill.common.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
@@ -45,6 +45,8 @@ class TaskFailureInfo:
     details: str
     # Input partitions the task could not read (see PartitionNotFoundError).
     lost_partitions: tuple[InputPartitionInfo, ...] = ()
+    # The task raised a SuppressRestartsError (subclasses included): restarting cannot help.
+    suppress_restarts: bool = False
 
 
 StateListener = Callable[["Task", ExecutionState, TaskFailureInfo | None, TaskOutcome | None], None]
@@ -186,6 +188,7 @@ class Task:
                     str(exc),
                     traceback.format_exc(),
                     exc.partitions if isinstance(exc, PartitionNotFoundError) else (),
+                    suppress_restarts=isinstance(exc, SuppressRestartsError),
                 )
                 self._post(ExecutionState.FAILED, failure=failure)
 

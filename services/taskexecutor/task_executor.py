@@ -508,6 +508,7 @@ class TaskExecutor(TaskExecutorServicer):
             update.error.message = failure.message
             update.error.details = failure.details
             update.error.exception_type = failure.exception_type
+            update.suppress_restarts = failure.suppress_restarts
             for lost in failure.lost_partitions:
                 update.lost_partitions.add(
                     dataset_id=lost.dataset_id,
