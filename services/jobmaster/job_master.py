@@ -43,6 +43,7 @@ from sparkmill.common.v1 import (
 from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph
 from sparkmill.services.jobmaster.host import JobMasterHost
+from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
 from sparkmill.services.jobmaster.restart_strategy import restart_strategy_from_config
 from sparkmill.services.jobmaster.scheduler import DefaultScheduler, IOTotals
@@ -584,60 +585,15 @@ class JobMaster:
     # -- details ----------------------------------------------------------------------------
 
     def details(self) -> jobs_pb2.JobDetails:
-        details = jobs_pb2.JobDetails(
-            job_id=self.job_id,
+        return render_job_details(
             name=self.job_graph.name,
-            status=cast(Any, self.status.value),
+            status=self.status,
             submitted_at=self.submitted_at,
             ended_at=self.ended_at,
             job_master_address=self.host.identity.address,
-            restarts=self.scheduler.restarts,
-            recovered_subtasks=self.scheduler.recovered_subtasks,
+            graph=self.graph,
+            scheduler=self.scheduler,
         )
-        for ejv in self.graph.job_vertices:
-            counts: dict[int, int] = {}
-            attempts: list[int] = []
-            locations: list[str] = []
-            for vertex in ejv.task_vertices:
-                execution = vertex.current_execution
-                counts[execution.state.value] = counts.get(execution.state.value, 0) + 1
-                attempts.append(execution.attempt_number)
-                locations.append(execution.task_executor_id)
-            io = self.scheduler.io.get(ejv.name)
-            details.vertices.add(
-                vertex_id=ejv.id,
-                name=ejv.name,
-                parallelism=ejv.parallelism,
-                tasks_by_state=counts,
-                subtask_attempts=attempts,
-                subtask_task_executors=locations,
-                records_in=io.records_in if io else 0,
-                records_out=io.records_out if io else 0,
-                bytes_in=io.bytes_in if io else 0,
-                bytes_out=io.bytes_out if io else 0,
-            )
-        if self.scheduler.failure_cause and self.status in (
-            JobStatus.FAILED,
-            JobStatus.FAILING,
-            JobStatus.RESTARTING,
-        ):
-            details.failure.code = common_pb2.INTERNAL
-            details.failure.message = self.scheduler.failure_cause
-        for record in self.scheduler.exceptions:
-            details.exceptions.add(
-                timestamp=record.timestamp,
-                vertex_name=record.vertex_name,
-                subtask_index=record.subtask_index,
-                attempt_number=record.attempt_number,
-                task_executor=record.task_executor,
-                error=common_pb2.ErrorInfo(
-                    code=common_pb2.INTERNAL,
-                    message=record.message,
-                    details=record.details,
-                    exception_type=record.exception_type,
-                ),
-            )
-        return details
 
 
 def _pack_accumulators(parts: dict[int, bytes]) -> bytes:
