@@ -3,8 +3,8 @@
 While it leads, it
 
 * accepts job submissions: decodes and validates the job graph (a clear error naming every
-  problem otherwise), stores it in the submitted-job-graph store *before* acknowledging (seed
-  003), and hands the job to a job-master process;
+  problem otherwise), stores it in the submitted-job-graph store *before* acknowledging, and
+  hands the job to a job-master process;
 * keeps the registry of job-master processes (they register with back-off and are heartbeated);
   a job whose process is lost goes back to the queue and is started on another process;
 * answers list / status / cancel / result, and keeps finished jobs' results until they expire
@@ -141,7 +141,7 @@ class Dispatcher(DispatcherServicer):
         self._schedule_waiting_jobs()
 
     async def _recover(self) -> None:
-        """Rebuild the job table from the stores (seed 002: a done job is not run again)."""
+        """Rebuild the job table from the stores (a done job is not run again)."""
         results = await self.runtime.run_blocking(self.result_store.results)
         for result, dirty in results:
             job_id = JobID(result.job_id)
@@ -208,7 +208,7 @@ class Dispatcher(DispatcherServicer):
             )
         started = time.monotonic()
         # Persist before acknowledging: once the client hears "submitted", no leader change
-        # may lose the job (seed 003).
+        # may lose the job.
         await self.runtime.run_blocking(self.job_store.put, request.job_graph)
         self.jobs[job_id] = _Job(job_id, graph.name, request.job_graph, time.time())
         self.submitted_total += 1

@@ -143,7 +143,7 @@ class JobMaster:
         store = self.host.result_store
         if await self.runtime.run_blocking(store.has_result, self.job_id):
             # Another JobMaster finished the job while we waited as a standby: never run it
-            # again (seed 002's "job already done" check).
+            # again (the "job already done" check).
             log.info("job %s already has a result; this JobMaster stands down", short(self.job_id))
             self.status = JobStatus.SUSPENDED
             self.runtime.spawn(self.election.stop(), "stand-down")

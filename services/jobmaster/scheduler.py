@@ -4,13 +4,13 @@ Scheduling is by pipelined region: a region is scheduled once every blocking inp
 is finished (with blocking edges every subtask is its own region, so consumers start as soon as
 all their producers finished, and slots are reused from one wave of subtasks to the next).
 
-``allocate_slots_and_deploy`` (seed 000): every execution of the region goes SCHEDULED and
+``allocate_slots_and_deploy``: every execution of the region goes SCHEDULED and
 asks the slot pool for a slot; only when *all* slots of the region are assigned are the tasks
 deployed. Each deployment remembers the vertex version it was made for: if the vertex was reset
 meanwhile (a restart), the stale deployment is refused and its slot released. A deployment that
 fails (RPC error or timeout) fails the attempt with a message naming the task and the executor.
 
-Failures go to the restart strategy (seed 003's ``tryRestartOrFail``): restart the affected
+Failures go to the restart strategy (Flink's ``tryRestartOrFail``): restart the affected
 vertices after the back-off - the failed region and the regions downstream of it (``region``
 failover) or everything (``full``) - or fail the job, cancelling what still runs.
 
