@@ -4,7 +4,7 @@ Keys and defaults follow Apache Flink's where the concept exists, so a Flink ope
 familiar names. ``docs/configuration.md`` is generated from this module by
 ``scripts/gen_config_docs.py`` (run it after changing anything here).
 
-Durations are float seconds and memory sizes int bytes (see :mod:`common.config`).
+Durations are float seconds and memory sizes int bytes (see :mod:`common.config_kinds`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from sparkmill.common.config import (
+from sparkmill.common.config_kinds import (
     ADDRESS,
     BOOL,
     DURATION,
@@ -23,11 +23,13 @@ from sparkmill.common.config import (
     INT,
     MEMORY,
     STRING,
+    Kind,
+)
+from sparkmill.common.config_schema import (
     ConfigOption,
-    Configuration,
+    ConfigValues,
     Constraint,
     FreeFormPrefix,
-    Kind,
     OptionGroup,
     OptionRegistry,
 )
@@ -554,7 +556,7 @@ METRICS_LABELS = FreeFormPrefix(
 # Cross-key constraints
 
 _CONSTRAINTS: list[Constraint] = []
-_Check = Callable[[Configuration], tuple[str, str] | None]
+_Check = Callable[[ConfigValues], tuple[str, str] | None]
 
 
 def _constraint(description: str) -> Callable[[_Check], _Check]:
@@ -568,7 +570,7 @@ def _constraint(description: str) -> Callable[[_Check], _Check]:
 def _ordered(high: ConfigOption[float], low: ConfigOption[float], *, strict: bool) -> None:
     relation = "greater than" if strict else "at least"
 
-    def check(conf: Configuration) -> tuple[str, str] | None:
+    def check(conf: ConfigValues) -> tuple[str, str] | None:
         a, b = conf.get(high), conf.get(low)
         if a > b or (a == b and not strict):
             return None
@@ -583,7 +585,7 @@ _ordered(RESTART_STRATEGY_EXP_MAX_BACKOFF, RESTART_STRATEGY_EXP_INITIAL_BACKOFF,
 
 
 @_constraint("heartbeat.rpc-failure-threshold must be positive or -1.")
-def _rpc_failure_threshold(conf: Configuration) -> tuple[str, str] | None:
+def _rpc_failure_threshold(conf: ConfigValues) -> tuple[str, str] | None:
     if conf.get(HEARTBEAT_RPC_FAILURE_THRESHOLD) != 0:
         return None
     return HEARTBEAT_RPC_FAILURE_THRESHOLD.key, "must be positive, or -1 to turn it off (got 0)"
@@ -593,7 +595,7 @@ def _rpc_failure_threshold(conf: Configuration) -> tuple[str, str] | None:
     "high-availability.mode zookeeper requires high-availability.zookeeper.quorum and "
     "high-availability.storageDir."
 )
-def _zookeeper_required(conf: Configuration) -> tuple[str, str] | None:
+def _zookeeper_required(conf: ConfigValues) -> tuple[str, str] | None:
     if conf.get(HA_MODE) != "zookeeper":
         return None
     for option in (HA_ZOOKEEPER_QUORUM, HA_STORAGE_DIR):
@@ -603,7 +605,7 @@ def _zookeeper_required(conf: Configuration) -> tuple[str, str] | None:
 
 
 @_constraint("high-availability.zookeeper.quorum, when set, is a comma-separated host[:port] list.")
-def _zookeeper_quorum(conf: Configuration) -> tuple[str, str] | None:
+def _zookeeper_quorum(conf: ConfigValues) -> tuple[str, str] | None:
     quorum = conf.get(HA_ZOOKEEPER_QUORUM)
     for entry in quorum.split(",") if quorum.strip() else ():
         host, colon, port = entry.strip().rpartition(":")
@@ -617,7 +619,7 @@ def _zookeeper_quorum(conf: Configuration) -> tuple[str, str] | None:
 
 
 @_constraint("high-availability.zookeeper.path.root starts with '/'.")
-def _zookeeper_root(conf: Configuration) -> tuple[str, str] | None:
+def _zookeeper_root(conf: ConfigValues) -> tuple[str, str] | None:
     root = conf.get(HA_ZOOKEEPER_ROOT)
     if root.startswith("/"):
         return None

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import socket
 import threading
@@ -39,6 +38,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
+
+from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +58,6 @@ RESERVED_LABELS = frozenset({"role", "job", "instance"})
 # -- ZooKeeper connection state -------------------------------------------------------------------
 
 
-class ZooKeeperState(enum.Enum):
-    CONNECTED = "CONNECTED"
-    SUSPENDED = "SUSPENDED"  # the connection dropped; the session may still be alive
-    LOST = "LOST"  # the session expired: ephemeral nodes (and leadership) are gone
-
-
 class ZooKeeperStateHolder:
     """The ZooKeeper connection state of this process, written by the HA code.
 
@@ -76,23 +71,28 @@ class ZooKeeperStateHolder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.enabled = False
-        self.state: ZooKeeperState | None = None
+        self.state: ZooKeeperConnectionState | None = None
         self.losses_total = 0  # CONNECTED -> SUSPENDED/LOST transitions
 
     def enable(self) -> None:
         self.enabled = True
 
-    def set(self, state: str | ZooKeeperState) -> None:
-        new = state if isinstance(state, ZooKeeperState) else ZooKeeperState(str(state).upper())
+    def set(self, state: str | ZooKeeperConnectionState) -> None:
+        new = (
+            state
+            if isinstance(state, ZooKeeperConnectionState)
+            else ZooKeeperConnectionState(str(state).upper())
+        )
         with self._lock:
             self.enabled = True
-            if self.state is ZooKeeperState.CONNECTED and new is not ZooKeeperState.CONNECTED:
+            was_connected = self.state is ZooKeeperConnectionState.CONNECTED
+            if was_connected and new is not ZooKeeperConnectionState.CONNECTED:
                 self.losses_total += 1
             self.state = new
 
     @property
     def connected(self) -> bool:
-        return self.state is ZooKeeperState.CONNECTED
+        return self.state is ZooKeeperConnectionState.CONNECTED
 
 
 ZOOKEEPER = ZooKeeperStateHolder()

@@ -1,5 +1,10 @@
-"""Retrying with exponential back-off, for registrations (TaskExecutor→RM, JobMaster→RM, ...).
+"""Retrying with exponential back-off.
 
+:func:`retry_with_backoff` delivers one message until it is taken (e.g. a JobMaster's job status
+report to the dispatcher leader): every failure waits a doubling delay, up to a maximum, and the
+errors that mean "never" end it.
+
+:func:`retry_registration` is for registrations (TaskExecutor→RM, JobMaster→RM, ...), with
 Flink's ``RetryingRegistration`` semantics: the n-th attempt waits ``min(initial * 2**n, max)``
 for an answer; a *failed* attempt (error reply) waits ``error_delay`` before the next one, and a
 *refused* registration (the target answered "no") waits ``refused_delay``. The loop ends on
@@ -69,3 +74,37 @@ async def retry_registration(
         attempt += 1
         if delay:
             await asyncio.sleep(delay)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delays between attempts: ``initial_s``, doubling after each failure, at most ``max_s``."""
+
+    initial_s: float = 0.1
+    max_s: float = 2.0
+
+    def delay_after(self, failures: int) -> float:
+        """The wait after the ``failures``-th failure in a row (1-based)."""
+        return min(self.initial_s * 2.0 ** min(failures - 1, 30), self.max_s)
+
+
+async def retry_with_backoff(
+    what: str,
+    attempt_fn: Callable[[], Awaitable[T]],
+    backoff: Backoff,
+    *,
+    give_up_on: tuple[type[Exception], ...] = (),
+) -> T:
+    """Call ``attempt_fn()`` until it returns. An exception of a ``give_up_on`` type ends the
+    loop (it is raised to the caller); any other is logged and retried after the next delay.
+    Cancelling the calling task stops it."""
+    failures = 0
+    while True:
+        try:
+            return await attempt_fn()
+        except give_up_on:
+            raise
+        except Exception as exc:
+            failures += 1
+            log.info("%s failed (%s); retrying", what, exc)
+        await asyncio.sleep(backoff.delay_after(failures))

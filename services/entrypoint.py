@@ -12,26 +12,29 @@ import logging
 import sys
 from pathlib import Path
 
+from sparkmill.common import config_options as opt
 from sparkmill.common.actor import ServiceRuntime
 from sparkmill.common.config import Configuration
 from sparkmill.common.errors import ConfigurationError
 from sparkmill.common.ha import HighAvailabilityServices
 from sparkmill.common.ha_factory import create_ha_services, settings_from_config
 from sparkmill.common.ids import new_resource_id
-from sparkmill.common.metrics import MetricsHttpServer
+from sparkmill.common.metrics import MetricsHttpServer, ProcessMetrics
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import RpcServer
+from sparkmill.common.service_base import ServiceIdentity
 from sparkmill.common.settings import ClusterSettings
-from sparkmill.services import metrics as service_metrics
-from sparkmill.services.base import ServiceIdentity
+from sparkmill.services.dispatcher import metrics as dispatcher_metrics
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
+from sparkmill.services.jobmaster import metrics as job_master_metrics
 from sparkmill.services.jobmaster.service import JobMasterProcess
+from sparkmill.services.resourcemanager import metrics as resource_manager_metrics
 from sparkmill.services.resourcemanager.resource_manager import ResourceManager
+from sparkmill.services.taskexecutor import metrics as task_executor_metrics
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 
 Service = Dispatcher | ResourceManager | JobMasterProcess | TaskExecutor
 
-ROLES = ("dispatcher", "resource-manager", "job-master", "task-executor")
 EXIT_CONFIG_ERROR = 2
 
 log = logging.getLogger("sparkmill")
@@ -54,8 +57,6 @@ def run_service(role: str, config_path: Path) -> int:
     except ConfigurationError as exc:
         print(f"sparkmill {role}: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    from sparkmill.common import config_options as opt
-
     configure_logging(config.get(opt.LOG_LEVEL))
     try:
         return asyncio.run(_serve(role, settings, config))
@@ -113,6 +114,56 @@ def _build(
     )
 
 
+def _process_metrics(
+    identity: ServiceIdentity, runtime: ServiceRuntime, config: Configuration
+) -> ProcessMetrics:
+    return ProcessMetrics(
+        identity.role,
+        identity.id,
+        runtime,
+        ha_mode=config.get(opt.HA_MODE),
+        extra_labels=config.prefixed(opt.METRICS_LABELS),
+        started_at=identity.started_at,
+    )
+
+
+def _register_metrics(service: Service, metrics: ProcessMetrics) -> None:
+    """Add the service's own collectors (each service package wires its own) and start its RPC
+    series at 0. This module is the one place that knows every service."""
+    metrics.rpc.declare(service.SERVICE, service.METHODS)
+    if isinstance(service, Dispatcher):
+        dispatcher_metrics.register(service, metrics)
+    elif isinstance(service, ResourceManager):
+        resource_manager_metrics.register(service, metrics)
+    elif isinstance(service, JobMasterProcess):
+        job_master_metrics.register(service, metrics)
+    else:
+        task_executor_metrics.register(service, metrics)
+
+
+async def _start_metrics_endpoint(
+    metrics: ProcessMetrics, settings: ClusterSettings, identity: ServiceIdentity
+) -> MetricsHttpServer | None:
+    """Serve ``/metrics`` (before the service registers anywhere: its ServiceInfo carries the
+    URL). A port that cannot be bound is logged as an error; the service runs on without it."""
+    if not settings.metrics_enabled:
+        return None
+    server = MetricsHttpServer(metrics.render, settings.metrics_bind_host, settings.metrics_port)
+    try:
+        identity.metrics_url = await server.start()
+    except OSError as exc:
+        log.error(
+            "%s: cannot serve metrics on %s:%d (metrics.bind-host / metrics.port): %s",
+            identity.role,
+            settings.metrics_bind_host,
+            settings.metrics_port,
+            exc,
+        )
+        return None
+    log.info("%s %s metrics at %s", identity.role, identity.id[:8], identity.metrics_url)
+    return server
+
+
 async def _serve(role: str, settings: ClusterSettings, config: Configuration) -> int:
     """Run one service until it is told to stop; the process's exit code."""
     identity_id = (settings.task_executor_resource_id if role == "task-executor" else "") or (
@@ -125,7 +176,7 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     clients = RpcClientPool(
         f"{role} {identity_id[:8]}", max_message_bytes=settings.rpc_max_message_bytes
     )
-    metrics = service_metrics.process_metrics(identity, runtime, config)
+    metrics = _process_metrics(identity, runtime, config)
     server = RpcServer(
         _bind_address(role, settings),
         name=role,
@@ -134,14 +185,14 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     )
     servicer = _build(role, settings, config, runtime, ha, clients, identity)
     server.add_servicer(servicer)
-    service_metrics.register_service(servicer, metrics)
+    _register_metrics(servicer, metrics)
     endpoint: MetricsHttpServer | None = None
 
     async def start() -> None:
         nonlocal endpoint
         identity.address = await server.start()
         log.info("%s %s listening on %s", role, identity_id[:8], identity.address)
-        endpoint = await service_metrics.start_endpoint(metrics, settings, identity)
+        endpoint = await _start_metrics_endpoint(metrics, settings, identity)
         await servicer.start()
         if role != "task-executor":  # task executors are listed by the resource manager
             runtime.spawn(

@@ -35,10 +35,10 @@ from sparkmill.common.errors import (
     SparkmillError,
     UnavailableError,
 )
+from sparkmill.common.service_base import ROLES
 from sparkmill.common.v1 import common_pb2, jobs_pb2
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-ROLES = ("dispatcher", "resource-manager", "job-master", "task-executor")
 
 
 def _status_name(status: int) -> str:

@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from sparkmill.common.service_base import ROLES
+
 CONFIG_FILE = "cluster.yaml"
 PROCESSES_FILE = "processes.json"
 
@@ -154,7 +156,7 @@ class LocalCluster:
 
     def add_process(self, role: str) -> ServiceProcess:
         """Start one more process of ``role`` (e.g. to replace one a test killed)."""
-        if role not in ("task-executor", "job-master", "dispatcher", "resource-manager"):
+        if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
         index = 1 + max((p.index for p in self.processes if p.role == role), default=-1)
         self._spawn(role, index)

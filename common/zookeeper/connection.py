@@ -15,16 +15,20 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient
 
 from sparkmill.common.errors import UnavailableError
 from sparkmill.common.metrics import ZOOKEEPER
+from sparkmill.common.zookeeper.state import (
+    ZOOKEEPER_CONNECTION_TRANSITIONS,
+    ZooKeeperConnectionState,
+)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-StateListener = Callable[[str], None]
-"""Called on the event loop with "CONNECTED", "SUSPENDED" or "LOST"."""
+StateListener = Callable[[ZooKeeperConnectionState], None]
+"""Called on the event loop with every new connection state."""
 
 
 class ZooKeeperConnection:
@@ -41,7 +45,7 @@ class ZooKeeperConnection:
         self.session_timeout_s = session_timeout_s
         self.connection_timeout_s = connection_timeout_s
         self.client: KazooClient | None = None
-        self.state = "LOST"
+        self.state = ZooKeeperConnectionState.LOST  # no session yet
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[StateListener] = []
         self._connected: asyncio.Event | None = None
@@ -71,15 +75,20 @@ class ZooKeeperConnection:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._apply_state, str(state))
 
-    def _apply_state(self, state: str) -> None:
-        if state == self.state:
+    def _apply_state(self, kazoo_state: str) -> None:
+        state = ZooKeeperConnectionState(kazoo_state)
+        if state is self.state:
             return
+        if not ZOOKEEPER_CONNECTION_TRANSITIONS.can_transition(self.state, state):
+            # kazoo is the authority on its session; follow it, but say it was unexpected.
+            log.warning("ZooKeeper connection: unexpected change %s -> %s", self.state, state)
         previous, self.state = self.state, state
         ZOOKEEPER.set(state)
-        level = logging.INFO if state == KazooState.CONNECTED or self._closing else logging.WARNING
-        log.log(level, "ZooKeeper connection %s -> %s", previous, state)
+        connected = state is ZooKeeperConnectionState.CONNECTED
+        level = logging.INFO if connected or self._closing else logging.WARNING
+        log.log(level, "ZooKeeper connection %s -> %s", previous.value, state.value)
         assert self._connected is not None
-        if state == KazooState.CONNECTED:
+        if connected:
             self._connected.set()
         else:
             self._connected.clear()
@@ -98,7 +107,7 @@ class ZooKeeperConnection:
 
     @property
     def connected(self) -> bool:
-        return bool(self.state == KazooState.CONNECTED)
+        return self.state is ZooKeeperConnectionState.CONNECTED
 
     async def wait_connected(self, what: str) -> None:
         await self.ensure_started()

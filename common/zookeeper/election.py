@@ -34,6 +34,7 @@ from sparkmill.common.leader import (
     LeaderRetrievalService,
 )
 from sparkmill.common.zookeeper.connection import ZooKeeperConnection
+from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +169,13 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         if event.type == EventType.DELETED:
             self.zk.post(lambda: self._spawn(self._check()))
 
-    def _on_state(self, state: str) -> None:
-        if state == "SUSPENDED" and not self.tolerate_suspended:
+    def _on_state(self, state: ZooKeeperConnectionState) -> None:
+        if state is ZooKeeperConnectionState.SUSPENDED and not self.tolerate_suspended:
             self._spawn(self._revoke("ZooKeeper connection suspended"))
-        elif state == "LOST":
+        elif state is ZooKeeperConnectionState.LOST:
             self._node = None  # the session's ephemeral nodes are gone
             self._spawn(self._revoke("ZooKeeper session lost"))
-        elif state == "CONNECTED":
+        elif state is ZooKeeperConnectionState.CONNECTED:
             self._spawn(self._contend())
 
     async def _revoke(self, reason: str) -> None:

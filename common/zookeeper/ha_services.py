@@ -32,6 +32,7 @@ from sparkmill.common.zookeeper.election import (
     ZooKeeperLeaderElectionService,
     ZooKeeperLeaderRetrievalService,
 )
+from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
 from sparkmill.common.zookeeper.stores import FileSystemJobResultStore, ZooKeeperJobGraphStore
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,10 @@ class ZooKeeperHaServices(HighAvailabilityServices):
         await self.connection.wait_connected(f"announcing this {role}")
         await self._announce()
 
-    def _on_state(self, state: str) -> None:
-        if state == "CONNECTED":  # a new session after LOST has no ephemeral node of ours
+    def _on_state(self, state: ZooKeeperConnectionState) -> None:
+        if (
+            state is ZooKeeperConnectionState.CONNECTED
+        ):  # a new session after LOST has no ephemeral node of ours
             asyncio.get_running_loop().create_task(self._announce())
 
     async def _announce(self) -> None:

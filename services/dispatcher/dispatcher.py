@@ -3,8 +3,8 @@
 While it leads, it
 
 * accepts job submissions: decodes and validates the job graph (a clear error naming every
-  problem otherwise), stores it in the submitted-job-graph store *before* acknowledging (seed
-  003), and hands the job to a job-master process;
+  problem otherwise), stores it in the submitted-job-graph store *before* acknowledging, and
+  hands the job to a job-master process;
 * keeps the registry of job-master processes (they register with back-off and are heartbeated);
   a job whose process is lost goes back to the queue and is started on another process;
 * answers list / status / cancel / result, and keeps finished jobs' results until they expire
@@ -37,12 +37,19 @@ from sparkmill.common.jobgraph_codec import job_graph_from_proto
 from sparkmill.common.leader import LeaderElectionService
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.service_base import ServiceIdentity, require_leader
 from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.states import JobStatus
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherServicer, JobMasterClient
-from sparkmill.services.base import ServiceIdentity, require_leader
+from sparkmill.services.dispatcher.job_placement import (
+    JOB_PLACEMENT_TRANSITIONS,
+    JobPlacement,
+    can_be_released,
+    can_start,
+    is_waiting_for_claim,
+)
 from sparkmill.services.dispatcher.validation import validate_job_graph
-from sparkmill.services.jobmaster.states import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +76,16 @@ class _Job:
     address: str = ""
     details: jobs_pb2.JobDetails | None = None
     result: jobs_pb2.JobResult | None = None
-    starting: bool = False
-    recovered: bool = False  # recovered by a new leader, waiting to be claimed
+    placement: JobPlacement = JobPlacement.WAITING
 
     @property
     def terminal(self) -> bool:
         return self.status.is_globally_terminal
+
+    def move_to(self, placement: JobPlacement) -> None:
+        """Change the placement; one the table does not allow is a bug."""
+        JOB_PLACEMENT_TRANSITIONS.check(self.placement, placement, f"job {short(self.job_id)}")
+        self.placement = placement
 
 
 class Dispatcher(DispatcherServicer):
@@ -143,6 +154,7 @@ class Dispatcher(DispatcherServicer):
                 ended_at=result.details.ended_at,
                 result=result,
                 details=result.details,
+                placement=JobPlacement.ENDED,
             )
             self.jobs[job_id] = job
             if dirty:  # the previous leader died between recording the result and clean-up
@@ -156,7 +168,9 @@ class Dispatcher(DispatcherServicer):
                 log.info("job %s already has a result; removing its stale graph", short(job_id))
                 await self._clean_up(job_id)
                 continue
-            self.jobs[job_id] = _Job(job_id, graph.name, graph, time.time(), recovered=True)
+            self.jobs[job_id] = _Job(
+                job_id, graph.name, graph, time.time(), placement=JobPlacement.RECOVERED
+            )
             log.info("recovered job %s ('%s') from the job graph store", short(job_id), graph.name)
 
     async def _fail_unrecoverable(self, lost: UnrecoverableJobGraph) -> None:
@@ -194,7 +208,8 @@ class Dispatcher(DispatcherServicer):
 
     def _end_recovery_grace(self) -> None:
         for job in self.jobs.values():
-            job.recovered = False
+            if is_waiting_for_claim(job.placement):
+                job.move_to(JobPlacement.WAITING)
         self._schedule_waiting_jobs()
 
     async def revoke_leadership(self) -> None:
@@ -225,7 +240,7 @@ class Dispatcher(DispatcherServicer):
             )
         started = time.monotonic()
         # Persist before acknowledging: once the client hears "submitted", no leader change
-        # may lose the job (seed 003).
+        # may lose the job.
         await self.runtime.run_blocking(self.job_store.put, request.job_graph)
         self.jobs[job_id] = _Job(job_id, graph.name, request.job_graph, time.time())
         self.submitted_total += 1
@@ -244,12 +259,12 @@ class Dispatcher(DispatcherServicer):
         if self.session_id is None:
             return
         for job in self.jobs.values():
-            if not job.terminal and not job.process_id and not job.starting and not job.recovered:
+            if can_start(job.placement):
                 process = self._least_loaded_process()
                 if process is None:
                     log.info("job %s waits for a job-master process to register", short(job.job_id))
                     return
-                job.starting = True
+                job.move_to(JobPlacement.STARTING)
                 job.process_id = process.process_id
                 process.jobs.add(job.job_id)
                 self.runtime.spawn(self._start_job(job, process), "start-job")
@@ -260,8 +275,7 @@ class Dispatcher(DispatcherServicer):
             old.jobs.discard(job.job_id)
         job.process_id = process_id
         job.address = address
-        job.recovered = False
-        job.starting = False
+        job.move_to(JobPlacement.ASSIGNED)
         new = self.processes.get(process_id)
         if new is not None:
             new.jobs.add(job.job_id)
@@ -290,12 +304,14 @@ class Dispatcher(DispatcherServicer):
             )
             process.jobs.discard(job.job_id)
             job.process_id = ""
-            job.starting = False
+            if can_be_released(job.placement):
+                job.move_to(JobPlacement.WAITING)
             if isinstance(exc, AlreadyExistsError):
                 return  # it runs there already (a retried start); its reports will arrive
             self.runtime.spawn(self._retry_scheduling_later(), "reschedule")
             return
-        job.starting = False
+        if job.placement is JobPlacement.STARTING:
+            job.move_to(JobPlacement.ASSIGNED)
         if self.jobs.get(job.job_id) is not job:
             return
         # Empty while the JobMaster waits as a standby in the job's election; its first status
@@ -347,7 +363,8 @@ class Dispatcher(DispatcherServicer):
                 process.jobs.discard(job.job_id)
             job.process_id = ""
             job.session_id = ""
-            job.starting = False
+            if can_be_released(job.placement):
+                job.move_to(JobPlacement.WAITING)
             job.status = JobStatus.INITIALIZING
             self._schedule_waiting_jobs()
             return common_pb2.Empty()
@@ -357,6 +374,7 @@ class Dispatcher(DispatcherServicer):
             result.CopyFrom(request.result)
             result.details.CopyFrom(self._details(job))
             job.result = result
+            job.move_to(JobPlacement.ENDED)
             process = self.processes.get(job.process_id)
             if process is not None:
                 process.jobs.discard(job.job_id)
@@ -428,7 +446,8 @@ class Dispatcher(DispatcherServicer):
             if not job.terminal:
                 job.process_id = ""
                 job.session_id = ""
-                job.starting = False
+                if can_be_released(job.placement):
+                    job.move_to(JobPlacement.WAITING)
                 job.status = JobStatus.INITIALIZING
         self._schedule_waiting_jobs()
 

@@ -16,8 +16,8 @@ from prometheus_client.core import Metric
 
 from sparkmill.common.ids import JobID
 from sparkmill.common.metrics import PREFIX, RPC_BUCKETS, ProcessMetrics, counter, gauge
+from sparkmill.common.states import JobStatus
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
-from sparkmill.services.jobmaster.states import JobStatus
 
 ENDED_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
 

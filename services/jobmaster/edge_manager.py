@@ -29,193 +29,19 @@ reached FINISHED), so "can this group be consumed?" is an O(1) question.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
 
 from sparkmill.common.errors import IllegalStateBug
 from sparkmill.common.exchange.pointwise import pointwise_readers
-from sparkmill.common.ids import IntermediateDataSetID, short
-from sparkmill.common.jobgraph import DistributionPattern, IntermediateDataSet, ResultPartitionType
-
-if TYPE_CHECKING:
-    from sparkmill.services.jobmaster.execution_graph import ExecutionJobVertex, ExecutionVertex
-
-
-class PartitionID(NamedTuple):
-    """Identifies one partition of an intermediate result."""
-
-    dataset_id: IntermediateDataSetID
-    partition_number: int
-
-    def __str__(self) -> str:
-        return f"{short(self.dataset_id)}#{self.partition_number}"
-
-
-class IntermediateResult:
-    """The run-time side of an :class:`~common.jobgraph.IntermediateDataSet`.
-
-    It has one partition per subtask of its producer (``partitions[i]`` is written by subtask
-    ``i``) and knows every :class:`ConsumedPartitionGroup` built over it.
-    """
-
-    __slots__ = ("consumed_partition_groups", "id", "partitions", "producer", "result_type")
-
-    def __init__(self, dataset: IntermediateDataSet, producer: ExecutionJobVertex) -> None:
-        self.id: IntermediateDataSetID = dataset.id
-        self.producer = producer
-        self.result_type: ResultPartitionType = dataset.result_type
-        self.partitions: list[IntermediateResultPartition] = []
-        self.consumed_partition_groups: list[ConsumedPartitionGroup] = []
-
-    @property
-    def num_partitions(self) -> int:
-        return len(self.partitions)
-
-    @property
-    def is_pipelined(self) -> bool:
-        return self.result_type is ResultPartitionType.PIPELINED
-
-    def __repr__(self) -> str:
-        return (
-            f"IntermediateResult({short(self.id)}, producer={self.producer.name!r}, "
-            f"{self.result_type.name}, partitions={len(self.partitions)})"
-        )
-
-
-class IntermediateResultPartition:
-    """The part of an :class:`IntermediateResult` written by one producer subtask."""
-
-    __slots__ = (
-        "consumed_partition_groups",
-        "consumer_vertex_groups",
-        "id",
-        "is_finished",
-        "producer",
-        "result",
-    )
-
-    def __init__(self, result: IntermediateResult, producer: ExecutionVertex) -> None:
-        self.result = result
-        self.producer = producer
-        self.id = PartitionID(result.id, producer.subtask_index)
-        # One ConsumerVertexGroup per job edge reading the result (usually exactly one).
-        self.consumer_vertex_groups: list[ConsumerVertexGroup] = []
-        # Every group this partition belongs to; told when the partition (un)finishes.
-        self.consumed_partition_groups: list[ConsumedPartitionGroup] = []
-        self.is_finished = False
-
-    @property
-    def partition_number(self) -> int:
-        return self.id.partition_number
-
-    @property
-    def result_type(self) -> ResultPartitionType:
-        return self.result.result_type
-
-    def mark_finished(self) -> None:
-        """The producer's current attempt finished: the data is complete. Idempotent."""
-        if self.is_finished:
-            return
-        self.is_finished = True
-        for group in self.consumed_partition_groups:
-            group._partition_finished()
-
-    def mark_unfinished(self) -> None:
-        """The producer is about to run again: the data must be produced anew. Idempotent."""
-        if not self.is_finished:
-            return
-        self.is_finished = False
-        for group in self.consumed_partition_groups:
-            group._partition_unfinished()
-
-    def __repr__(self) -> str:
-        state = "finished" if self.is_finished else "unfinished"
-        return f"IntermediateResultPartition({self.id}, {state})"
-
-
-class ConsumedPartitionGroup:
-    """Partitions of one result that a set of consumer subtasks all read for one input.
-
-    The partitions always form a contiguous range of the result's partitions.
-    """
-
-    __slots__ = ("_num_finished", "consumer_vertex_group", "partitions", "result")
-
-    def __init__(
-        self, result: IntermediateResult, partitions: Sequence[IntermediateResultPartition]
-    ) -> None:
-        if not partitions:
-            raise IllegalStateBug("a consumed partition group cannot be empty")
-        self.result = result
-        self.partitions: tuple[IntermediateResultPartition, ...] = tuple(partitions)
-        self._num_finished = sum(1 for p in self.partitions if p.is_finished)
-        # Set right after construction by _link().
-        self.consumer_vertex_group: ConsumerVertexGroup
-
-    @property
-    def result_type(self) -> ResultPartitionType:
-        return self.result.result_type
-
-    @property
-    def num_finished(self) -> int:
-        return self._num_finished
-
-    @property
-    def is_consumable(self) -> bool:
-        """True when the current attempt of every producer of these partitions has FINISHED."""
-        return self._num_finished == len(self.partitions)
-
-    def _partition_finished(self) -> None:
-        if self._num_finished >= len(self.partitions):
-            raise IllegalStateBug(f"{self!r}: more partitions finished than it has")
-        self._num_finished += 1
-
-    def _partition_unfinished(self) -> None:
-        if self._num_finished <= 0:
-            raise IllegalStateBug(f"{self!r}: a partition unfinished while none was finished")
-        self._num_finished -= 1
-
-    def __len__(self) -> int:
-        return len(self.partitions)
-
-    def __iter__(self) -> Iterator[IntermediateResultPartition]:
-        return iter(self.partitions)
-
-    def __repr__(self) -> str:
-        first = self.partitions[0].partition_number
-        last = self.partitions[-1].partition_number
-        return (
-            f"ConsumedPartitionGroup({short(self.result.id)}[{first}..{last}], "
-            f"finished={self._num_finished}/{len(self.partitions)})"
-        )
-
-
-class ConsumerVertexGroup:
-    """Consumer subtasks that all read the same partitions for one input."""
-
-    __slots__ = ("consumed_partition_group", "vertices")
-
-    def __init__(self, vertices: Sequence[ExecutionVertex]) -> None:
-        if not vertices:
-            raise IllegalStateBug("a consumer vertex group cannot be empty")
-        self.vertices: tuple[ExecutionVertex, ...] = tuple(vertices)
-        # Set right after construction by _link().
-        self.consumed_partition_group: ConsumedPartitionGroup
-
-    @property
-    def result_type(self) -> ResultPartitionType:
-        return self.consumed_partition_group.result_type
-
-    def __len__(self) -> int:
-        return len(self.vertices)
-
-    def __iter__(self) -> Iterator[ExecutionVertex]:
-        return iter(self.vertices)
-
-    def __repr__(self) -> str:
-        first = self.vertices[0].subtask_index
-        last = self.vertices[-1].subtask_index
-        return f"ConsumerVertexGroup({self.vertices[0].job_vertex.name!r}[{first}..{last}])"
+from sparkmill.common.jobgraph import DistributionPattern
+from sparkmill.services.jobmaster.execution_topology import (
+    ConsumedPartitionGroup,
+    ConsumerVertexGroup,
+    ExecutionJobVertex,
+    ExecutionVertex,
+    IntermediateResult,
+    IntermediateResultPartition,
+)
 
 
 def _link(
@@ -271,11 +97,4 @@ def connect(
     return groups
 
 
-__all__ = [
-    "ConsumedPartitionGroup",
-    "ConsumerVertexGroup",
-    "IntermediateResult",
-    "IntermediateResultPartition",
-    "PartitionID",
-    "connect",
-]
+__all__ = ["connect"]

@@ -10,7 +10,7 @@
 * each execution vertex starts with one :class:`Execution` (attempt 0) in state CREATED.
 
 An :class:`Execution` is one attempt to run a subtask. Its state changes are checked against
-:data:`~services.jobmaster.states.EXECUTION_STATE_TRANSITIONS`; the graph reacts to each change
+:data:`~common.states.EXECUTION_STATE_TRANSITIONS`; the graph reacts to each change
 in O(1) per affected group: it keeps the per-state counts, marks the produced partitions finished
 when an attempt FINISHES (so consumability checks are O(1)), and indexes current attempts by id.
 :meth:`ExecutionGraph.reset_vertex_for_new_execution` replaces a terminal attempt with a new one.
@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import NamedTuple
 
 from sparkmill.common.errors import IllegalStateBug
 from sparkmill.common.ids import (
@@ -34,245 +32,30 @@ from sparkmill.common.ids import (
     IntermediateDataSetID,
     JobID,
     JobVertexID,
-    new_attempt_id,
     short,
 )
 from sparkmill.common.jobgraph import JobGraph, JobVertex
-from sparkmill.common.resources import ResourceProfile
-from sparkmill.services.jobmaster.edge_manager import (
+from sparkmill.common.states import ExecutionState
+from sparkmill.services.jobmaster.edge_manager import connect
+from sparkmill.services.jobmaster.execution_topology import (
     ConsumedPartitionGroup,
     ConsumerVertexGroup,
+    Execution,
+    ExecutionJobVertex,
+    ExecutionVertex,
+    ExecutionVertexID,
+    FailureInfo,
     IntermediateResult,
     IntermediateResultPartition,
     PartitionID,
-    connect,
-)
-from sparkmill.services.jobmaster.pipelined_regions import (
     PipelinedRegion,
-    compute_pipelined_regions,
 )
-from sparkmill.services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
+from sparkmill.services.jobmaster.pipelined_regions import compute_pipelined_regions
 
 MAX_PRIOR_ATTEMPTS_KEPT = 16
 """How many superseded attempts an execution vertex remembers (for failure history displays)."""
 
 _TERMINAL_STATES = tuple(s for s in ExecutionState if s.is_terminal)
-
-
-class ExecutionVertexID(NamedTuple):
-    """Identifies one subtask: its job vertex and its subtask index."""
-
-    job_vertex_id: JobVertexID
-    subtask_index: int
-
-    def __str__(self) -> str:
-        return f"{short(self.job_vertex_id)}_{self.subtask_index}"
-
-
-@dataclass(frozen=True, slots=True)
-class FailureInfo:
-    """Why an attempt FAILED, and when (wall-clock seconds)."""
-
-    message: str
-    timestamp: float
-    exception_class: str = ""  # e.g. "ConnectionError"; empty when unknown
-
-
-class Execution:
-    """One attempt to run one subtask."""
-
-    __slots__ = (
-        "assigned_resource",
-        "attempt_id",
-        "attempt_number",
-        "failure_info",
-        "state",
-        "state_timestamps",
-        "task_executor_id",
-        "vertex",
-    )
-
-    def __init__(self, vertex: ExecutionVertex, attempt_number: int, created_at: float) -> None:
-        self.vertex = vertex
-        self.attempt_id: ExecutionAttemptID = new_attempt_id()
-        self.attempt_number = attempt_number
-        self.state = ExecutionState.CREATED
-        self.state_timestamps: dict[ExecutionState, float] = {ExecutionState.CREATED: created_at}
-        # Whatever the scheduler deployed this attempt into (e.g. its slot); opaque here.
-        self.assigned_resource: object | None = None
-        # The task executor (resource id) it was deployed to: where its results were written.
-        self.task_executor_id = ""
-        self.failure_info: FailureInfo | None = None
-
-    @property
-    def is_current(self) -> bool:
-        """False once the vertex was reset for a newer attempt."""
-        return self.vertex.current_execution is self
-
-    @property
-    def description(self) -> str:
-        """E.g. ``map (3/8) attempt #1 (0a1b2c3d)``, for log lines and failure messages."""
-        return (
-            f"{self.vertex.task_name_with_subtask} attempt #{self.attempt_number} "
-            f"({short(self.attempt_id)})"
-        )
-
-    def state_timestamp(self, state: ExecutionState) -> float | None:
-        """When this attempt entered ``state`` (wall-clock seconds), or None if it never did."""
-        return self.state_timestamps.get(state)
-
-    def can_transition_to(self, target: ExecutionState) -> bool:
-        return EXECUTION_STATE_TRANSITIONS.can_transition(self.state, target)
-
-    def transition_to(
-        self, target: ExecutionState, *, failure: str | None = None, exception_class: str = ""
-    ) -> None:
-        """Move to ``target``; an illegal transition raises :class:`IllegalStateBug`.
-
-        ``failure`` (and ``exception_class``) describe the cause and belong only to FAILED.
-        """
-        current = self.state
-        if not EXECUTION_STATE_TRANSITIONS.can_transition(current, target):
-            EXECUTION_STATE_TRANSITIONS.check(current, target, self.description)
-        if target is not ExecutionState.FAILED and (failure is not None or exception_class):
-            raise IllegalStateBug(
-                f"{self.description}: a failure cause was given for a {target.name} transition"
-            )
-        graph = self.vertex._graph
-        now = graph._clock()
-        self.state = target
-        self.state_timestamps[target] = now
-        if target is ExecutionState.FAILED:
-            self.failure_info = FailureInfo(
-                failure if failure is not None else "failed without a reported cause",
-                now,
-                exception_class,
-            )
-        graph._on_transition(self, current, target)
-
-    def mark_failed(self, message: str, exception: BaseException | None = None) -> None:
-        """Shortcut for ``transition_to(FAILED, ...)`` with the cause taken from ``exception``."""
-        self.transition_to(
-            ExecutionState.FAILED,
-            failure=message,
-            exception_class=type(exception).__qualname__ if exception is not None else "",
-        )
-
-    def __repr__(self) -> str:
-        return f"Execution({self.description}, {self.state.name})"
-
-
-class ExecutionVertex:
-    """One parallel subtask of an :class:`ExecutionJobVertex`; survives across attempts."""
-
-    __slots__ = (
-        "_graph",
-        "_index",
-        "_prior_executions",
-        "_region",
-        "consumed_partition_groups",
-        "current_execution",
-        "id",
-        "job_vertex",
-        "produced_partitions",
-        "subtask_index",
-        "vertex_version",
-    )
-
-    def __init__(self, job_vertex: ExecutionJobVertex, subtask_index: int, index: int) -> None:
-        graph = job_vertex.graph
-        self._graph = graph
-        self._index = index  # position in the graph's topological list of all vertices
-        self._region: PipelinedRegion | None = None
-        self._prior_executions: list[Execution] | None = None
-        self.job_vertex = job_vertex
-        self.subtask_index = subtask_index
-        self.id = ExecutionVertexID(job_vertex.id, subtask_index)
-        # Bumped on every reset, so a late reply about an older deployment can be recognised.
-        self.vertex_version = 0
-        # produced_partitions[k] is this subtask's partition of job_vertex.produced_results[k].
-        self.produced_partitions: list[IntermediateResultPartition] = []
-        # consumed_partition_groups[k] is what this subtask reads for job_vertex.inputs[k].
-        self.consumed_partition_groups: list[ConsumedPartitionGroup] = []
-        self.current_execution = Execution(self, 0, graph._clock())
-
-    @property
-    def execution_state(self) -> ExecutionState:
-        return self.current_execution.state
-
-    @property
-    def parallelism(self) -> int:
-        return self.job_vertex.parallelism
-
-    @property
-    def task_name_with_subtask(self) -> str:
-        """E.g. ``map (3/8)``; the subtask is shown 1-based, as Flink does."""
-        return f"{self.job_vertex.name} ({self.subtask_index + 1}/{self.job_vertex.parallelism})"
-
-    @property
-    def prior_executions(self) -> list[Execution]:
-        """Superseded attempts, oldest first (at most :data:`MAX_PRIOR_ATTEMPTS_KEPT`)."""
-        return list(self._prior_executions or ())
-
-    def __repr__(self) -> str:
-        return (
-            f"ExecutionVertex({self.task_name_with_subtask}, v{self.vertex_version}, "
-            f"{self.current_execution.state.name})"
-        )
-
-
-class ExecutionJobVertex:
-    """The run-time side of one :class:`~common.jobgraph.JobVertex`: all of its subtasks."""
-
-    __slots__ = ("graph", "inputs", "job_vertex", "produced_results", "task_vertices")
-
-    def __init__(self, graph: ExecutionGraph, job_vertex: JobVertex, first_index: int) -> None:
-        if job_vertex.parallelism < 1:
-            raise ValueError(
-                f"vertex '{job_vertex.name}' has parallelism {job_vertex.parallelism}, "
-                "it must be at least 1"
-            )
-        self.graph = graph
-        self.job_vertex = job_vertex
-        self.produced_results = [IntermediateResult(ds, self) for ds in job_vertex.produced]
-        # inputs[k] is the result read through job_vertex.inputs[k].
-        self.inputs: list[IntermediateResult] = []
-        self.task_vertices = [
-            ExecutionVertex(self, i, first_index + i) for i in range(job_vertex.parallelism)
-        ]
-        for result in self.produced_results:
-            partitions = result.partitions
-            for ev in self.task_vertices:
-                partition = IntermediateResultPartition(result, ev)
-                partitions.append(partition)
-                ev.produced_partitions.append(partition)
-
-    @property
-    def id(self) -> JobVertexID:
-        return self.job_vertex.id
-
-    @property
-    def name(self) -> str:
-        return self.job_vertex.name
-
-    @property
-    def parallelism(self) -> int:
-        return self.job_vertex.parallelism
-
-    @property
-    def max_parallelism(self) -> int:
-        return self.job_vertex.max_parallelism
-
-    @property
-    def slot_sharing_group(self) -> str:
-        return self.job_vertex.slot_sharing_group
-
-    @property
-    def resource_profile(self) -> ResourceProfile:
-        return self.job_vertex.resource_profile
-
-    def __repr__(self) -> str:
-        return f"ExecutionJobVertex({self.name!r}, parallelism={self.parallelism})"
 
 
 class ExecutionGraph:
@@ -476,7 +259,10 @@ class ExecutionGraph:
             partition.mark_finished()
         return current
 
-    def _on_transition(
+    def now(self) -> float:
+        return self._clock()
+
+    def execution_transitioned(
         self, execution: Execution, old: ExecutionState, new: ExecutionState
     ) -> None:
         if execution.vertex.current_execution is not execution:

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from sparkmill.common import config_options as opt
 from sparkmill.common.actor import ServiceRuntime
@@ -35,6 +35,7 @@ from sparkmill.common.resources import ResourceProfile
 from sparkmill.common.retry import retry_registration
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.states import ExecutionState, JobStatus
 from sparkmill.common.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
     common_pb2,
@@ -46,6 +47,8 @@ from sparkmill.common.v1 import (
 )
 from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph
+from sparkmill.services.jobmaster.host import JobMasterHost
+from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
 from sparkmill.services.jobmaster.restart_strategy import restart_strategy_from_config
 from sparkmill.services.jobmaster.scheduler import DefaultScheduler
@@ -55,10 +58,6 @@ from sparkmill.services.jobmaster.slot_pool import (
     SlotPool,
     TaskExecutorInfo,
 )
-from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
-
-if TYPE_CHECKING:
-    from sparkmill.services.jobmaster.service import JobMasterProcess
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ class JobMaster:
         settings: ClusterSettings,
         config: Configuration,
         runtime: ServiceRuntime,
-        process: JobMasterProcess,
+        host: JobMasterHost,
         election: LeaderElectionService,
         clients: RpcClientPool,
         submitted_at: float,
@@ -87,7 +86,7 @@ class JobMaster:
         self.job_id: JobID = graph.job_id
         self.settings = settings
         self.runtime = runtime
-        self.process = process
+        self.host = host
         self.election = election
         self.clients = clients
         self.submitted_at = submitted_at or time.time()
@@ -107,7 +106,7 @@ class JobMaster:
             slot_request_timeout_s=self.config.get(opt.SLOT_REQUEST_TIMEOUT) + 1.0,
             idle_slot_timeout_s=settings.slot_idle_timeout_s,
         )
-        self.progress = ProgressRecorder(process.progress_store, self.job_id, runtime)
+        self.progress = ProgressRecorder(host.progress_store, self.job_id, runtime)
         self.scheduler = DefaultScheduler(
             self.graph,
             self.slot_pool,
@@ -145,18 +144,18 @@ class JobMaster:
                 "job %s: this JobMaster has led already; ignoring a new grant", short(self.job_id)
             )
             return
-        store = self.process.result_store
+        store = self.host.result_store
         if await self.runtime.run_blocking(store.has_result, self.job_id):
             # Another JobMaster finished the job while we waited as a standby: never run it
-            # again (seed 002's "job already done" check).
+            # again (the "job already done" check).
             log.info("job %s already has a result; this JobMaster stands down", short(self.job_id))
             self.status = JobStatus.SUSPENDED
             self.runtime.spawn(self.election.stop(), "stand-down")
-            self.process.job_master_done(self)
+            self.host.job_master_done(self)
             return
         self.session_id = session_id
         self.epoch_ms = int(time.time() * 1000)
-        await self.election.confirm_leadership(session_id, self.process.identity.address)
+        await self.election.confirm_leadership(session_id, self.host.identity.address)
         # Before anything is scheduled: what an earlier JobMaster finished and is still
         # readable is not run again.
         await recover_finished_subtasks(
@@ -169,7 +168,7 @@ class JobMaster:
         )
         self.status = JobStatus.CREATED
         self._report_status(JobStatus.CREATED, "")
-        self.on_resource_manager_leader(self.process.rm_leader)
+        self.on_resource_manager_leader(self.host.rm_leader)
         # Scheduling starts once the call stack that started us has returned.
         asyncio.get_running_loop().call_soon(self.scheduler.start_scheduling)
 
@@ -196,14 +195,14 @@ class JobMaster:
         finished."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
-                self.process.report_job_status(
+                self.host.report_job_status(
                     dispatcher_pb2.JobStatusReport(
                         job_id=self.job_id,
                         status=cast(Any, JobStatus.SUSPENDED.value),
                         job_master_session_id=self.session_id,
                         details=self.details(),
-                        job_master_process_id=self.process.identity.id,
-                        job_master_address=self.process.identity.address,
+                        job_master_process_id=self.host.identity.id,
+                        job_master_address=self.host.identity.address,
                     )
                 ),
                 timeout=min(self.settings.rpc_timeout_s, 5.0),
@@ -238,7 +237,7 @@ class JobMaster:
             )
             self.status = JobStatus.SUSPENDED
             await self.election.stop()
-            self.process.job_master_done(self)
+            self.host.job_master_done(self)
             await self._hand_job_back()  # the job's outcome (if any) is for the next one
             return
         result = jobs_pb2.JobResult(
@@ -249,15 +248,15 @@ class JobMaster:
             result.failure.message = cause
         for name, parts in self.scheduler.accumulators.items():
             result.accumulators[name] = pack_accumulators(parts)
-        accepted = await self.process.report_job_status(
+        accepted = await self.host.report_job_status(
             dispatcher_pb2.JobStatusReport(
                 job_id=self.job_id,
                 status=cast(Any, status.value),
                 job_master_session_id=self.session_id,
                 details=result.details,
                 result=result,
-                job_master_process_id=self.process.identity.id,
-                job_master_address=self.process.identity.address,
+                job_master_process_id=self.host.identity.id,
+                job_master_address=self.host.identity.address,
             )
         )
         if accepted and status is not JobStatus.FINISHED:
@@ -275,11 +274,11 @@ class JobMaster:
         if accepted:
             try:
                 await self.progress.flush()  # no late append may recreate the removed log
-                await self.runtime.run_blocking(self.process.progress_store.remove, self.job_id)
+                await self.runtime.run_blocking(self.host.progress_store.remove, self.job_id)
             except OSError as exc:
                 log.warning("job %s: progress log not removed: %s", short(self.job_id), exc)
         await self.election.stop()
-        self.process.job_master_done(self)
+        self.host.job_master_done(self)
 
     def _report_status(self, status: JobStatus, cause: str) -> None:
         report = dispatcher_pb2.JobStatusReport(
@@ -287,10 +286,10 @@ class JobMaster:
             status=cast(Any, status.value),
             job_master_session_id=self.session_id,
             details=self.details(),
-            job_master_process_id=self.process.identity.id,
-            job_master_address=self.process.identity.address,
+            job_master_process_id=self.host.identity.id,
+            job_master_address=self.host.identity.address,
         )
-        self.runtime.spawn(self.process.report_job_status(report), "report-status")
+        self.runtime.spawn(self.host.report_job_status(report), "report-status")
 
     async def _release_everything(self, cause: str) -> None:
         await self._release_resources(cause)
@@ -323,7 +322,7 @@ class JobMaster:
         await te.client.submit_task(
             task_executor_pb2.SubmitTaskRequest(
                 tdd=self._deployment_descriptor(execution, slot),
-                job_master_address=self.process.identity.address,
+                job_master_address=self.host.identity.address,
             ),
             timeout=self.settings.rpc_timeout_s,
         )
@@ -399,7 +398,7 @@ class JobMaster:
                         job_id=self.job_id,
                         allocation_id=allocation_id,
                         resource_profile=profile_to_proto(resource_profile),
-                        job_master_address=self.process.identity.address,
+                        job_master_address=self.host.identity.address,
                         timeout_ms=int(self.config.get(opt.SLOT_REQUEST_TIMEOUT) * 1000),
                         job_master_session_id=self.session_id,
                     )
@@ -473,9 +472,9 @@ class JobMaster:
     async def _register_at_rm(self, client: ResourceManagerClient) -> None:
         request = resource_manager_pb2.RegisterJobMasterRequest(
             job_id=self.job_id,
-            job_master_address=self.process.identity.address,
+            job_master_address=self.host.identity.address,
             job_master_session_id=self.session_id,
-            job_master_resource_id=self.process.identity.id,
+            job_master_resource_id=self.host.identity.id,
         )
 
         async def attempt(timeout: float) -> None:
@@ -513,7 +512,7 @@ class JobMaster:
         if te is not None:
             await te.client.heartbeat_from_job_master(
                 task_executor_pb2.TaskExecutorJobHeartbeatRequest(
-                    job_id=self.job_id, sender_id=self.process.identity.id
+                    job_id=self.job_id, sender_id=self.host.identity.id
                 ),
                 timeout=self.settings.heartbeat_interval_s,
             )
@@ -581,6 +580,7 @@ class JobMaster:
                 message=update.error.message,
                 details=update.error.details,
                 exception_type=update.error.exception_type,
+                suppress_restarts=update.suppress_restarts,
                 io=io_from_proto(io) if update.HasField("io_metrics") else None,
                 accumulator=update.accumulator,
                 lost_partitions=[
@@ -592,57 +592,12 @@ class JobMaster:
     # -- details ----------------------------------------------------------------------------
 
     def details(self) -> jobs_pb2.JobDetails:
-        details = jobs_pb2.JobDetails(
-            job_id=self.job_id,
+        return render_job_details(
             name=self.job_graph.name,
-            status=cast(Any, self.status.value),
+            status=self.status,
             submitted_at=self.submitted_at,
             ended_at=self.ended_at,
-            job_master_address=self.process.identity.address,
-            restarts=self.scheduler.restarts,
-            recovered_subtasks=self.scheduler.recovered_subtasks,
+            job_master_address=self.host.identity.address,
+            graph=self.graph,
+            scheduler=self.scheduler,
         )
-        for ejv in self.graph.job_vertices:
-            counts: dict[int, int] = {}
-            attempts: list[int] = []
-            locations: list[str] = []
-            for vertex in ejv.task_vertices:
-                execution = vertex.current_execution
-                counts[execution.state.value] = counts.get(execution.state.value, 0) + 1
-                attempts.append(execution.attempt_number)
-                locations.append(execution.task_executor_id)
-            io = self.scheduler.io.get(ejv.name)
-            details.vertices.add(
-                vertex_id=ejv.id,
-                name=ejv.name,
-                parallelism=ejv.parallelism,
-                tasks_by_state=counts,
-                subtask_attempts=attempts,
-                subtask_task_executors=locations,
-                records_in=io.records_in if io else 0,
-                records_out=io.records_out if io else 0,
-                bytes_in=io.bytes_in if io else 0,
-                bytes_out=io.bytes_out if io else 0,
-            )
-        if self.scheduler.failure_cause and self.status in (
-            JobStatus.FAILED,
-            JobStatus.FAILING,
-            JobStatus.RESTARTING,
-        ):
-            details.failure.code = common_pb2.INTERNAL
-            details.failure.message = self.scheduler.failure_cause
-        for record in self.scheduler.exceptions:
-            details.exceptions.add(
-                timestamp=record.timestamp,
-                vertex_name=record.vertex_name,
-                subtask_index=record.subtask_index,
-                attempt_number=record.attempt_number,
-                task_executor=record.task_executor,
-                error=common_pb2.ErrorInfo(
-                    code=common_pb2.INTERNAL,
-                    message=record.message,
-                    details=record.details,
-                    exception_type=record.exception_type,
-                ),
-            )
-        return details

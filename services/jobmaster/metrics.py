@@ -37,9 +37,9 @@ from sparkmill.common.metrics import (
     gauge,
     one_hot,
 )
+from sparkmill.common.states import ExecutionState, JobStatus
 from sparkmill.services.jobmaster.job_master import JobMaster
 from sparkmill.services.jobmaster.service import JobMasterProcess
-from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 
 ES = ExecutionState
 

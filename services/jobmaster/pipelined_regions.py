@@ -16,45 +16,15 @@ through its shared groups, never pair by pair.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from sparkmill.common.graphs import strongly_connected_components
 from sparkmill.common.jobgraph import ResultPartitionType
-
-if TYPE_CHECKING:
-    from sparkmill.services.jobmaster.edge_manager import ConsumedPartitionGroup
-    from sparkmill.services.jobmaster.execution_graph import ExecutionVertex
-
-
-class PipelinedRegion:
-    """A set of execution vertices that must be scheduled together."""
-
-    __slots__ = ("blocking_consumed_groups", "index", "vertices")
-
-    def __init__(self, index: int, vertices: list[ExecutionVertex]) -> None:
-        self.index = index
-        self.vertices: tuple[ExecutionVertex, ...] = tuple(vertices)
-        # BLOCKING groups read by the region that are (at least partly) produced outside it:
-        # the region can start once all of them are consumable. Filled in by the computation.
-        self.blocking_consumed_groups: tuple[ConsumedPartitionGroup, ...] = ()
-
-    def __contains__(self, vertex: object) -> bool:
-        return getattr(vertex, "_region", None) is self
-
-    def __iter__(self) -> Iterator[ExecutionVertex]:
-        return iter(self.vertices)
-
-    def __len__(self) -> int:
-        return len(self.vertices)
-
-    @property
-    def inputs_consumable(self) -> bool:
-        """True when every BLOCKING input coming from outside the region is consumable."""
-        return all(group.is_consumable for group in self.blocking_consumed_groups)
-
-    def __repr__(self) -> str:
-        return f"PipelinedRegion(#{self.index}, {len(self.vertices)} vertices)"
+from sparkmill.services.jobmaster.execution_topology import (
+    ConsumedPartitionGroup,
+    ExecutionVertex,
+    PipelinedRegion,
+)
 
 
 class _UnionFind:
@@ -175,4 +145,4 @@ def _attach_blocking_inputs(
         region.blocking_consumed_groups = tuple(inputs)
 
 
-__all__ = ["PipelinedRegion", "compute_pipelined_regions"]
+__all__ = ["compute_pipelined_regions"]

@@ -1,6 +1,6 @@
 """Restart strategies: after a task failure, restart (after a back-off) or fail the job for good.
 
-Flink's ``RestartBackoffTimeStrategy`` family (seed 003's ``tryRestartOrFail``):
+Flink's ``RestartBackoffTimeStrategy`` family (as asked by ``tryRestartOrFail``):
 
 * ``none`` - never restart;
 * ``fixed-delay`` - up to ``attempts`` restarts, each after ``delay``;

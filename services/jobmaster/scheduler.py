@@ -4,13 +4,13 @@ Scheduling is by pipelined region: a region is scheduled once every blocking inp
 is finished (with blocking edges every subtask is its own region, so consumers start as soon as
 all their producers finished, and slots are reused from one wave of subtasks to the next).
 
-``allocate_slots_and_deploy`` (seed 000): every execution of the region goes SCHEDULED and
+``allocate_slots_and_deploy``: every execution of the region goes SCHEDULED and
 asks the slot pool for a slot; only when *all* slots of the region are assigned are the tasks
 deployed. Each deployment remembers the vertex version it was made for: if the vertex was reset
 meanwhile (a restart), the stale deployment is refused and its slot released. A deployment that
 fails (RPC error or timeout) fails the attempt with a message naming the task and the executor.
 
-Failures go to the restart strategy (seed 003's ``tryRestartOrFail``): restart the affected
+Failures go to the restart strategy (Flink's ``tryRestartOrFail``): restart the affected
 vertices after the back-off - the failed region and the regions downstream of it (``region``
 failover) or everything (``full``) - or fail the job, cancelling what still runs.
 
@@ -19,7 +19,8 @@ producers' regions are restarted along with the failed one (restarting only the 
 fail again). When results live on the task executors' own storage (``exchange.storage:
 local``), the loss of an executor loses the finished results it wrote: those that a consumer
 still needs are produced again at once. Finished subtasks whose results are intact never run
-again.
+again. Which subtasks a failure or a loss touches is decided in
+:mod:`services.jobmaster.failover`.
 
 All methods run on the job master's event loop. I/O goes through :class:`SchedulerActions`.
 """
@@ -37,23 +38,25 @@ from sparkmill.common.errors import ResourceExhaustedError, RpcError
 from sparkmill.common.ids import ExecutionAttemptID, IntermediateDataSetID, short
 from sparkmill.common.io_counters import NO_IO, IOCounters
 from sparkmill.common.jobgraph import NO_DATA_PARTITIONER
+from sparkmill.common.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
 from sparkmill.services.jobmaster.execution_graph import (
     Execution,
     ExecutionGraph,
     ExecutionVertex,
-    PartitionID,
 )
-from sparkmill.services.jobmaster.pipelined_regions import PipelinedRegion
+from sparkmill.services.jobmaster.execution_topology import PipelinedRegion
+from sparkmill.services.jobmaster.failover import (
+    lost_results_still_needed,
+    producers_of_lost_partitions,
+    vertices_to_restart,
+)
 from sparkmill.services.jobmaster.restart_strategy import RestartStrategy
 from sparkmill.services.jobmaster.slot_pool import PendingSlotRequest, PhysicalSlot, SlotPool
-from sparkmill.services.jobmaster.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
 
 log = logging.getLogger(__name__)
 
 ES = ExecutionState
 MAX_EXCEPTIONS_KEPT = 100
-SUPPRESS_RESTARTS_EXCEPTIONS = frozenset({"SuppressRestartsError"})
-"""Exception types (as reported by task executors) after which restarting cannot help."""
 
 
 class SchedulerActions(Protocol):
@@ -268,6 +271,7 @@ class DefaultScheduler:
         message: str = "",
         details: str = "",
         exception_type: str = "",
+        suppress_restarts: bool = False,
         io: IOCounters | None = None,
         accumulator: bytes = b"",
         lost_partitions: Iterable[tuple[str, int, str]] = (),
@@ -275,7 +279,8 @@ class DefaultScheduler:
         """Apply a reported state; False when the attempt is unknown or superseded (stale).
 
         ``lost_partitions`` (dataset id, partition number, producer attempt id) come with a
-        FAILED report of a task that could not read those inputs."""
+        FAILED report of a task that could not read those inputs; ``suppress_restarts`` with
+        one whose task raised a :class:`~common.errors.SuppressRestartsError`."""
         execution = self.graph.execution(attempt_id)
         if self._closed or execution is None or execution.state.is_terminal:
             return False
@@ -292,8 +297,8 @@ class DefaultScheduler:
                 message or "the task failed",
                 exception_type,
                 details,
-                suppress_restarts=exception_type in SUPPRESS_RESTARTS_EXCEPTIONS,
-                lost_producers=self._producers_of(lost_partitions),
+                suppress_restarts=suppress_restarts,
+                lost_producers=producers_of_lost_partitions(self.graph, lost_partitions),
             )
         elif state is ES.FINISHED:
             execution.transition_to(ES.FINISHED)
@@ -373,7 +378,7 @@ class DefaultScheduler:
         )
         if self.status is JobStatus.RUNNING:
             if suppress_restarts:
-                # Seed 003's SuppressRestartsException: no restart can fix this failure.
+                # Flink's SuppressRestartsException: no restart can fix this failure.
                 self.fail_job(
                     f"{execution.description} failed: {message} (not restarted: "
                     f"restarting cannot help)"
@@ -392,22 +397,6 @@ class DefaultScheduler:
                 )
         self._after_terminal()
 
-    def _producers_of(self, lost: Iterable[tuple[str, int, str]]) -> list[ExecutionVertex]:
-        """The finished producers whose current results are the ``lost`` partitions (reports
-        about results that are already being produced again are ignored)."""
-        found: dict[int, ExecutionVertex] = {}
-        for dataset_id, number, attempt_id in lost:
-            try:
-                partition = self.graph.partition(
-                    PartitionID(IntermediateDataSetID(dataset_id), number)
-                )
-            except (KeyError, IndexError):
-                continue
-            producer = partition.producer.current_execution
-            if producer.attempt_id == attempt_id and producer.state is ES.FINISHED:
-                found.setdefault(id(partition.producer), partition.producer)
-        return list(found.values())
-
     def results_lost_with_task_executor(self, resource_id: str, cause: str) -> None:
         """The finished results written on ``resource_id`` are gone (``exchange.storage:
         local``): produce again those a consumer still needs (one failure for the restart
@@ -422,22 +411,9 @@ class DefaultScheduler:
             and v.current_execution.task_executor_id == resource_id
             and id(v) not in pending
         ]
-        # Needed: a consumer has not finished, or will run again because of another lost
-        # result (so until nothing changes; one round when consumers are all unfinished).
-        lost: list[ExecutionVertex] = []
-        restarting: set[int] = set()
-        while True:
-            chosen = {id(v) for v in lost}
-            needed_by_group: dict[int, bool] = {}  # consumer groups are shared: decide once
-            more = [
-                v
-                for v in written_there
-                if id(v) not in chosen and self._result_still_needed(v, restarting, needed_by_group)
-            ]
-            if not more:
-                break
-            lost.extend(more)
-            restarting = {id(v) for v in self._vertices_to_restart(lost)}
+        lost = lost_results_still_needed(
+            self.graph, written_there, self.no_data_results, self.failover_strategy
+        )
         if not lost:
             return
         message = (
@@ -461,23 +437,6 @@ class DefaultScheduler:
         self._handle_failure(lost, message)
         self._after_terminal()
 
-    def _result_still_needed(
-        self, vertex: ExecutionVertex, restarting: set[int], cache: dict[int, bool]
-    ) -> bool:
-        for partition in vertex.produced_partitions:
-            if partition.result.id in self.no_data_results:
-                continue
-            for group in partition.consumer_vertex_groups:
-                needed = cache.get(id(group))
-                if needed is None:
-                    needed = cache[id(group)] = any(
-                        c.current_execution.state is not ES.FINISHED or id(c) in restarting
-                        for c in group.vertices
-                    )
-                if needed:
-                    return True
-        return False
-
     def _pending_restart(self) -> set[int]:
         return {id(v) for restart in self._restarts for v in restart.vertices}
 
@@ -489,7 +448,11 @@ class DefaultScheduler:
         pending = self._pending_restart()
         # Vertices a restart already waits for are left to it (resetting them twice would
         # throw away the attempt the first restart starts).
-        vertices = [v for v in self._vertices_to_restart(origins) if id(v) not in pending]
+        vertices = [
+            v
+            for v in vertices_to_restart(self.graph, origins, self.failover_strategy)
+            if id(v) not in pending
+        ]
         self.restarts += 1
         backoff_s = self.restart_strategy.backoff_s()  # once: it may be jittered per call
         log.info(
@@ -512,35 +475,6 @@ class DefaultScheduler:
             for partition in vertex.produced_partitions:
                 partition.mark_unfinished()
         self._restarts.append(_Restart(vertices, backoff_s))
-
-    def _vertices_to_restart(self, origins: list[ExecutionVertex]) -> list[ExecutionVertex]:
-        if self.failover_strategy == "full":
-            return list(self.graph.all_execution_vertices())
-        # The failed regions and every region downstream of them that has started: their
-        # inputs will be produced again, so whatever they did with the old ones is void.
-        # Each consumed group is looked at once (ALL_TO_ALL producers all share one), so this
-        # stays linear in vertices and groups however many origins there are.
-        regions: dict[int, PipelinedRegion] = {}
-        seen_groups: set[int] = set()
-        todo = [self.graph.region_of(v) for v in origins]
-        while todo:
-            region = todo.pop()
-            if region.index in regions:
-                continue
-            regions[region.index] = region
-            for vertex in region:
-                for partition in vertex.produced_partitions:
-                    for group in partition.consumed_partition_groups:
-                        if id(group) in seen_groups:
-                            continue
-                        seen_groups.add(id(group))
-                        for consumer in group.consumer_vertex_group:
-                            if consumer.current_execution.state is ES.CREATED:
-                                continue
-                            consumer_region = self.graph.region_of(consumer)
-                            if consumer_region.index not in regions:
-                                todo.append(consumer_region)
-        return [v for r in regions.values() for v in r]
 
     def _after_terminal(self) -> None:
         """Progress whatever waited for executions to become terminal."""

@@ -24,21 +24,32 @@ from sparkmill.common.errors import (
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
+    UnavailableError,
 )
 from sparkmill.common.ha import HighAvailabilityServices
 from sparkmill.common.ids import JobID, short
 from sparkmill.common.jobgraph_codec import job_graph_from_proto
 from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
-from sparkmill.common.retry import retry_registration
+from sparkmill.common.retry import Backoff, retry_registration, retry_with_backoff
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.service_base import ServiceIdentity
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherClient, JobMasterServicer
-from sparkmill.services.base import ServiceIdentity
+from sparkmill.services.jobmaster.host import HostedJobMaster
 from sparkmill.services.jobmaster.job_master import JobMaster
 
 log = logging.getLogger(__name__)
+
+_REPORT_BACKOFF = Backoff(initial_s=0.1, max_s=2.0)
+# The dispatcher leader answered "never": the job is unknown to it, or another JobMaster
+# session leads the job.
+_REPORT_REFUSED: tuple[type[Exception], ...] = (
+    NotFoundError,
+    InvalidArgumentError,
+    FailedPreconditionError,
+)
 
 
 @dataclass
@@ -50,6 +61,9 @@ class _DispatcherConnection:
 
 
 class JobMasterProcess(JobMasterServicer):
+    """The job-master process; the :class:`~services.jobmaster.host.JobMasterHost` of its
+    JobMasters."""
+
     def __init__(
         self,
         settings: ClusterSettings,
@@ -128,26 +142,27 @@ class JobMasterProcess(JobMasterServicer):
     async def report_job_status(self, report: dispatcher_pb2.JobStatusReport) -> bool:
         """Deliver a job status report to the dispatcher leader, retrying until it is taken
         (True) or refused (False: unknown job, or another JobMaster session leads it)."""
-        delay = 0.1
-        while True:
-            connection = self.dispatcher
-            if connection is not None:
-                try:
-                    await connection.client.report_job_status(report)
-                    return True
-                except (NotFoundError, InvalidArgumentError, FailedPreconditionError) as exc:
-                    log.warning(
-                        "dispatcher refused the status of job %s: %s", short(report.job_id), exc
-                    )
-                    return False
-                except Exception as exc:
-                    log.info(
-                        "reporting job %s status failed (%s); retrying", short(report.job_id), exc
-                    )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
 
-    def job_master_done(self, job_master: JobMaster) -> None:
+        async def attempt() -> None:
+            # The leader may change between attempts: always the current one.
+            connection = self.dispatcher
+            if connection is None:
+                raise UnavailableError("no dispatcher leader known yet")
+            await connection.client.report_job_status(report)
+
+        try:
+            await retry_with_backoff(
+                f"reporting job {short(report.job_id)} status",
+                attempt,
+                _REPORT_BACKOFF,
+                give_up_on=_REPORT_REFUSED,
+            )
+        except _REPORT_REFUSED as exc:
+            log.warning("dispatcher refused the status of job %s: %s", short(report.job_id), exc)
+            return False
+        return True
+
+    def job_master_done(self, job_master: HostedJobMaster) -> None:
         if self.job_masters.get(job_master.job_id) is job_master:
             del self.job_masters[job_master.job_id]
 
@@ -181,7 +196,7 @@ class JobMasterProcess(JobMasterServicer):
             settings=self.settings,
             config=self.config,
             runtime=self.runtime,
-            process=self,
+            host=self,
             election=election,
             clients=self.clients,
             submitted_at=request.submitted_at,

@@ -40,6 +40,7 @@ from sparkmill.common.proto_convert import (
 from sparkmill.common.resources import ResourceProfile
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.service_base import ServiceIdentity, require_leader
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.slots import SlotID, SlotStatus
 from sparkmill.common.timers import AsyncioTimerService
@@ -54,7 +55,6 @@ from sparkmill.common.v1.gateways import (
     ResourceManagerServicer,
     TaskExecutorClient,
 )
-from sparkmill.services.base import ServiceIdentity, require_leader
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
 
 log = logging.getLogger(__name__)

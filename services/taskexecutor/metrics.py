@@ -18,7 +18,7 @@ from prometheus_client.core import Metric
 from sparkmill.common.ids import JobID
 from sparkmill.common.io_counters import NO_IO, IOCounters
 from sparkmill.common.metrics import ExpiringKeys, ProcessMetrics, counter, gauge
-from sparkmill.services.jobmaster.states import ExecutionState
+from sparkmill.common.states import ExecutionState
 from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.slot_table import TaskSlotState
 from sparkmill.services.taskexecutor.task import Task, TaskFailureInfo

@@ -21,11 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparkmill.common.deployment import TaskDeployment
-from sparkmill.common.errors import ErrorCode, PartitionNotFoundError, TaskCancelledError
+from sparkmill.common.errors import (
+    ErrorCode,
+    PartitionNotFoundError,
+    SuppressRestartsError,
+    TaskCancelledError,
+)
 from sparkmill.common.exchange.partitions import InputPartitionInfo
 from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID
+from sparkmill.common.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from sparkmill.common.v1 import task_executor_pb2
-from sparkmill.services.jobmaster.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 
 log = logging.getLogger(__name__)
@@ -39,6 +44,8 @@ class TaskFailureInfo:
     details: str
     # Input partitions the task could not read (see PartitionNotFoundError).
     lost_partitions: tuple[InputPartitionInfo, ...] = ()
+    # The task raised a SuppressRestartsError (subclasses included): restarting cannot help.
+    suppress_restarts: bool = False
 
 
 StateListener = Callable[["Task", ExecutionState, TaskFailureInfo | None, TaskOutcome | None], None]
@@ -164,6 +171,7 @@ class Task:
                     str(exc),
                     traceback.format_exc(),
                     exc.partitions if isinstance(exc, PartitionNotFoundError) else (),
+                    suppress_restarts=isinstance(exc, SuppressRestartsError),
                 )
                 self._post(ExecutionState.FAILED, failure=failure)
 

@@ -48,8 +48,10 @@ from sparkmill.common.resources import ResourceProfile
 from sparkmill.common.retry import retry_registration
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
+from sparkmill.common.service_base import ServiceIdentity
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.slots import SlotStatus
+from sparkmill.common.states import ExecutionState
 from sparkmill.common.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
     common_pb2,
@@ -62,8 +64,6 @@ from sparkmill.common.v1.gateways import (
     ResourceManagerClient,
     TaskExecutorServicer,
 )
-from sparkmill.services.base import ServiceIdentity
-from sparkmill.services.jobmaster.states import ExecutionState
 from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
@@ -587,6 +587,7 @@ class TaskExecutor(TaskExecutorServicer):
             update.error.message = failure.message
             update.error.details = failure.details
             update.error.exception_type = failure.exception_type
+            update.suppress_restarts = failure.suppress_restarts
             for lost in failure.lost_partitions:
                 update.lost_partitions.add(
                     dataset_id=lost.dataset_id,

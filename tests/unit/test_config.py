@@ -10,19 +10,18 @@ from typing import Any
 import pytest
 
 from sparkmill.common import config_options as opts
-from sparkmill.common.config import (
+from sparkmill.common.config import FILE_KEY, Configuration
+from sparkmill.common.config_kinds import (
     ADDRESS,
     BOOL,
     DURATION,
     DURATION_SECONDS,
-    FILE_KEY,
     FLOAT,
     INT,
     MEMORY,
     STRING,
-    ConfigOption,
-    Configuration,
 )
+from sparkmill.common.config_schema import ConfigOption
 from sparkmill.common.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[2]

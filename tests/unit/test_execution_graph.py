@@ -18,6 +18,7 @@ from sparkmill.common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
+from sparkmill.common.states import ExecutionState
 from sparkmill.services.jobmaster.execution_graph import (
     MAX_PRIOR_ATTEMPTS_KEPT,
     ExecutionGraph,
@@ -25,7 +26,6 @@ from sparkmill.services.jobmaster.execution_graph import (
     PartitionID,
     PipelinedRegion,
 )
-from sparkmill.services.jobmaster.states import ExecutionState
 
 E = ExecutionState
 POINTWISE = DistributionPattern.POINTWISE

@@ -27,9 +27,9 @@ from sparkmill.common.job_progress import (
     ProgressEvent,
     replay,
 )
+from sparkmill.common.states import ExecutionState
 from sparkmill.services.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, plan_recovery
-from sparkmill.services.jobmaster.states import ExecutionState
 from tests.unit.test_scheduler import A2A, BLOCKING, PIPELINED, POINTWISE, build_graph
 
 ES = ExecutionState

@@ -21,16 +21,16 @@ from sparkmill.common.metrics import (
     ProcessMetrics,
     RetainedCounter,
     RpcMetrics,
-    ZooKeeperState,
     ZooKeeperStateHolder,
 )
 from sparkmill.common.resources import ResourceProfile
 from sparkmill.common.slots import SlotReport, SlotStatus
+from sparkmill.common.states import ExecutionState, JobStatus
 from sparkmill.common.timers import ManualTimerService
+from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
 from sparkmill.services.dispatcher.metrics import DispatcherCollector
 from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
 from sparkmill.services.jobmaster.metrics import JobMasterCollector, _JobMasters
-from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
 from sparkmill.services.taskexecutor.context import TaskOutcome
@@ -117,7 +117,7 @@ def test_zookeeper_state_is_exported_once_enabled_and_losses_are_counted() -> No
     holder.enable()
     assert value(metrics.exposition, "sparkmill_zookeeper_connected", role="dispatcher") == 0
     holder.set("CONNECTED")
-    holder.set(ZooKeeperState.SUSPENDED)
+    holder.set(ZooKeeperConnectionState.SUSPENDED)
     holder.set("connected")
     assert holder.connected
     assert value(metrics.exposition, "sparkmill_zookeeper_connected", role="dispatcher") == 1

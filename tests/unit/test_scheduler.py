@@ -38,6 +38,7 @@ from sparkmill.common.jobgraph import (
     ResultPartitionType,
 )
 from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.states import ExecutionState, JobStatus
 from sparkmill.common.timers import ManualTimerService
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
 from sparkmill.services.jobmaster.restart_strategy import (
@@ -52,7 +53,6 @@ from sparkmill.services.jobmaster.slot_pool import (
     SlotPool,
     TaskExecutorInfo,
 )
-from sparkmill.services.jobmaster.states import ExecutionState, JobStatus
 from sparkmill.testing import noop_pipeline
 
 ES = ExecutionState
@@ -212,6 +212,7 @@ class Harness:
         message: str = "",
         details: str = "",
         exception_type: str = "",
+        suppress_restarts: bool = False,
         io: IOCounters | None = None,
         accumulator: bytes = b"",
         lost_partitions: list[tuple[str, int, str]] | None = None,
@@ -223,6 +224,7 @@ class Harness:
             message=message,
             details=details,
             exception_type=exception_type,
+            suppress_restarts=suppress_restarts,
             io=io,
             accumulator=accumulator,
             lost_partitions=lost_partitions or (),
@@ -682,6 +684,46 @@ def test_failure_without_restart_strategy_fails_the_job_with_its_cause() -> None
 
 
 # ------------------------------------------------------------------------------------ restarts
+
+
+def test_a_failure_that_suppresses_restarts_fails_the_job_despite_restarts_left() -> None:
+    async def scenario(h: Harness) -> None:
+        h.scheduler.start_scheduling()
+        h.offer()
+        await settle()
+        h.run("noop-0", 0)
+        h.run("noop-0", 1)
+        # The report carries the decision; the exception's name plays no part in it.
+        assert h.report(
+            "noop-0",
+            0,
+            ES.FAILED,
+            message="cannot load",
+            exception_type="MyError",
+            suppress_restarts=True,
+        )
+        await settle()
+        assert h.status() is JobStatus.FAILING
+        assert h.report("noop-0", 1, ES.CANCELED)
+        assert h.status() is JobStatus.FAILED
+        assert h.scheduler.restarts == 0
+        assert "restarting cannot help" in h.scheduler.failure_cause
+
+    run(chain(2, 2), scenario, restart_strategy=FixedDelayRestartStrategy(3, 0.0))
+
+
+def test_a_failure_named_like_suppress_restarts_without_the_flag_is_restarted() -> None:
+    async def scenario(h: Harness) -> None:
+        h.scheduler.start_scheduling()
+        h.offer()
+        await settle()
+        h.run("noop-0", 0)
+        assert h.report("noop-0", 0, ES.FAILED, message="x", exception_type="SuppressRestartsError")
+        await settle()
+        assert h.scheduler.restarts == 1
+        assert h.status() is JobStatus.RUNNING
+
+    run(chain(2, 2), scenario, restart_strategy=FixedDelayRestartStrategy(3, 0.0))
 
 
 def test_fixed_delay_region_failover_retries_only_the_failed_subtask() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from sparkmill.common.errors import IllegalStateBug
 from sparkmill.common.state_machine import TransitionTable
-from sparkmill.services.jobmaster.states import (
+from sparkmill.common.states import (
     EXECUTION_STATE_TRANSITIONS,
     JOB_STATUS_TRANSITIONS,
     ExecutionState,

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from sparkmill.common.errors import ErrorCode, TaskCancelledError
+from sparkmill.common.errors import ErrorCode, SuppressRestartsError, TaskCancelledError
 from sparkmill.common.ids import (
     new_allocation_id,
     new_attempt_id,
@@ -17,8 +17,8 @@ from sparkmill.common.ids import (
 )
 from sparkmill.common.io_counters import IOCounters
 from sparkmill.common.noop import NoOpOptions, encode_noop_payload
+from sparkmill.common.states import ExecutionState
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
-from sparkmill.services.jobmaster.states import ExecutionState
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.operators import NoOpInvokable
 from sparkmill.services.taskexecutor.task import Task, TaskFailureInfo
@@ -236,6 +236,37 @@ def test_a_raising_invokable_fails_with_type_message_and_traceback() -> None:
         assert "in invoke" in failure.details
         assert "ValueError: broken record in subtask 1" in failure.details
         assert listener.last.outcome is None
+
+    run_task(RaisingInvokable, scenario)
+
+
+class _UnloadableFunction(SuppressRestartsError):
+    """A subclass: the task executor decides by isinstance, not by the class name."""
+
+
+class SuppressingInvokable(RaisingInvokable):
+    def invoke(self, context: TaskContext) -> TaskOutcome:
+        raise _UnloadableFunction("the user function cannot be loaded")
+
+
+def test_a_suppress_restarts_error_subclass_is_reported_as_suppressing_restarts() -> None:
+    async def scenario(task: Task, listener: RecordingListener) -> None:
+        task.start()
+        await until_terminal(task, listener)
+        failure = listener.last.failure
+        assert failure is not None
+        assert failure.exception_type == "_UnloadableFunction"
+        assert failure.suppress_restarts
+
+    run_task(SuppressingInvokable, scenario)
+
+
+def test_an_ordinary_failure_does_not_suppress_restarts() -> None:
+    async def scenario(task: Task, listener: RecordingListener) -> None:
+        task.start()
+        await until_terminal(task, listener)
+        failure = listener.last.failure
+        assert failure is not None and not failure.suppress_restarts
 
     run_task(RaisingInvokable, scenario)
 

@@ -1,4 +1,4 @@
-"""Pieces every service process shares: its identity card and fencing helpers."""
+"""Pieces every service process shares: the roles, its identity card and fencing helpers."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from dataclasses import dataclass, field
 
 from sparkmill.common.errors import NotLeaderError
 from sparkmill.common.v1 import common_pb2
+
+# The service roles, as named on the command line (``sparkmill <role>``), in ServiceInfo and in
+# the metrics' ``role`` label.
+ROLES = ("dispatcher", "resource-manager", "job-master", "task-executor")
 
 
 @dataclass

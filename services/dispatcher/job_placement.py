@@ -1,0 +1,73 @@
+"""Where the dispatcher stands with each job's JobMaster: :class:`JobPlacement`.
+
+A job's :class:`~common.states.JobStatus` is what its JobMaster reports; the *placement* is the
+dispatcher's own bookkeeping of which job-master process hosts the job (Flink's ``Dispatcher``
+keeps the same with its ``JobManagerRunner`` per job)::
+
+    RECOVERED --(recovery grace period over)--> WAITING
+    WAITING --(StartJob sent to the least loaded process)--> STARTING
+    STARTING --(StartJob answered, or a report or registration claims the job)--> ASSIGNED
+    STARTING / ASSIGNED --(StartJob refused, process lost, JobMaster suspended)--> WAITING
+    any but ENDED --(a globally terminal status with its result)--> ENDED
+
+A recovered job waits for the grace period before it is started anew, because the job-master
+process that led it under the previous dispatcher leader may still be alive and claim it when
+it registers (RECOVERED -> ASSIGNED). A job whose JobMaster waited as a standby can claim it
+with its first report from WAITING too. ASSIGNED -> ASSIGNED is a report or registration that
+(re)names the hosting process.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from sparkmill.common.state_machine import TransitionTable
+
+
+class JobPlacement(enum.Enum):
+    RECOVERED = 1  # recovered by a new dispatcher leader; waiting to be claimed by its process
+    WAITING = 2  # no job-master process hosts it: it is started on the next one available
+    STARTING = 3  # StartJob was sent to a job-master process, no answer yet
+    ASSIGNED = 4  # a job-master process hosts its JobMaster (leading, or standby in election)
+    ENDED = 5  # globally terminal, the result recorded: no process will ever host it again
+
+
+_P = JobPlacement
+JOB_PLACEMENT_TRANSITIONS: TransitionTable[JobPlacement] = TransitionTable(
+    "job placement",
+    {
+        _P.RECOVERED: {_P.WAITING, _P.ASSIGNED, _P.ENDED},
+        _P.WAITING: {_P.STARTING, _P.ASSIGNED, _P.ENDED},
+        _P.STARTING: {_P.ASSIGNED, _P.WAITING, _P.ENDED},
+        _P.ASSIGNED: {_P.ASSIGNED, _P.WAITING, _P.ENDED},
+        _P.ENDED: set(),
+    },
+)
+
+
+def can_start(placement: JobPlacement) -> bool:
+    """Guard: the job should be sent to a job-master process now (no process hosts it, and it
+    is not reserved for the process that led it before a dispatcher leader change)."""
+    return placement is JobPlacement.WAITING
+
+
+def can_be_released(placement: JobPlacement) -> bool:
+    """Guard: a process was given or claimed the job, and it goes back to WAITING now that its
+    start failed or its process or JobMaster was lost. A job that ended stays ended, one that
+    waits already stays as it is, and a recovered one stays reserved until the grace period
+    ends."""
+    return placement in (JobPlacement.STARTING, JobPlacement.ASSIGNED)
+
+
+def is_waiting_for_claim(placement: JobPlacement) -> bool:
+    """Guard: recovered and not claimed yet (the grace period will release it)."""
+    return placement is JobPlacement.RECOVERED
+
+
+__all__ = [
+    "JOB_PLACEMENT_TRANSITIONS",
+    "JobPlacement",
+    "can_be_released",
+    "can_start",
+    "is_waiting_for_claim",
+]

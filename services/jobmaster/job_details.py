@@ -1,0 +1,91 @@
+"""What a JobMaster tells about its job: the :class:`JobDetails` of status reports, of the
+dispatcher's ``GetJobStatus`` and of the job result (Flink's ``JobDetailsInfo`` with the
+per-vertex task counts and the exception history).
+
+Rendered from the execution graph (current attempts, where they ran) and the scheduler (I/O
+counters, restarts, the failure cause and the failures kept).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from sparkmill.common.states import JobStatus
+from sparkmill.common.v1 import common_pb2, jobs_pb2
+from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
+from sparkmill.services.jobmaster.scheduler import DefaultScheduler
+
+# The failure cause is shown while the job fails or restarts, and once it failed.
+_SHOWS_FAILURE_CAUSE = frozenset({JobStatus.FAILED, JobStatus.FAILING, JobStatus.RESTARTING})
+
+
+def render_job_details(
+    *,
+    name: str,
+    status: JobStatus,
+    submitted_at: float,
+    ended_at: float,
+    job_master_address: str,
+    graph: ExecutionGraph,
+    scheduler: DefaultScheduler,
+) -> jobs_pb2.JobDetails:
+    details = jobs_pb2.JobDetails(
+        job_id=graph.job_id,
+        name=name,
+        status=cast(Any, status.value),
+        submitted_at=submitted_at,
+        ended_at=ended_at,
+        job_master_address=job_master_address,
+        restarts=scheduler.restarts,
+        recovered_subtasks=scheduler.recovered_subtasks,
+    )
+    _add_vertices(details, graph, scheduler)
+    if scheduler.failure_cause and status in _SHOWS_FAILURE_CAUSE:
+        details.failure.code = common_pb2.INTERNAL
+        details.failure.message = scheduler.failure_cause
+    _add_exceptions(details, scheduler)
+    return details
+
+
+def _add_vertices(
+    details: jobs_pb2.JobDetails, graph: ExecutionGraph, scheduler: DefaultScheduler
+) -> None:
+    for ejv in graph.job_vertices:
+        counts: dict[int, int] = {}
+        attempts: list[int] = []
+        locations: list[str] = []
+        for vertex in ejv.task_vertices:
+            execution = vertex.current_execution
+            counts[execution.state.value] = counts.get(execution.state.value, 0) + 1
+            attempts.append(execution.attempt_number)
+            locations.append(execution.task_executor_id)
+        io = scheduler.io.get(ejv.name)
+        details.vertices.add(
+            vertex_id=ejv.id,
+            name=ejv.name,
+            parallelism=ejv.parallelism,
+            tasks_by_state=counts,
+            subtask_attempts=attempts,
+            subtask_task_executors=locations,
+            records_in=io.records_in if io else 0,
+            records_out=io.records_out if io else 0,
+            bytes_in=io.bytes_in if io else 0,
+            bytes_out=io.bytes_out if io else 0,
+        )
+
+
+def _add_exceptions(details: jobs_pb2.JobDetails, scheduler: DefaultScheduler) -> None:
+    for record in scheduler.exceptions:
+        details.exceptions.add(
+            timestamp=record.timestamp,
+            vertex_name=record.vertex_name,
+            subtask_index=record.subtask_index,
+            attempt_number=record.attempt_number,
+            task_executor=record.task_executor,
+            error=common_pb2.ErrorInfo(
+                code=common_pb2.INTERNAL,
+                message=record.message,
+                details=record.details,
+                exception_type=record.exception_type,
+            ),
+        )

@@ -1,0 +1,138 @@
+"""Unit tests: a JobMaster hosted by a hand-written :class:`TestingJobMasterHost`.
+
+The JobMaster reaches its process only through the ``JobMasterHost`` protocol, so these tests
+host it without a job-master process, a dispatcher or ZooKeeper: the host records the status
+reports and the "done" notices, and its stores are the in-memory ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.config import Configuration
+from sparkmill.common.ha_factory import settings_from_config
+from sparkmill.common.ids import JobID
+from sparkmill.common.job_progress import InMemoryJobProgressStore
+from sparkmill.common.job_stores import InMemoryJobResultStore
+from sparkmill.common.leader import LeaderInfo, StandaloneLeaderElectionService
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.service_base import ServiceIdentity
+from sparkmill.common.states import JobStatus
+from sparkmill.common.v1 import dispatcher_pb2, jobs_pb2
+from sparkmill.services.jobmaster.host import HostedJobMaster
+from sparkmill.services.jobmaster.job_master import JobMaster
+from sparkmill.testing import noop_pipeline
+
+
+class TestingJobMasterHost:
+    """A JobMasterHost that records what its JobMasters tell it; reports are accepted unless
+    ``accept_reports`` is False."""
+
+    __test__ = False
+
+    def __init__(self) -> None:
+        self.identity = ServiceIdentity("job-master", "jm-process-1", address="tcp://jm:1")
+        self.result_store = InMemoryJobResultStore()
+        self.progress_store = InMemoryJobProgressStore()
+        self.rm_leader: LeaderInfo | None = None
+        self.accept_reports = True
+        self.reports: list[dispatcher_pb2.JobStatusReport] = []
+        self.done: list[HostedJobMaster] = []
+
+    async def report_job_status(self, report: dispatcher_pb2.JobStatusReport) -> bool:
+        self.reports.append(report)
+        return self.accept_reports
+
+    def job_master_done(self, job_master: HostedJobMaster) -> None:
+        self.done.append(job_master)
+
+    def reported_statuses(self) -> list[str]:
+        return [JobStatus(r.status).name for r in self.reports]
+
+
+def _job_master(host: TestingJobMasterHost, runtime: ServiceRuntime) -> JobMaster:
+    config = Configuration()
+    return JobMaster(
+        noop_pipeline("hosted", parallelism=2).build_job_graph(),
+        settings=settings_from_config(config),
+        config=config,
+        runtime=runtime,
+        host=host,
+        election=StandaloneLeaderElectionService("session-1"),
+        clients=RpcClientPool("test"),
+        submitted_at=1.0,
+    )
+
+
+def _run(scenario: Any) -> None:
+    async def main() -> None:
+        runtime = ServiceRuntime("jm-test")
+        try:
+            await scenario(runtime)
+        finally:
+            await runtime.close()
+
+    asyncio.run(main())
+
+
+async def _settle() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+def test_a_leading_job_master_reports_to_its_host_under_the_host_identity() -> None:
+    host = TestingJobMasterHost()
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _job_master(host, runtime)
+        await jm.start()  # standalone: leadership is granted at once
+        await _settle()
+        assert jm.session_id == "session-1"
+        assert jm.status is not JobStatus.INITIALIZING
+        assert host.reported_statuses()[0] == "CREATED"
+        first = host.reports[0]
+        assert (first.job_master_process_id, first.job_master_address) == (
+            "jm-process-1",
+            "tcp://jm:1",
+        )
+        assert first.job_master_session_id == "session-1"
+        assert host.done == []
+        await jm.suspend("test over", tell_dispatcher=False)
+        assert jm.status is JobStatus.SUSPENDED
+
+    _run(scenario)
+
+
+def test_a_job_master_stands_down_when_its_host_has_the_job_result_already() -> None:
+    host = TestingJobMasterHost()
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _job_master(host, runtime)
+        host.result_store.create_dirty(jobs_pb2.JobResult(job_id=jm.job_id))
+        await jm.start()
+        await _settle()
+        assert jm.status is JobStatus.SUSPENDED
+        assert jm.session_id == ""
+        assert host.done == [jm]
+        assert host.reports == []  # it never led the job: nothing to tell the dispatcher
+
+    _run(scenario)
+
+
+def test_the_host_forgets_only_the_job_master_it_hosts_for_that_job() -> None:
+    # The process side of job_master_done: a late notice from a replaced JobMaster of the same
+    # job must not drop its successor.
+    from sparkmill.services.jobmaster.service import JobMasterProcess
+
+    class _Old:
+        job_id = JobID("job-1")
+
+    current: Any = _Old()
+    process = JobMasterProcess.__new__(JobMasterProcess)
+    process.job_masters = {JobID("job-1"): current}
+    process.job_master_done(_Old())
+    assert process.job_masters == {JobID("job-1"): current}
+    process.job_master_done(current)
+    assert process.job_masters == {}
