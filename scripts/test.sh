@@ -15,6 +15,8 @@ ruff check .
 ruff format --check .
 echo "== mypy"
 mypy
+echo "== import contracts"
+python scripts/check_imports.py
 echo "== generated code"
 python scripts/gen_protos.py --check
 python scripts/gen_config_docs.py --check
