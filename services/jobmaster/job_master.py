@@ -599,11 +599,18 @@ class JobMaster:
             counts: dict[int, int] = {}
             attempts: list[int] = []
             locations: list[str] = []
+            states: list[int] = []
+            started: list[float] = []
+            ended: list[float] = []
             for vertex in ejv.task_vertices:
                 execution = vertex.current_execution
                 counts[execution.state.value] = counts.get(execution.state.value, 0) + 1
                 attempts.append(execution.attempt_number)
                 locations.append(execution.task_executor_id)
+                states.append(execution.state.value)
+                started.append(execution.state_timestamp(ExecutionState.DEPLOYING) or 0.0)
+                terminal = execution.state.is_terminal
+                ended.append((terminal and execution.state_timestamp(execution.state)) or 0.0)
             io = self.scheduler.io.get(ejv.name)
             details.vertices.add(
                 vertex_id=ejv.id,
@@ -612,6 +619,9 @@ class JobMaster:
                 tasks_by_state=counts,
                 subtask_attempts=attempts,
                 subtask_task_executors=locations,
+                subtask_states=states,
+                subtask_start_times=started,
+                subtask_end_times=ended,
                 records_in=io.records_in if io else 0,
                 records_out=io.records_out if io else 0,
                 bytes_in=io.bytes_in if io else 0,
