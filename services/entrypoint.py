@@ -25,6 +25,7 @@ from sparkmill.common.settings import ClusterSettings
 from sparkmill.services import metrics as service_metrics
 from sparkmill.services.base import ServiceIdentity
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
+from sparkmill.services.dispatcher.rest_service import RestEndpoint, start_rest_endpoint
 from sparkmill.services.jobmaster.service import JobMasterProcess
 from sparkmill.services.resourcemanager.resource_manager import ResourceManager
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
@@ -122,12 +123,16 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     server.add_servicer(servicer)
     service_metrics.register_service(servicer, metrics)
     endpoint: MetricsHttpServer | None = None
+    rest: RestEndpoint | None = None
 
     async def start() -> None:
-        nonlocal endpoint
+        nonlocal endpoint, rest
         identity.address = await server.start()
         log.info("%s %s listening on %s", role, identity_id[:8], identity.address)
         endpoint = await service_metrics.start_endpoint(metrics, settings, identity)
+        if isinstance(servicer, Dispatcher):  # before it announces itself: the URL is in its info
+            rest = await start_rest_endpoint(servicer, config, runtime, ha, clients)
+            identity.rest_url = rest.url if rest is not None else ""
         await servicer.start()
         if role != "task-executor":  # task executors are listed by the resource manager
             runtime.spawn(
@@ -135,6 +140,8 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
             )
 
     async def stop() -> None:
+        if rest is not None:
+            await rest.stop()
         await servicer.stop()
         await server.stop()
         await clients.close()
