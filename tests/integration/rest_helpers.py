@@ -38,7 +38,7 @@ def request(
     """One request; a 307 is followed (same method and body, as RFC 9110 says) when asked."""
     for _ in range(5):
         parts = urlsplit(url)
-        connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
         headers = {"Content-Type": content_type} if content_type else {}
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         try:
