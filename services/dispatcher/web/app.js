@@ -75,7 +75,8 @@ function link(href, text, external) {
 
 function card(label, value, id) {
   return el("div", { class: "card", id },
-    el("div", { class: "card-value" }, value === null || value === undefined ? "?" : value),
+    el("div", { class: typeof value === "string" ? "card-value card-text" : "card-value" },
+      value === null || value === undefined ? "?" : value),
     el("div", { class: "card-label" }, label));
 }
 
@@ -267,7 +268,7 @@ function layout(nodes) {
 }
 
 function drawGraph(job) {
-  const W = 230, H = 104, GAP_X = 110, GAP_Y = 34, PAD = 24;
+  const W = 230, H = 104, GAP_X = 150, GAP_Y = 34, PAD = 24;
   const nodes = job.plan.nodes;
   const vertices = new Map(job.vertices.map((v) => [v.id, v]));
   const { columns } = layout(nodes);
@@ -296,7 +297,8 @@ function drawGraph(job) {
         svg("path", { d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`,
           class: input.ship_strategy === "ALL_TO_ALL" ? "edge-line all" : "edge-line",
           "marker-end": "url(#arrow)" }),
-        svg("text", { x: mx, y: (y1 + y2) / 2 - 7, class: "edge-label", "text-anchor": "middle" },
+        // Above the edge's flat start, so labels of edges fanning into one vertex never collide.
+        svg("text", { x: x1 + 8, y: y1 - 7, class: "edge-label", "text-anchor": "start" },
           label + (input.exchange ? ` · ${input.exchange.toLowerCase()}` : ""))));
     }
   }
