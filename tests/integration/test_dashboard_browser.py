@@ -33,7 +33,7 @@ from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import start_local_cluster
 from tests.integration.rest_helpers import submit, wait_for_state
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -48,6 +48,7 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--window-size=1400,1000",
 )
+GRAFANA = "http://grafana.example:3000"
 ARTIFACTS = (
     Path(
         os.environ.get("SPARKMILL_TEST_ARTIFACTS")
@@ -72,6 +73,7 @@ if _missing():
     pytest.skip(_missing(), allow_module_level=True)
 
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -110,7 +112,12 @@ class DiamondPipeline:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     # With ZooKeeper and a standby of each control process, as in production.
     running = start_local_cluster(
-        tmp_path_factory.mktemp("web"), task_executors=2, slots=2, ha=True, standbys=1
+        tmp_path_factory.mktemp("web"),
+        task_executors=2,
+        slots=2,
+        ha=True,
+        standbys=1,
+        extra_config={"web.grafana-url": GRAFANA},
     )
     yield running
     running.stop()
@@ -141,9 +148,39 @@ def _wait(browser: Any, condition: Callable[[], Any], timeout: float = 60, what:
     )
 
 
+# The dashboard re-renders its view on every refresh, so elements found a moment ago may be
+# gone: reads go through one JavaScript call each (atomic), clicks retry on a stale element.
+
+
+def _texts(browser: Any, selector: str) -> list[str]:
+    script = (
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map(e => (e.innerText !== undefined ? e.innerText : e.textContent) || '');"
+    )
+    return [str(t) for t in browser.execute_script(script, selector)]
+
+
 def _text(browser: Any, selector: str) -> str:
-    found = browser.find_elements(By.CSS_SELECTOR, selector)
-    return str(found[0].text) if found else ""
+    found = _texts(browser, selector)
+    return found[0] if found else ""
+
+
+def _attrs(browser: Any, selector: str, attribute: str) -> list[str]:
+    script = (
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map(e => e.getAttribute(arguments[1]) || '');"
+    )
+    return [str(a) for a in browser.execute_script(script, selector, attribute)]
+
+
+def _click(browser: Any, selector: str) -> None:
+    for _ in range(10):
+        try:
+            browser.find_element(By.CSS_SELECTOR, selector).click()
+            return
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{selector} kept going stale")
 
 
 def _screenshot(browser: Any, name: str) -> Path:
@@ -160,8 +197,8 @@ def _open_job(browser: Any, base: str, job_id: str) -> None:
 
 
 def _vertex_x(browser: Any, name: str) -> float:
-    found = browser.find_element(By.CSS_SELECTOR, f'#job-graph g.vertex[data-vertex-name="{name}"]')
-    return float(found.get_attribute("transform").split("(")[1].split(",")[0])
+    transform = _attrs(browser, f'#job-graph g.vertex[data-vertex-name="{name}"]', "transform")
+    return float(transform[0].split("(")[1].split(",")[0])
 
 
 def test_overview_shows_the_cluster(browser: Any, base: str) -> None:
@@ -169,9 +206,12 @@ def test_overview_shows_the_cluster(browser: Any, base: str) -> None:
     _wait(browser, lambda: _text(browser, "#card-taskmanagers .card-value") == "2", what="2 TEs")
     assert _text(browser, "#card-slots-total .card-value") == "4"
     assert _text(browser, "#card-zookeeper .card-value") == "CONNECTED"
-    rows = browser.find_elements(By.CSS_SELECTOR, "#services-table tbody tr")
     shown = sorted(
-        (r.get_attribute("data-role"), r.find_elements(By.TAG_NAME, "td")[1].text) for r in rows
+        tuple(pair)
+        for pair in browser.execute_script(
+            "return [...document.querySelectorAll('#services-table tbody tr')]"
+            ".map(r => [r.dataset.role, r.querySelector('.badge').innerText]);"
+        )
     )
     assert shown == [
         ("dispatcher", "leader"),
@@ -181,8 +221,10 @@ def test_overview_shows_the_cluster(browser: Any, base: str) -> None:
         ("resource-manager", "leader"),
         ("resource-manager", "standby"),
     ]
-    metrics_links = browser.find_elements(By.LINK_TEXT, "metrics")
-    assert metrics_links and metrics_links[0].get_attribute("href").endswith("/metrics")
+    grafana = browser.find_element(By.ID, "grafana-link")
+    assert grafana.is_displayed() and grafana.get_attribute("href").rstrip("/") == GRAFANA
+    metrics = _attrs(browser, "#services-table a[href$='/metrics']", "href")
+    assert len(metrics) == 6
     _screenshot(browser, "overview-empty")
 
 
@@ -190,38 +232,37 @@ def test_a_running_job_is_listed_drawn_and_turns_finished(browser: Any, base: st
     job_id = submit(base, DiamondPipeline("sales-report", sleep_s=2.0))
     browser.get(f"{base}/")
     row = f'#jobs-table tr[data-job-id="{job_id}"]'
-    _wait(browser, lambda: browser.find_elements(By.CSS_SELECTOR, row), what="the job's row")
-    assert "sales-report" in _text(browser, row)
+    _wait(browser, lambda: "sales-report" in _text(browser, row), what="the job's row")
 
-    browser.find_element(By.CSS_SELECTOR, f"{row} a").click()
+    _click(browser, f"{row} a")
     vertices = "#job-graph g.vertex"
-    _wait(browser, lambda: len(browser.find_elements(By.CSS_SELECTOR, vertices)) == 4, what="graph")
-    found = browser.find_elements(By.CSS_SELECTOR, vertices)
-    names = [v.get_attribute("data-vertex-name") for v in found]
+    _wait(browser, lambda: len(_attrs(browser, vertices, "data-state")) == 4, what="the graph")
+    names = _attrs(browser, vertices, "data-vertex-name")
     assert names == ["read orders", "read customers", "join", "write report"]
-    edges = browser.find_elements(By.CSS_SELECTOR, "#job-graph g.edge")
-    patterns = [e.get_attribute("data-pattern") for e in edges]
-    assert patterns == ["ALL_TO_ALL", "ALL_TO_ALL", "POINTWISE"]
-    assert "all-to-all" in edges[0].text and "pointwise" in edges[2].text
+    edges = "#job-graph g.edge"
+    assert _attrs(browser, edges, "data-pattern") == ["ALL_TO_ALL", "ALL_TO_ALL", "POINTWISE"]
+    labels = _texts(browser, f"{edges} text")
+    assert "all-to-all" in labels[0] and "pointwise" in labels[2]
     # Drawn left to right by stage: both sources in the first column, the sink last.
     x = {name: _vertex_x(browser, name) for name in names}
     assert x["read orders"] == x["read customers"] < x["join"] < x["write report"]
 
     # Live: the page updates by itself while the job runs.
     def state(name: str) -> str:
-        found = browser.find_elements(By.CSS_SELECTOR, f'{vertices}[data-vertex-name="{name}"]')
-        return str(found[0].get_attribute("data-state")) if found else ""
+        found = _attrs(browser, f'{vertices}[data-vertex-name="{name}"]', "data-state")
+        return found[0] if found else ""
 
     _wait(browser, lambda: state("read orders") == "RUNNING", what="sources running")
     assert _text(browser, "#job-state") == "RUNNING"
     _wait(browser, lambda: state("join") == "RUNNING", what="the join running")
-    assert state("read orders") == "FINISHED" and "2 finished" in _text(browser, "#job-graph")
+    assert state("read orders") == "FINISHED"
+    assert "2 finished" in " ".join(_texts(browser, f"{vertices} .vertex-counts"))
     _screenshot(browser, "job-running")
 
     _wait(browser, lambda: _text(browser, "#job-state") == "FINISHED", what="FINISHED")
     _wait(browser, lambda: all(state(n) == "FINISHED" for n in names), what="vertices FINISHED")
-    rows = browser.find_elements(By.CSS_SELECTOR, "#subtasks-table tbody tr")
-    assert len(rows) == 7 and all("FINISHED" in r.text for r in rows)
+    rows = _texts(browser, "#subtasks-table tbody tr")
+    assert len(rows) == 7 and all("FINISHED" in r for r in rows)
     assert "pid" in _text(browser, "#job-master")
     assert not browser.find_elements(By.ID, "cancel-job")  # nothing to cancel any more
     _screenshot(browser, "job-finished")
@@ -237,10 +278,9 @@ def test_a_failed_jobs_exception_is_shown(browser: Any, base: str) -> None:
     _wait(browser, lambda: _text(browser, "#job-state") == "FAILED", what="FAILED")
     _wait(browser, lambda: _text(browser, "#root-exception"), what="the root cause")
     assert "fails attempt 0" in _text(browser, "#root-exception")
-    entries = browser.find_elements(By.CSS_SELECTOR, "#exceptions details.exception")
-    assert entries and "noop-0" in entries[0].text
-    vertex = browser.find_element(By.CSS_SELECTOR, "#job-graph g.vertex")
-    assert vertex.get_attribute("data-state") == "FAILED"
+    entries = _texts(browser, "#exceptions details.exception summary")
+    assert entries and "noop-0" in entries[0]
+    assert _attrs(browser, "#job-graph g.vertex", "data-state") == ["FAILED"]
     _screenshot(browser, "job-failed")
 
 
@@ -248,8 +288,8 @@ def test_the_cancel_button_cancels(browser: Any, base: str) -> None:
     job_id = submit(base, noop_pipeline("dashboard-cancel", parallelism=1, sleep_s=60))
     wait_for_state(base, job_id, ("RUNNING",))
     _open_job(browser, base, job_id)
-    button = _wait(browser, lambda: browser.find_elements(By.ID, "cancel-job"), what="button")[0]
+    _wait(browser, lambda: _texts(browser, "#cancel-job"), what="the cancel button")
     browser.execute_script("window.confirm = () => true;")  # the "are you sure?" dialog
-    button.click()
+    _click(browser, "#cancel-job")
     _wait(browser, lambda: _text(browser, "#job-state") == "CANCELED", what="CANCELED")
     assert wait_for_state(base, job_id, ("CANCELED",))["state"] == "CANCELED"

@@ -17,7 +17,7 @@ from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import start_local_cluster
 from tests.integration.rest_helpers import get, request, submit, wait_for_state
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import ClusterFactory
 from tests.integration.rest_helpers import Reply, get, submit
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
 def _eventually_get(url: str, timeout_s: float = 120) -> Reply:
