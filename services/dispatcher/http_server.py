@@ -114,6 +114,7 @@ class HttpLimits:
     max_header_bytes: int = 16 * 1024
     max_body_bytes: int = 64 * 1024 * 1024
     read_timeout_s: float = 10.0
+    max_connections: int = 256  # more at once are answered 503 at once (slow clients pile up)
 
 
 def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
@@ -178,6 +179,7 @@ class HttpServer:
         self._ports = ports
         self.limits = limits or HttpLimits()
         self._server: asyncio.Server | None = None
+        self._open = 0
         self.port = 0
 
     async def start(self) -> int:
@@ -201,10 +203,19 @@ class HttpServer:
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open += 1
+        try:
+            await self._serve_one(reader, writer)
+        finally:
+            self._open -= 1
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head_only = False
         try:
             request = await asyncio.wait_for(self._read(reader), self.limits.read_timeout_s)
             head_only = request.method == "HEAD"
+            if self._open > self.limits.max_connections:  # read first: closing unread resets
+                raise HttpError(503, "too many open connections; try again shortly")
             response = await self._dispatch(request)
         except HttpError as exc:
             response = HttpResponse.error(exc.status, exc.message, **exc.extra)

@@ -272,6 +272,33 @@ def test_the_server_answers_bad_requests_and_keeps_serving() -> None:
     assert b'"errors"' in replies[0]
 
 
+def test_connections_beyond_the_limit_are_answered_503() -> None:
+    async def handler(request: HttpRequest) -> HttpResponse:
+        return HttpResponse.json(200, {})
+
+    async def scenario() -> tuple[bytes, bytes]:
+        server = HttpServer(handler, "127.0.0.1", (0, 0), HttpLimits(max_connections=1))
+        port = await server.start()
+        _, idle = await asyncio.open_connection("127.0.0.1", port)  # holds the only place
+        idle.write(b"GET / HTTP/1.1\r\n")
+        await asyncio.sleep(0.1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\n\r\n")
+        refused = await reader.read()
+        writer.close()
+        idle.close()
+        await asyncio.sleep(0.1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\n\r\n")
+        served = await reader.read()
+        writer.close()
+        await server.stop()
+        return refused, served
+
+    refused, served = asyncio.run(scenario())
+    assert refused.startswith(b"HTTP/1.1 503 ") and served.startswith(b"HTTP/1.1 200 ")
+
+
 def test_a_failing_handler_gets_a_500_not_a_crash() -> None:
     async def handler(request: HttpRequest) -> HttpResponse:
         raise RuntimeError("boom")
