@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import mimetypes
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ REASONS = {
     504: "Gateway Timeout",
     505: "HTTP Version Not Supported",
 }
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header name (RFC 9110 token)
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
@@ -137,7 +139,7 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
         if not line:
             continue
         name, colon, value = line.partition(":")
-        if not colon or not name or name != name.strip():
+        if not colon or not _TOKEN.fullmatch(name):
             raise HttpError(400, f"malformed header line {line[:80]!r}")
         headers[name.lower()] = value.strip()
     return method, target, headers
@@ -147,8 +149,11 @@ def parse_target(target: str) -> tuple[str, dict[str, str]]:
     """Path (percent-decoded) and query of an origin-form request target."""
     if not target.startswith("/"):
         raise HttpError(400, f"request target {target[:80]!r} must start with '/'")
-    parts = urlsplit(target)
-    path = unquote(parts.path, errors="strict") if parts.path else "/"
+    try:
+        parts = urlsplit(target)
+        path = unquote(parts.path, errors="strict") if parts.path else "/"
+    except (ValueError, UnicodeDecodeError) as exc:  # UnicodeDecodeError: %-escapes not UTF-8
+        raise HttpError(400, f"request target {target[:80]!r} is not a valid URL: {exc}") from None
     if "\x00" in path:
         raise HttpError(400, "the path contains a NUL byte")
     return path, dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -224,6 +229,9 @@ class HttpServer:
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
             return
+        except Exception:  # a bug here must cost one request, never the dispatcher
+            log.exception("HTTP server failed on a request")
+            response = HttpResponse.error(500, "internal error; the dispatcher log has details")
         try:
             writer.write(response.encode(head_only=head_only))
             await writer.drain()

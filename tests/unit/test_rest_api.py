@@ -196,6 +196,7 @@ def test_parse_head_reads_method_target_and_lowercased_headers() -> None:
         (b"BREW / HTTP/1.1", 501),
         (b"GET / HTTP/1.1\r\nno colon here", 400),
         (b"GET / HTTP/1.1\r\n folded: x", 400),
+        (b"GET / HTTP/1.1\r\nbad name: x", 400),
     ],
 )
 def test_malformed_heads_are_refused_with_a_status(head: bytes, status: int) -> None:
@@ -206,8 +207,10 @@ def test_malformed_heads_are_refused_with_a_status(head: bytes, status: int) -> 
 
 def test_targets_are_decoded_and_must_be_origin_form() -> None:
     assert parse_target("/v1/jobs/a%20b?mode=cancel") == ("/v1/jobs/a b", {"mode": "cancel"})
-    with pytest.raises(HttpError):
-        parse_target("http://elsewhere/")
+    for bad in ("http://elsewhere/", "/v1/jobs/%ff", "/a%00b"):
+        with pytest.raises(HttpError) as caught:
+            parse_target(bad)
+        assert caught.value.status == 400
 
 
 def test_body_length_limits() -> None:
