@@ -36,7 +36,11 @@ from pathlib import Path
 
 PROJECT = "sparkmill"
 # Where each subpackage of the one import package lives in the checkout.
-SOURCE_DIRS = {"sparkmill.common": "common", "sparkmill.services": "services", "sparkmill": "sparkmill"}
+SOURCE_DIRS = {
+    "sparkmill.common": "common",
+    "sparkmill.services": "services",
+    "sparkmill": "sparkmill",
+}
 # Symlinks inside sparkmill/ that point at the folders above; walked once, under their own name.
 LINKED = {"common", "services"}
 SERVICES = ("dispatcher", "resourcemanager", "jobmaster", "taskexecutor")
