@@ -481,6 +481,49 @@ METRICS_PORT = _option(
 
 # --------------------------------------------------------------------------------------------
 _group(
+    "REST API and web dashboard",
+    "The HTTP server of the dispatcher: the JSON API under /v1/ and the dashboard. It is "
+    "unauthenticated today: bind it to loopback or a trusted network.",
+)
+
+REST_ENABLED = _option(
+    "rest.enabled",
+    BOOL,
+    True,
+    "Serve the REST API and the web dashboard from every dispatcher (standbys redirect to the "
+    "leader).",
+)
+REST_BIND_ADDRESS = _option(
+    "rest.bind-address",
+    STRING,
+    "",
+    "Host or interface the HTTP server binds to ('0.0.0.0' for all).",
+    default_text="the host of dispatcher.rpc-address",
+)
+REST_ADDRESS = _option(
+    "rest.address",
+    STRING,
+    "",
+    "Host name clients are given to reach the REST API (in redirects, `cluster status` and "
+    "the URLs the CLI prints).",
+    default_text="rest.bind-address, or this host's name when that is a wildcard",
+)
+REST_PORT = _option(
+    "rest.port",
+    STRING,
+    "8081",
+    "Port of the HTTP server: a number, 0 for a free port, or a range such as '50100-50200' "
+    "(the first free one is used, so several dispatchers on one host can share the setting).",
+)
+WEB_GRAFANA_URL = _option(
+    "web.grafana-url",
+    STRING,
+    "",
+    "Base URL of a Grafana with the sparkmill dashboards; the dashboard links to it when set.",
+)
+
+# --------------------------------------------------------------------------------------------
+_group(
     "Data plane",
     "The Spark sessions tasks run in, and where they exchange data. Any Spark setting can be "
     "passed with the free-form spark.conf.* keys.",
@@ -624,6 +667,36 @@ def _zookeeper_root(conf: ConfigValues) -> tuple[str, str] | None:
     if root.startswith("/"):
         return None
     return HA_ZOOKEEPER_ROOT.key, f"{root!r} is not an absolute ZooKeeper path (start with '/')"
+
+
+def port_range(text: str) -> tuple[int, int]:
+    """``'8081'`` -> (8081, 8081), ``'50100-50200'`` -> (50100, 50200); ValueError otherwise."""
+    low, dash, high = text.strip().partition("-")
+    if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
+        raise ValueError(
+            f"{text!r} is not a port or a port range (examples: '8081', '0', '50100-50200')"
+        )
+    first, last = int(low), int(high) if dash else int(low)
+    if last > 65535 or first > last or (first == 0 and last != 0):
+        raise ValueError(f"{text!r} is not a port range within 1-65535 (or 0 for a free port)")
+    return first, last
+
+
+@_constraint("rest.port is a port, 0 or a port range.")
+def _rest_port(conf: ConfigValues) -> tuple[str, str] | None:
+    try:
+        port_range(conf.get(REST_PORT))
+    except ValueError as exc:
+        return REST_PORT.key, str(exc)
+    return None
+
+
+@_constraint("web.grafana-url, when set, is an http(s) URL.")
+def _grafana_url(conf: ConfigValues) -> tuple[str, str] | None:
+    url = conf.get(WEB_GRAFANA_URL).strip()
+    if not url or url.startswith(("http://", "https://")):
+        return None
+    return WEB_GRAFANA_URL.key, f"{url!r} is not an http:// or https:// URL"
 
 
 REGISTRY = OptionRegistry(_GROUPS, (SPARK_CONF, METRICS_LABELS), _CONSTRAINTS)

@@ -21,6 +21,7 @@ class ServiceIdentity:
     id: str
     address: str = ""
     metrics_url: str = ""
+    rest_url: str = ""  # dispatchers: the REST API and dashboard, once served
     started_at: float = field(default_factory=time.time)
 
     def info(self, *, is_leader: bool = False, session_id: str = "") -> common_pb2.ServiceInfo:
@@ -34,6 +35,7 @@ class ServiceIdentity:
             leader_session_id=session_id,
             metrics_url=self.metrics_url,
             started_at=self.started_at,
+            rest_url=self.rest_url,
         )
 
 

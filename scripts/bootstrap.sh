@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything sparkmill needs on a Debian machine, idempotently:
 #   - Debian packages: Java 17 (Spark and ZooKeeper need it), python3-venv, ZooKeeper and
-#     Prometheus (the integration tests run real servers);
+#     Prometheus (the integration tests run real servers), Chromium and chromedriver (the
+#     dashboard test drives a headless browser);
 #   - a virtualenv (default .venv, override with SPARKMILL_VENV) with sparkmill and its dev tools.
 # Re-running it is cheap: each step is skipped when already done.
 set -euo pipefail
@@ -23,6 +24,9 @@ command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
 "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 || packages+=(python3-venv)
 [ -f /usr/share/java/zookeeper.jar ] || packages+=(zookeeper)
 command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
+# The dashboard's browser test: Debian's Chromium and its WebDriver (nothing downloaded later).
+[ -x /usr/bin/chromium ] || packages+=(chromium)
+[ -x /usr/bin/chromedriver ] || packages+=(chromium-driver)
 if [ "${#packages[@]}" -gt 0 ]; then
   log "installing Debian packages: ${packages[*]}"
   "${sudo_cmd[@]}" apt-get update -qq

@@ -26,6 +26,7 @@ from sparkmill.common.service_base import ServiceIdentity
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.services.dispatcher import metrics as dispatcher_metrics
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
+from sparkmill.services.dispatcher.rest_service import RestEndpoint, start_rest_endpoint
 from sparkmill.services.jobmaster import metrics as job_master_metrics
 from sparkmill.services.jobmaster.service import JobMasterProcess
 from sparkmill.services.resourcemanager import metrics as resource_manager_metrics
@@ -187,12 +188,16 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     server.add_servicer(servicer)
     _register_metrics(servicer, metrics)
     endpoint: MetricsHttpServer | None = None
+    rest: RestEndpoint | None = None
 
     async def start() -> None:
-        nonlocal endpoint
+        nonlocal endpoint, rest
         identity.address = await server.start()
         log.info("%s %s listening on %s", role, identity_id[:8], identity.address)
         endpoint = await _start_metrics_endpoint(metrics, settings, identity)
+        if isinstance(servicer, Dispatcher):  # before it announces itself: the URL is in its info
+            rest = await start_rest_endpoint(servicer, config, runtime, ha, clients)
+            identity.rest_url = rest.url if rest is not None else ""
         await servicer.start()
         if role != "task-executor":  # task executors are listed by the resource manager
             runtime.spawn(
@@ -200,6 +205,8 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
             )
 
     async def stop() -> None:
+        if rest is not None:
+            await rest.stop()
         await servicer.stop()
         await server.stop()
         await clients.close()

@@ -264,6 +264,9 @@ def _details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
         "ended_at": details.ended_at or None,
         "restarts": details.restarts,
         "recovered_subtasks": details.recovered_subtasks,
+        "job_master": (
+            _service_json(details.job_master) if details.HasField("job_master") else None
+        ),
         "vertices": [
             {
                 "id": v.vertex_id,
@@ -405,6 +408,9 @@ def _print_details(details: jobs_pb2.JobDetails) -> None:
             else ""
         )
     )
+    if details.HasField("job_master"):
+        jm = details.job_master
+        print(f"  JobMaster: process {jm.id[:8]} at {jm.address} on {jm.hostname} (pid {jm.pid})")
     for v in details.vertices:
         states = ", ".join(
             f"{n} {_state_name(s).lower()}" for s, n in sorted(v.tasks_by_state.items()) if n
@@ -434,6 +440,7 @@ def _service_json(info: common_pb2.ServiceInfo) -> dict[str, Any]:
         "hostname": info.hostname,
         "leader": info.is_leader,
         "metrics_url": info.metrics_url or None,
+        "rest_url": info.rest_url or None,
     }
 
 
@@ -491,6 +498,8 @@ def _cluster_status(client: Any, *, as_json: bool) -> int:
             else ("standby" if s.role in ("dispatcher", "resource-manager") else "-")
         )
         print(f"{s.role:<18}{s.id[:8]:<10}{s.address:<28}{s.pid:>8}  {leader}")
+    if view.dispatcher.rest_url:
+        print(f"\ndashboard and REST API: {view.dispatcher.rest_url}")
     print(
         f"\nslots: {rm.slots_total} total, {rm.slots_free} free, {rm.slots_allocated} "
         f"allocated, {rm.slots_pending} pending; {rm.pending_slot_requests} requests waiting"
@@ -533,6 +542,7 @@ def _local_cluster(args: argparse.Namespace) -> int:
         )
         print(f"client config: {cluster.config_path}")
         print(f"logs:          {cluster.log_dir}")
+        print(f"dashboard:     {cluster.rest_url() or '(rest.enabled is false)'}")
         return EXIT_OK
     cluster = LocalCluster.attach(args.dir.resolve())
     cluster.stop()
@@ -577,6 +587,9 @@ def _run(args: argparse.Namespace) -> int:
             with ClusterClient.from_config_file(cluster.config_path) as client:
                 job_id = client.submit(graph)
                 print(f"submitted job {job_id} ('{graph.name}')", file=sys.stderr)
+                rest_url = client.cluster_status().dispatcher.rest_url
+                if rest_url:
+                    print(f"dashboard: {rest_url}/#/jobs/{job_id}", file=sys.stderr)
                 return _wait(client, job_id, as_json=args.json, pipeline=pipeline)
         except (TimeoutError, RuntimeError) as exc:
             print(f"sparkmill: {exc}", file=sys.stderr)

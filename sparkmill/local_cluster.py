@@ -91,6 +91,7 @@ class LocalCluster:
             "jobmaster.rpc-address": "tcp://127.0.0.1:0",
             "taskmanager.rpc-address": "tcp://127.0.0.1:0",
             "taskmanager.numberOfTaskSlots": self.slots,
+            "rest.port": free_port(),
             "exchange.dir": str(self.directory / "exchange"),
             **LOCAL_DEFAULTS,
         }
@@ -100,6 +101,7 @@ class LocalCluster:
                     # Leaders are found through ZooKeeper, so every process binds a free port.
                     "dispatcher.rpc-address": "tcp://127.0.0.1:0",
                     "resourcemanager.rpc-address": "tcp://127.0.0.1:0",
+                    "rest.port": 0,
                     "high-availability.mode": "zookeeper",
                     "high-availability.zookeeper.quorum": zookeeper_address,
                     "high-availability.storageDir": str(self.directory / "ha-storage"),
@@ -188,6 +190,13 @@ class LocalCluster:
             f"local cluster in {self.directory} not ready after {timeout_s:g}s: {last_error}; "
             f"see the logs in {self.log_dir}"
         )
+
+    def rest_url(self, timeout_s: float = 10.0) -> str:
+        """The leading dispatcher's REST API and dashboard URL ('' when it serves none)."""
+        from sparkmill.client import ClusterClient
+
+        with ClusterClient.from_config_file(self.config_path) as client:
+            return client.cluster_status(timeout=timeout_s).dispatcher.rest_url
 
     def _check_alive(self) -> None:
         for proc in self.processes:

@@ -157,7 +157,7 @@ class SlotReport(_message.Message):
     def __init__(self, resource_id: _Optional[str] = ..., slots: _Optional[_Iterable[_Union[SlotStatus, _Mapping]]] = ...) -> None: ...
 
 class ServiceInfo(_message.Message):
-    __slots__ = ("role", "id", "address", "pid", "hostname", "is_leader", "leader_session_id", "metrics_url", "started_at")
+    __slots__ = ("role", "id", "address", "pid", "hostname", "is_leader", "leader_session_id", "metrics_url", "started_at", "rest_url")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -167,6 +167,7 @@ class ServiceInfo(_message.Message):
     LEADER_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     METRICS_URL_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    REST_URL_FIELD_NUMBER: _ClassVar[int]
     role: str
     id: str
     address: str
@@ -176,7 +177,8 @@ class ServiceInfo(_message.Message):
     leader_session_id: str
     metrics_url: str
     started_at: float
-    def __init__(self, role: _Optional[str] = ..., id: _Optional[str] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., hostname: _Optional[str] = ..., is_leader: _Optional[bool] = ..., leader_session_id: _Optional[str] = ..., metrics_url: _Optional[str] = ..., started_at: _Optional[float] = ...) -> None: ...
+    rest_url: str
+    def __init__(self, role: _Optional[str] = ..., id: _Optional[str] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., hostname: _Optional[str] = ..., is_leader: _Optional[bool] = ..., leader_session_id: _Optional[str] = ..., metrics_url: _Optional[str] = ..., started_at: _Optional[float] = ..., rest_url: _Optional[str] = ...) -> None: ...
 
 class GetServiceInfoRequest(_message.Message):
     __slots__ = ()

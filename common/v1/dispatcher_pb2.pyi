@@ -26,7 +26,7 @@ class ListJobsRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class JobSummary(_message.Message):
-    __slots__ = ("job_id", "name", "status", "submitted_at", "ended_at", "total_tasks", "finished_tasks")
+    __slots__ = ("job_id", "name", "status", "submitted_at", "ended_at", "total_tasks", "finished_tasks", "restarts")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -34,6 +34,7 @@ class JobSummary(_message.Message):
     ENDED_AT_FIELD_NUMBER: _ClassVar[int]
     TOTAL_TASKS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     status: _common_pb2.JobStatus
@@ -41,7 +42,8 @@ class JobSummary(_message.Message):
     ended_at: float
     total_tasks: int
     finished_tasks: int
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., submitted_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., total_tasks: _Optional[int] = ..., finished_tasks: _Optional[int] = ...) -> None: ...
+    restarts: int
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., submitted_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., total_tasks: _Optional[int] = ..., finished_tasks: _Optional[int] = ..., restarts: _Optional[int] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs",)

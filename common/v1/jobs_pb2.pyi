@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VertexDetails(_message.Message):
-    __slots__ = ("vertex_id", "name", "parallelism", "tasks_by_state", "subtask_attempts", "records_in", "records_out", "bytes_in", "bytes_out", "subtask_task_executors")
+    __slots__ = ("vertex_id", "name", "parallelism", "tasks_by_state", "subtask_attempts", "records_in", "records_out", "bytes_in", "bytes_out", "subtask_task_executors", "subtask_states", "subtask_start_times", "subtask_end_times")
     class TasksByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,9 @@ class VertexDetails(_message.Message):
     BYTES_IN_FIELD_NUMBER: _ClassVar[int]
     BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
     SUBTASK_TASK_EXECUTORS_FIELD_NUMBER: _ClassVar[int]
+    SUBTASK_STATES_FIELD_NUMBER: _ClassVar[int]
+    SUBTASK_START_TIMES_FIELD_NUMBER: _ClassVar[int]
+    SUBTASK_END_TIMES_FIELD_NUMBER: _ClassVar[int]
     vertex_id: str
     name: str
     parallelism: int
@@ -36,7 +39,10 @@ class VertexDetails(_message.Message):
     bytes_in: int
     bytes_out: int
     subtask_task_executors: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, vertex_id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., tasks_by_state: _Optional[_Mapping[int, int]] = ..., subtask_attempts: _Optional[_Iterable[int]] = ..., records_in: _Optional[int] = ..., records_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., subtask_task_executors: _Optional[_Iterable[str]] = ...) -> None: ...
+    subtask_states: _containers.RepeatedScalarFieldContainer[int]
+    subtask_start_times: _containers.RepeatedScalarFieldContainer[float]
+    subtask_end_times: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, vertex_id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., tasks_by_state: _Optional[_Mapping[int, int]] = ..., subtask_attempts: _Optional[_Iterable[int]] = ..., records_in: _Optional[int] = ..., records_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., subtask_task_executors: _Optional[_Iterable[str]] = ..., subtask_states: _Optional[_Iterable[int]] = ..., subtask_start_times: _Optional[_Iterable[float]] = ..., subtask_end_times: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class TaskFailure(_message.Message):
     __slots__ = ("timestamp", "vertex_name", "subtask_index", "attempt_number", "task_executor", "error")
@@ -55,7 +61,7 @@ class TaskFailure(_message.Message):
     def __init__(self, timestamp: _Optional[float] = ..., vertex_name: _Optional[str] = ..., subtask_index: _Optional[int] = ..., attempt_number: _Optional[int] = ..., task_executor: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ...) -> None: ...
 
 class JobDetails(_message.Message):
-    __slots__ = ("job_id", "name", "status", "submitted_at", "ended_at", "vertices", "failure", "job_master_address", "restarts", "exceptions", "recovered_subtasks")
+    __slots__ = ("job_id", "name", "status", "submitted_at", "ended_at", "vertices", "failure", "job_master_address", "restarts", "exceptions", "recovered_subtasks", "job_master")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +73,7 @@ class JobDetails(_message.Message):
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     EXCEPTIONS_FIELD_NUMBER: _ClassVar[int]
     RECOVERED_SUBTASKS_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     status: _common_pb2.JobStatus
@@ -78,7 +85,8 @@ class JobDetails(_message.Message):
     restarts: int
     exceptions: _containers.RepeatedCompositeFieldContainer[TaskFailure]
     recovered_subtasks: int
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., submitted_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., vertices: _Optional[_Iterable[_Union[VertexDetails, _Mapping]]] = ..., failure: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., job_master_address: _Optional[str] = ..., restarts: _Optional[int] = ..., exceptions: _Optional[_Iterable[_Union[TaskFailure, _Mapping]]] = ..., recovered_subtasks: _Optional[int] = ...) -> None: ...
+    job_master: _common_pb2.ServiceInfo
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., submitted_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., vertices: _Optional[_Iterable[_Union[VertexDetails, _Mapping]]] = ..., failure: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., job_master_address: _Optional[str] = ..., restarts: _Optional[int] = ..., exceptions: _Optional[_Iterable[_Union[TaskFailure, _Mapping]]] = ..., recovered_subtasks: _Optional[int] = ..., job_master: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ...) -> None: ...
 
 class JobResult(_message.Message):
     __slots__ = ("job_id", "status", "failure", "details", "accumulators")

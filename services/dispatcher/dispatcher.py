@@ -477,6 +477,7 @@ class Dispatcher(DispatcherServicer):
             total = sum(v.parallelism for v in job.graph.vertices)
             summary.total_tasks = total
             if job.details is not None:
+                summary.restarts = job.details.restarts
                 summary.finished_tasks = sum(
                     v.tasks_by_state.get(6, 0) for v in job.details.vertices
                 )  # FINISHED
@@ -513,7 +514,15 @@ class Dispatcher(DispatcherServicer):
         details.submitted_at = job.submitted_at
         details.ended_at = job.ended_at
         details.job_master_address = job.address
+        process = self.processes.get(job.process_id)
+        if process is not None and job.session_id:
+            details.job_master.CopyFrom(process.info)  # the process whose JobMaster leads it
         return details
+
+    def job_graph(self, job_id: str) -> common_pb2.JobGraph:
+        """The submitted graph (for the REST API's plan; only the id after a leader change
+        recovered a finished job from its result)."""
+        return self._job(job_id).graph
 
     async def cancel_job(
         self, request: dispatcher_pb2.CancelJobRequest, context: CallContext

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sparkmill.common.states import JobStatus
+from sparkmill.common.states import ExecutionState, JobStatus
 from sparkmill.common.v1 import common_pb2, jobs_pb2
 from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
 from sparkmill.services.jobmaster.scheduler import DefaultScheduler
@@ -54,11 +54,18 @@ def _add_vertices(
         counts: dict[int, int] = {}
         attempts: list[int] = []
         locations: list[str] = []
+        states: list[int] = []
+        started: list[float] = []
+        ended: list[float] = []
         for vertex in ejv.task_vertices:
             execution = vertex.current_execution
             counts[execution.state.value] = counts.get(execution.state.value, 0) + 1
             attempts.append(execution.attempt_number)
             locations.append(execution.task_executor_id)
+            states.append(execution.state.value)
+            started.append(execution.state_timestamp(ExecutionState.DEPLOYING) or 0.0)
+            terminal = execution.state.is_terminal
+            ended.append((terminal and execution.state_timestamp(execution.state)) or 0.0)
         io = scheduler.io.get(ejv.name)
         details.vertices.add(
             vertex_id=ejv.id,
@@ -67,6 +74,9 @@ def _add_vertices(
             tasks_by_state=counts,
             subtask_attempts=attempts,
             subtask_task_executors=locations,
+            subtask_states=states,
+            subtask_start_times=started,
+            subtask_end_times=ended,
             records_in=io.records_in if io else 0,
             records_out=io.records_out if io else 0,
             bytes_in=io.bytes_in if io else 0,

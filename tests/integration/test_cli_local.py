@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,7 @@ def test_sparkmill_run_noop_example_end_to_end() -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "FINISHED" in run.stdout
+    assert re.search(r"dashboard: http://127\.0\.0\.1:\d+/#/jobs/[0-9a-f]{32}", run.stderr)
 
 
 def test_a_bad_configuration_key_stops_a_service_with_a_message(tmp_path: Path) -> None:
@@ -49,6 +53,10 @@ def test_local_cluster_up_and_down(tmp_path: Path) -> None:
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert (tmp_path / "cluster.yaml").exists()
+        url = re.search(r"dashboard: +(http://127\.0\.0\.1:\d+)", up.stdout)
+        assert url, up.stdout
+        with urllib.request.urlopen(f"{url.group(1)}/v1/overview", timeout=10) as reply:
+            assert json.load(reply)["taskmanagers"] == 1
         assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [
             "dispatcher-0.log",
             "job-master-0.log",

@@ -1,0 +1,339 @@
+"""Protobuf answers of the dispatcher's gateway -> the JSON documents of the REST API.
+
+Shapes and names follow Flink's REST API where the concept is the same (``jid``, ``state``,
+``start-time`` in epoch milliseconds, ``tasks`` counts per execution state, ``plan.nodes`` with
+``inputs``, ``exceptionHistory.entries``, ``taskmanagers``), so tools written against Flink's
+JobManager read them with few changes. Pure functions: no I/O, easy to test.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
+
+Json = dict[str, Any]
+
+# ExecutionState numbers (common.proto) -> Flink's ExecutionState names.
+EXECUTION_STATES = (
+    "",
+    "CREATED",
+    "SCHEDULED",
+    "DEPLOYING",
+    "INITIALIZING",
+    "RUNNING",
+    "FINISHED",
+    "CANCELING",
+    "CANCELED",
+    "FAILED",
+)
+TERMINAL_JOB_STATES = frozenset({"FINISHED", "FAILED", "CANCELED"})
+
+
+def execution_state(number: int) -> str:
+    return EXECUTION_STATES[number] if 0 < number < len(EXECUTION_STATES) else "UNKNOWN"
+
+
+def job_state(number: int) -> str:
+    try:
+        return common_pb2.JobStatus.Name(number)
+    except ValueError:
+        return "UNKNOWN"
+
+
+def millis(seconds: float) -> int:
+    """Epoch seconds -> Flink's epoch milliseconds; -1 for "not yet" (as Flink)."""
+    return round(seconds * 1000) if seconds > 0 else -1
+
+
+def _duration_ms(start: float, end: float, now: float) -> int:
+    if start <= 0:
+        return -1
+    return round(((end if end > 0 else now) - start) * 1000)
+
+
+def service_json(info: common_pb2.ServiceInfo) -> Json:
+    return {
+        "role": info.role,
+        "id": info.id,
+        "address": info.address,
+        "host": info.hostname,
+        "pid": info.pid,
+        "leader": info.is_leader,
+        "metrics-url": info.metrics_url,
+        "rest-url": info.rest_url,
+        "start-time": millis(info.started_at),
+    }
+
+
+def job_summary_json(job: dispatcher_pb2.JobSummary, now: float) -> Json:
+    return {
+        "jid": job.job_id,
+        "name": job.name,
+        "state": job_state(job.status),
+        "start-time": millis(job.submitted_at),
+        "end-time": millis(job.ended_at),
+        "duration": _duration_ms(job.submitted_at, job.ended_at, now),
+        "restarts": job.restarts,
+        "tasks": {"total": job.total_tasks, "finished": job.finished_tasks},
+    }
+
+
+def vertex_state(tasks: dict[str, int], parallelism: int) -> str:
+    """One state for a vertex from its subtasks' states (Flink's aggregate vertex state)."""
+    for state in ("FAILED", "CANCELING", "CANCELED"):
+        if tasks.get(state):
+            return state
+    if parallelism and tasks.get("FINISHED", 0) == parallelism:
+        return "FINISHED"
+    for state in ("RUNNING", "INITIALIZING", "DEPLOYING", "SCHEDULED"):
+        if tasks.get(state):
+            return state
+    return "CREATED"
+
+
+def _tasks(vertex: jobs_pb2.VertexDetails) -> dict[str, int]:
+    counts = {name: 0 for name in EXECUTION_STATES[1:]}
+    for number, count in vertex.tasks_by_state.items():
+        name = execution_state(number)
+        counts[name] = counts.get(name, 0) + count
+    known = sum(counts.values())
+    if known < vertex.parallelism:  # no report yet: every subtask is still to be created
+        counts["CREATED"] += vertex.parallelism - known
+    return counts
+
+
+def vertex_json(vertex: jobs_pb2.VertexDetails, now: float) -> Json:
+    tasks = _tasks(vertex)
+    starts = [t for t in vertex.subtask_start_times if t > 0]
+    ends = list(vertex.subtask_end_times)
+    state = vertex_state(tasks, vertex.parallelism)
+    start = min(starts) if starts else 0.0
+    end = max(ends) if ends and all(e > 0 for e in ends) else 0.0
+    return {
+        "id": vertex.vertex_id,
+        "name": vertex.name,
+        "parallelism": vertex.parallelism,
+        "status": state,
+        "start-time": millis(start),
+        "end-time": millis(end),
+        "duration": _duration_ms(start, end, now),
+        "tasks": tasks,
+        "attempts-max": max(vertex.subtask_attempts, default=0),
+        "metrics": {
+            "read-records": vertex.records_in,
+            "write-records": vertex.records_out,
+            "read-bytes": vertex.bytes_in,
+            "write-bytes": vertex.bytes_out,
+        },
+    }
+
+
+def subtasks_json(vertex: jobs_pb2.VertexDetails, now: float) -> list[Json]:
+    """One entry per subtask's current attempt (Flink's ``/jobs/:jid/vertices/:vid``)."""
+
+    def at(values: Any, index: int, default: Any) -> Any:
+        return values[index] if index < len(values) else default
+
+    subtasks = []
+    for index in range(vertex.parallelism):
+        start = at(vertex.subtask_start_times, index, 0.0)
+        end = at(vertex.subtask_end_times, index, 0.0)
+        subtasks.append(
+            {
+                "subtask": index,
+                "status": execution_state(at(vertex.subtask_states, index, 0)),
+                "attempt": at(vertex.subtask_attempts, index, 0),
+                "taskmanager-id": at(vertex.subtask_task_executors, index, ""),
+                "start-time": millis(start),
+                "end-time": millis(end),
+                "duration": _duration_ms(start, end, now),
+            }
+        )
+    return subtasks
+
+
+def job_details_json(
+    details: jobs_pb2.JobDetails, graph: common_pb2.JobGraph | None, now: float
+) -> Json:
+    state = job_state(details.status)
+    return {
+        "jid": details.job_id,
+        "name": details.name,
+        "state": state,
+        "isStoppable": False,
+        "start-time": millis(details.submitted_at),
+        "end-time": millis(details.ended_at),
+        "duration": _duration_ms(details.submitted_at, details.ended_at, now),
+        "now": millis(now),
+        "restarts": details.restarts,
+        "recovered-subtasks": details.recovered_subtasks,
+        "job-master": service_json(details.job_master) if details.HasField("job_master") else None,
+        "job-master-address": details.job_master_address,
+        "failure": error_json(details.failure) if details.HasField("failure") else None,
+        "vertices": [
+            {**vertex_json(v, now), "subtasks": subtasks_json(v, now)} for v in details.vertices
+        ],
+        "status-counts": _status_counts(details),
+        "plan": plan_json(details, graph)["plan"],
+    }
+
+
+def _status_counts(details: jobs_pb2.JobDetails) -> dict[str, int]:
+    counts = {name: 0 for name in EXECUTION_STATES[1:]}
+    for vertex in details.vertices:
+        state = vertex_state(_tasks(vertex), vertex.parallelism)
+        counts[state] = counts.get(state, 0) + 1
+    return counts
+
+
+def error_json(error: common_pb2.ErrorInfo) -> Json:
+    return {
+        "exception-type": error.exception_type,
+        "message": error.message,
+        "stacktrace": error.details,
+    }
+
+
+PATTERNS = {common_pb2.POINTWISE: "POINTWISE", common_pb2.ALL_TO_ALL: "ALL_TO_ALL"}
+RESULT_TYPES = {common_pb2.BLOCKING: "BLOCKING", common_pb2.PIPELINED: "PIPELINED"}
+
+
+def plan_json(details: jobs_pb2.JobDetails, graph: common_pb2.JobGraph | None) -> Json:
+    """Flink's ``/jobs/:jid/plan``: nodes with their inputs (edge pattern and exchange)."""
+    producers: dict[str, tuple[str, str]] = {}
+    vertices = list(graph.vertices) if graph is not None else []
+    for vertex in vertices:
+        for dataset in vertex.produced:
+            producers[dataset.id] = (vertex.id, RESULT_TYPES.get(dataset.result_type, ""))
+    nodes = []
+    for vertex in vertices:
+        inputs = []
+        for number, edge in enumerate(vertex.inputs):
+            source, exchange = producers.get(edge.source_dataset_id, ("", ""))
+            inputs.append(
+                {
+                    "num": number,
+                    "id": source,
+                    "ship_strategy": PATTERNS.get(edge.pattern, "UNKNOWN"),
+                    "partitioner": edge.partitioner,
+                    "exchange": exchange.lower(),
+                }
+            )
+        nodes.append(
+            {
+                "id": vertex.id,
+                "parallelism": vertex.parallelism,
+                "operator": vertex.operator.kind,
+                "description": vertex.name,
+                "inputs": inputs,
+            }
+        )
+    if not nodes:  # the graph is gone (a finished job recovered by a new leader): no edges
+        nodes = [
+            {
+                "id": v.vertex_id,
+                "parallelism": v.parallelism,
+                "operator": "",
+                "description": v.name,
+                "inputs": [],
+            }
+            for v in details.vertices
+        ]
+    return {"plan": {"jid": details.job_id, "name": details.name, "nodes": nodes}}
+
+
+def exceptions_json(details: jobs_pb2.JobDetails, *, max_entries: int = 100) -> Json:
+    """Flink's ``/jobs/:jid/exceptions``: the root exception and the history, newest first."""
+    entries = [
+        {
+            "exceptionName": failure.error.exception_type,
+            "message": failure.error.message,
+            "stacktrace": failure.error.details,
+            "timestamp": millis(failure.timestamp),
+            "taskName": f"{failure.vertex_name} ({failure.subtask_index + 1})",
+            "vertexName": failure.vertex_name,
+            "subtaskIndex": failure.subtask_index,
+            "attempt": failure.attempt_number,
+            "taskManagerId": failure.task_executor,
+        }
+        for failure in reversed(details.exceptions)
+    ]
+    root: Json = {"root-exception": None, "timestamp": None}
+    if details.HasField("failure") and details.failure.message:
+        root = {
+            "root-exception": details.failure.details or details.failure.message,
+            "timestamp": millis(details.ended_at) if details.ended_at else None,
+        }
+    elif entries:
+        root = {"root-exception": entries[0]["stacktrace"] or entries[0]["message"]}
+        root["timestamp"] = entries[0]["timestamp"]
+    return {
+        **root,
+        "exceptionHistory": {
+            "entries": entries[:max_entries],
+            "truncated": len(entries) > max_entries,
+        },
+    }
+
+
+def result_json(result: jobs_pb2.JobResult) -> Json:
+    """Flink's ``/jobs/:jid/execution-result`` (accumulators are binary: only their names)."""
+    return {
+        "status": {"id": "COMPLETED"},
+        "job-execution-result": {
+            "id": result.job_id,
+            "application-status": job_state(result.status),
+            "failure-cause": error_json(result.failure) if result.HasField("failure") else None,
+            "accumulator-names": sorted(result.accumulators),
+            "net-runtime": _duration_ms(
+                result.details.submitted_at, result.details.ended_at, time.time()
+            ),
+        },
+    }
+
+
+def taskmanagers_json(status: resource_manager_pb2.ClusterStatus, now: float) -> Json:
+    """Flink's ``/taskmanagers``: each task executor with its slots."""
+    managers = []
+    for te in status.task_executors:
+        free = sum(1 for slot in te.slots if not slot.allocation_id)
+        managers.append(
+            {
+                "id": te.resource_id,
+                "path": te.address,
+                "host": te.info.hostname,
+                "pid": te.info.pid,
+                "metrics-url": te.info.metrics_url,
+                "timeSinceLastHeartbeat": _duration_ms(te.last_heartbeat_at, 0.0, now),
+                "registered-time": millis(te.registered_at),
+                "slotsNumber": len(te.slots),
+                "freeSlots": free,
+                "totalResource": {
+                    "cpuCores": te.total_resources.cpu_cores,
+                    "memoryMB": te.total_resources.memory_mb,
+                },
+                "slots": [
+                    {"index": slot.slot_index, "jobId": slot.job_id, "free": not slot.allocation_id}
+                    for slot in te.slots
+                ],
+            }
+        )
+    return {"taskmanagers": managers}
+
+
+def overview_json(
+    jobs: list[dispatcher_pb2.JobSummary], status: resource_manager_pb2.ClusterStatus | None
+) -> Json:
+    """Flink's ``/overview`` (``flink-version`` becomes ``sparkmill-version``)."""
+    states = [job_state(j.status) for j in jobs]
+    return {
+        "taskmanagers": len(status.task_executors) if status is not None else None,
+        "slots-total": status.slots_total if status is not None else None,
+        "slots-available": status.slots_free if status is not None else None,
+        "jobs-running": sum(1 for s in states if s not in TERMINAL_JOB_STATES),
+        "jobs-finished": states.count("FINISHED"),
+        "jobs-cancelled": states.count("CANCELED"),
+        "jobs-failed": states.count("FAILED"),
+    }
