@@ -128,12 +128,14 @@ class TaskExecutorJobHeartbeatRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., sender_id: _Optional[str] = ...) -> None: ...
 
 class AllocatedSlotReport(_message.Message):
-    __slots__ = ("resource_id", "slots")
+    __slots__ = ("resource_id", "slots", "hosted_attempt_ids")
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
+    HOSTED_ATTEMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     resource_id: str
     slots: _containers.RepeatedCompositeFieldContainer[_common_pb2.SlotStatus]
-    def __init__(self, resource_id: _Optional[str] = ..., slots: _Optional[_Iterable[_Union[_common_pb2.SlotStatus, _Mapping]]] = ...) -> None: ...
+    hosted_attempt_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, resource_id: _Optional[str] = ..., slots: _Optional[_Iterable[_Union[_common_pb2.SlotStatus, _Mapping]]] = ..., hosted_attempt_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DisconnectJobMasterFromTaskExecutorRequest(_message.Message):
     __slots__ = ("job_id", "cause")

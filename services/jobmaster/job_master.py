@@ -26,7 +26,7 @@ from sparkmill.common.errors import RpcError, UnavailableError, error_from_code
 from sparkmill.common.exchange.layout import cleanup_job
 from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.heartbeat import HeartbeatManager
-from sparkmill.common.ids import AllocationID, JobID, ResourceID, short
+from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
 from sparkmill.common.io_counters import io_from_proto
 from sparkmill.common.jobgraph import JobGraph
 from sparkmill.common.leader import LeaderElectionService, LeaderInfo
@@ -46,6 +46,7 @@ from sparkmill.common.v1 import (
     task_executor_pb2,
 )
 from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
+from sparkmill.services.jobmaster.deployments import DeploymentTracker, is_live_state
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph
 from sparkmill.services.jobmaster.host import JobMasterHost
 from sparkmill.services.jobmaster.job_details import render_job_details
@@ -118,6 +119,7 @@ class JobMaster:
         # "local": a task executor's results are lost with it (see exchange.storage).
         self.results_lost_with_executor = config.get(opt.EXCHANGE_STORAGE) == "local"
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
+        self.deployments = DeploymentTracker()
         self.rm_leader: LeaderInfo | None = None
         self.rm_client: ResourceManagerClient | None = None
         self._rm_registration: asyncio.Task[None] | None = None
@@ -319,12 +321,20 @@ class JobMaster:
             raise UnavailableError(
                 f"task executor {short(slot.task_executor.resource_id)} is no longer connected"
             )
-        await te.client.submit_task(
-            task_executor_pb2.SubmitTaskRequest(
-                tdd=self._deployment_descriptor(execution, slot),
-                job_master_address=self.host.identity.address,
-            ),
-            timeout=self.settings.rpc_timeout_s,
+        self.deployments.start_deployment(execution.attempt_id, te.resource_id)
+        try:
+            await te.client.submit_task(
+                task_executor_pb2.SubmitTaskRequest(
+                    tdd=self._deployment_descriptor(execution, slot),
+                    job_master_address=self.host.identity.address,
+                ),
+                timeout=self.settings.rpc_timeout_s,
+            )
+        except BaseException:
+            self.deployments.stop(execution.attempt_id)
+            raise
+        self.deployments.complete_deployment(
+            execution.attempt_id, asyncio.get_running_loop().time()
         )
 
     async def cancel_task(self, execution: Execution, slot: PhysicalSlot) -> None:
@@ -509,13 +519,71 @@ class JobMaster:
 
     async def _heartbeat_task_executor(self, resource_id: ResourceID) -> None:
         te = self.task_executors.get(resource_id)
-        if te is not None:
-            await te.client.heartbeat_from_job_master(
-                task_executor_pb2.TaskExecutorJobHeartbeatRequest(
-                    job_id=self.job_id, sender_id=self.host.identity.id
-                ),
-                timeout=self.settings.heartbeat_interval_s,
+        if te is None:
+            return
+        sent_at = asyncio.get_running_loop().time()
+        report = await te.client.heartbeat_from_job_master(
+            task_executor_pb2.TaskExecutorJobHeartbeatRequest(
+                job_id=self.job_id, sender_id=self.host.identity.id
+            ),
+            timeout=self.settings.heartbeat_interval_s,
+        )
+        if self.task_executors.get(resource_id) is te and not self.status.is_terminal:
+            self._reconcile(te, report, sent_at)
+
+    def _reconcile(
+        self,
+        te: _TaskExecutorConnection,
+        report: task_executor_pb2.AllocatedSlotReport,
+        sent_at: float,
+    ) -> None:
+        """Heartbeat payload reconciliation (Flink's ExecutionDeploymentReconciler)."""
+        outcome = self.deployments.reconcile(
+            te.resource_id, report.hosted_attempt_ids, sent_at, self._is_live_on
+        )
+        for attempt_id in outcome.missing:
+            log.warning(
+                "job %s: task executor %s does not have attempt %s; failing it over",
+                short(self.job_id),
+                short(te.resource_id),
+                short(attempt_id),
             )
+            self.scheduler.update_task_execution_state(
+                attempt_id,
+                ExecutionState.FAILED,
+                message=f"task executor {short(te.resource_id)} ({te.address}) no longer runs "
+                "this attempt (heartbeat reconciliation)",
+                exception_type="TaskNotFoundError",
+            )
+        for attempt_id in outcome.unknown:
+            log.info(
+                "job %s: task executor %s runs attempt %s, which this JobMaster does not count; "
+                "cancelling it",
+                short(self.job_id),
+                short(te.resource_id),
+                short(attempt_id),
+            )
+            self.runtime.spawn(self._cancel_unknown(te, attempt_id), "cancel-unknown")
+
+    def _is_live_on(self, attempt_id: ExecutionAttemptID, resource_id: ResourceID) -> bool:
+        execution = self.graph.execution(attempt_id)
+        return (
+            execution is not None
+            and execution.is_current
+            and execution.task_executor_id == resource_id
+            and is_live_state(execution.state)
+        )
+
+    async def _cancel_unknown(
+        self, te: _TaskExecutorConnection, attempt_id: ExecutionAttemptID
+    ) -> None:
+        try:
+            await te.client.cancel_task(
+                task_executor_pb2.CancelTaskRequest(job_id=self.job_id, attempt_id=attempt_id),
+                timeout=self.settings.rpc_timeout_s,
+            )
+        except RpcError as exc:
+            log.debug("cancelling unknown attempt %s: %s", short(attempt_id), exc)
 
     def offer_slots(
         self, resource_id: str, address: str, offers: list[job_master_pb2.SlotOffer]
@@ -543,6 +611,7 @@ class JobMaster:
         if te is None:
             return
         self.heartbeats.unmonitor(rid)
+        self.deployments.forget_task_executor(rid)
         # It may only be hung and come back: tell it to drop whatever it still runs for us
         # (best effort; its slots are written off here either way).
         self.runtime.spawn(self._disconnect_task_executor(te, cause), "te-disconnect")

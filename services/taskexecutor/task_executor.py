@@ -101,6 +101,9 @@ class _JobConnection:
     offer_task: asyncio.Task[None] | None = None
     updates: list[job_master_pb2.TaskExecutionState] = field(default_factory=list)
     flush_task: asyncio.Task[None] | None = None
+    # Ended attempts whose final state the JobMaster has not acknowledged: still reported as
+    # hosted, so heartbeat reconciliation never mistakes an update in flight for a lost task.
+    unacknowledged: set[str] = field(default_factory=set)
 
 
 class TaskExecutor(TaskExecutorServicer):
@@ -603,6 +606,8 @@ class TaskExecutor(TaskExecutorServicer):
         if connection is None:
             return  # the job was disconnected; its JobMaster has written the task off
         connection.updates.append(update)
+        if state.is_terminal:
+            connection.unacknowledged.add(update.attempt_id)
         if connection.flush_task is None or connection.flush_task.done():
             connection.flush_task = self.runtime.spawn(self._flush_updates(connection), "flush")
 
@@ -620,11 +625,14 @@ class TaskExecutor(TaskExecutorServicer):
             except RpcError as exc:
                 if isinstance(exc, NotFoundError | FailedPreconditionError):
                     log.info("JobMaster of %s refused updates: %s", short(connection.job_id), exc)
+                    connection.unacknowledged.difference_update(u.attempt_id for u in batch)
                     break
                 log.info("state updates to %s failed (%s); retrying", short(connection.job_id), exc)
                 connection.updates[:0] = batch
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+            else:
+                connection.unacknowledged.difference_update(u.attempt_id for u in batch)
         if not self._table().allocation_ids_of_job(connection.job_id):
             self._drop_job_connection(connection.job_id)
 
@@ -636,6 +644,11 @@ class TaskExecutor(TaskExecutorServicer):
         job_id = JobID(request.job_id)
         self.heartbeats.receive_heartbeat(job_id)
         report = task_executor_pb2.AllocatedSlotReport(resource_id=self.resource_id)
+        hosted: set[str] = {task.attempt_id for task in self._table().tasks_of_job(job_id)}
+        connection = self.jobs.get(job_id)
+        if connection is not None:
+            hosted |= connection.unacknowledged
+        report.hosted_attempt_ids.extend(sorted(hosted))
         for info in self._table().slots_of_job(job_id):
             report.slots.append(
                 slot_status_to_proto(
