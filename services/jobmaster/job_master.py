@@ -21,10 +21,8 @@ from sparkmill.common import config_options as opt
 from sparkmill.common.actor import ServiceRuntime
 from sparkmill.common.collect import pack_accumulators
 from sparkmill.common.config import Configuration
-from sparkmill.common.deployment import TaskDeployment
 from sparkmill.common.errors import RpcError, UnavailableError, error_from_code
 from sparkmill.common.exchange.layout import cleanup_job
-from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.heartbeat import HeartbeatManager
 from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
 from sparkmill.common.io_counters import io_from_proto
@@ -46,6 +44,7 @@ from sparkmill.common.v1 import (
     task_executor_pb2,
 )
 from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
+from sparkmill.services.jobmaster.deployment_descriptor import deployment_of
 from sparkmill.services.jobmaster.deployments import DeploymentTracker, is_live_state
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph
 from sparkmill.services.jobmaster.host import JobMasterHost
@@ -325,7 +324,14 @@ class JobMaster:
         try:
             await te.client.submit_task(
                 task_executor_pb2.SubmitTaskRequest(
-                    tdd=self._deployment_descriptor(execution, slot),
+                    tdd=deployment_of(
+                        execution,
+                        slot.allocation_id,
+                        job_id=self.job_id,
+                        job_name=self.job_graph.name,
+                        job_master_epoch=self.epoch_ms,
+                        job_config=self.job_graph.config,
+                    ).to_proto(),
                     job_master_address=self.host.identity.address,
                 ),
                 timeout=self.settings.rpc_timeout_s,
@@ -347,50 +353,6 @@ class JobMaster:
             ),
             timeout=self.settings.rpc_timeout_s,
         )
-
-    def _deployment_descriptor(
-        self, execution: Execution, slot: PhysicalSlot
-    ) -> task_executor_pb2.TaskDeploymentDescriptor:
-        vertex = execution.vertex
-        jv = vertex.job_vertex
-        inputs = tuple(
-            InputGateInfo(
-                dataset_id=edge.source,
-                pattern=edge.pattern.name,
-                partitioner=edge.partitioner,
-                producer_parallelism=group.result.num_partitions,
-                partitions=tuple(
-                    InputPartitionInfo(
-                        dataset_id=edge.source,
-                        partition_number=partition.partition_number,
-                        producer_attempt_id=partition.producer.current_execution.attempt_id,
-                        producer_resource_id=partition.producer.current_execution.task_executor_id,
-                    )
-                    for partition in group
-                ),
-            )
-            for edge, group in zip(
-                jv.job_vertex.inputs, vertex.consumed_partition_groups, strict=True
-            )
-        )
-        return TaskDeployment(
-            job_id=self.job_id,
-            job_name=self.job_graph.name,
-            vertex_id=jv.id,
-            vertex_name=jv.name,
-            subtask_index=vertex.subtask_index,
-            parallelism=jv.parallelism,
-            attempt_id=execution.attempt_id,
-            attempt_number=execution.attempt_number,
-            allocation_id=slot.allocation_id,
-            operator_kind=jv.job_vertex.operator.kind,
-            operator_payload=jv.job_vertex.operator.payload,
-            vertex_version=vertex.vertex_version,
-            job_master_epoch=self.epoch_ms,
-            job_config=dict(self.job_graph.config),
-            inputs=inputs,
-            produced_dataset_ids=tuple(r.id for r in jv.produced_results),
-        ).to_proto()
 
     # -- SlotPoolActions --------------------------------------------------------------------
 

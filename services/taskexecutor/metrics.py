@@ -141,7 +141,7 @@ class TaskExecutorCollector:
             "task_executor_registered",
             "1 while this task executor is registered at a resource manager leader.",
         )
-        registered.add_metric([], 1.0 if te.rm is not None and te.rm.established else 0.0)
+        registered.add_metric([], 1.0 if te.rm_link.is_registered else 0.0)
         spark = gauge(
             "spark_session_up", "1 while the task executor's Spark session is up, else 0."
         )

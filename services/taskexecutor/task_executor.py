@@ -29,7 +29,6 @@ from sparkmill.common.errors import (
     FencingMismatchError,
     InvalidArgumentError,
     NotFoundError,
-    NotLeaderError,
     RpcError,
     UnavailableError,
 )
@@ -45,7 +44,6 @@ from sparkmill.common.proto_convert import (
     slot_status_to_proto,
 )
 from sparkmill.common.resources import ResourceProfile
-from sparkmill.common.retry import retry_registration
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
 from sparkmill.common.service_base import ServiceIdentity
@@ -61,11 +59,14 @@ from sparkmill.common.v1 import (
 )
 from sparkmill.common.v1.gateways import (
     JobMasterClient,
-    ResourceManagerClient,
     TaskExecutorServicer,
 )
 from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS
+from sparkmill.services.taskexecutor.resource_manager_link import (
+    HEARTBEAT_TARGET as RM_HEARTBEAT_TARGET,
+)
+from sparkmill.services.taskexecutor.resource_manager_link import ResourceManagerLink
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
 from sparkmill.services.taskexecutor.task import StateListener, Task, TaskFailureInfo
 from sparkmill.services.taskexecutor.task_services import close_task_services, install_task_services
@@ -76,18 +77,6 @@ _RM_METHODS = frozenset(
     {"RequestSlot", "HeartbeatFromResourceManager", "DisconnectResourceManager"}
 )
 OFFER_RETRIES = 3
-
-
-@dataclass
-class _ResourceManagerConnection:
-    leader: LeaderInfo
-    client: ResourceManagerClient
-    instance_id: str = ""
-    registration: asyncio.Task[None] | None = None
-
-    @property
-    def established(self) -> bool:
-        return bool(self.instance_id)
 
 
 @dataclass
@@ -132,21 +121,26 @@ class TaskExecutor(TaskExecutorServicer):
             cores / slots, settings.task_executor_memory_mb // slots
         )
         self.slot_table: TaskSlotTable[Task] | None = None
-        self.rm: _ResourceManagerConnection | None = None
         self.jobs: dict[JobID, _JobConnection] = {}
         self.tasks_started = 0
         # Process-wide facilities tasks may use (the data plane adds its SparkSession here).
         self.task_services: dict[str, object] = {}
         self.task_state_listener: StateListener | None = None  # set by the metrics
-        # Flink's TaskExecutor#startRegistrationTimeout: armed while not registered at an RM.
-        self._registration_timeout: asyncio.TimerHandle | None = None
-        self._rm_addresses_tried: list[str] = []
         self.heartbeats = HeartbeatManager(
             "te",
             interval_s=settings.heartbeat_interval_s,
             timeout_s=settings.heartbeat_timeout_s,
             rpc_failure_threshold=0,  # the receiving side has no RPCs to count
             on_timeout=self._on_heartbeat_timeout,
+        )
+        self.rm_link = ResourceManagerLink(
+            settings=settings,
+            runtime=runtime,
+            clients=clients,
+            heartbeats=self.heartbeats,
+            resource_id=self.resource_id,
+            registration_request=self._registration_request,
+            slot_report=self._slot_report,
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -159,29 +153,16 @@ class TaskExecutor(TaskExecutorServicer):
         self.slot_table.start(_TableActions(self))
         install_task_services(self.task_services, self.settings, self.runtime)
         self.heartbeats.start()
-        self._arm_registration_timeout()
-        await self.rm_retrieval.start(self._on_rm_leader)
+        self.rm_link.start()
+        await self.rm_retrieval.start(self.rm_link.on_leader)
 
     async def stop(self) -> None:
-        self._disarm_registration_timeout()
         await self.rm_retrieval.stop()
         await self._close_slot_table()
         await self.job_leaders.close()
         for job_id in list(self.jobs):
             self._drop_job_connection(job_id)
-        rm = self.rm
-        if rm is not None and rm.established:
-            try:
-                await rm.client.disconnect_task_executor(
-                    resource_manager_pb2.DisconnectTaskExecutorRequest(
-                        resource_id=self.resource_id, cause="task executor shut down"
-                    ),
-                    timeout=2.0,
-                )
-            except RpcError as exc:
-                log.info("could not say goodbye to the resource manager: %s", exc)
-        if rm is not None and rm.registration is not None:
-            rm.registration.cancel()
+        await self.rm_link.close()
         await self.heartbeats.stop()
         await close_task_services(self.task_services, self.runtime)
 
@@ -210,9 +191,7 @@ class TaskExecutor(TaskExecutorServicer):
 
     def expected_fencing_token(self, spec: MethodSpec, request: object) -> str:
         if spec.name in _RM_METHODS:
-            if self.rm is None or not self.rm.established:
-                raise NotLeaderError("this task executor is not registered at a resource manager")
-            return self.rm.leader.session_id
+            return self.rm_link.session_id()
         job_id = _job_id_of(request)
         connection = self.jobs.get(job_id)
         if connection is None:
@@ -221,30 +200,8 @@ class TaskExecutor(TaskExecutorServicer):
 
     # -- resource manager connection -------------------------------------------------------------
 
-    async def _on_rm_leader(self, leader: LeaderInfo | None) -> None:
-        old = self.rm
-        if old is not None:
-            if old.registration is not None:
-                old.registration.cancel()
-            self.heartbeats.unmonitor("rm")
-        self.rm = None
-        self._arm_registration_timeout()
-        if leader is None:
-            log.warning("no resource manager leader known; waiting")
-            return
-        if leader.address not in self._rm_addresses_tried:
-            self._rm_addresses_tried.append(leader.address)
-        client = ResourceManagerClient(
-            self.clients.get(leader.address), fencing_token=leader.session_id
-        )
-        connection = _ResourceManagerConnection(leader, client)
-        self.rm = connection
-        connection.registration = self.runtime.spawn(
-            self._register_at_rm(connection), "rm-registration"
-        )
-
-    async def _register_at_rm(self, connection: _ResourceManagerConnection) -> None:
-        request = resource_manager_pb2.RegisterTaskExecutorRequest(
+    def _registration_request(self) -> resource_manager_pb2.RegisterTaskExecutorRequest:
+        return resource_manager_pb2.RegisterTaskExecutorRequest(
             resource_id=self.resource_id,
             address=self.identity.address,
             total_resources=profile_to_proto(self.total_resources),
@@ -252,62 +209,6 @@ class TaskExecutor(TaskExecutorServicer):
             number_slots=self.settings.number_of_slots,
             info=self.identity.info(),
         )
-
-        async def attempt(timeout: float) -> str:
-            reply = await connection.client.register_task_executor(request, timeout=timeout)
-            await connection.client.send_slot_report(
-                resource_manager_pb2.SendSlotReportRequest(
-                    instance_id=reply.instance_id, slot_report=self._slot_report()
-                ),
-                timeout=self.settings.rpc_timeout_s,
-            )
-            return reply.instance_id
-
-        instance_id = await retry_registration(
-            f"registration at resource manager {connection.leader.address}",
-            attempt,
-            self.settings.registration,
-        )
-        if self.rm is not connection:
-            return
-        connection.instance_id = instance_id
-        self._disarm_registration_timeout()
-        self.heartbeats.monitor("rm")
-        log.info(
-            "registered at resource manager %s as instance %s",
-            connection.leader.address,
-            short(instance_id),
-        )
-
-    def _arm_registration_timeout(self) -> None:
-        if self._registration_timeout is not None:
-            return  # already counting since the connection was lost
-        self._registration_timeout = asyncio.get_running_loop().call_later(
-            self.settings.task_executor_registration_timeout_s, self._on_registration_timeout
-        )
-
-    def _disarm_registration_timeout(self) -> None:
-        if self._registration_timeout is not None:
-            self._registration_timeout.cancel()
-            self._registration_timeout = None
-        self._rm_addresses_tried.clear()
-
-    def _on_registration_timeout(self) -> None:
-        """Unregistered for taskmanager.registration.timeout: exit, so a supervisor restarts
-        the process with a fresh view (Flink's TaskExecutor fails fatally the same way)."""
-        self._registration_timeout = None
-        tried = ", ".join(self._rm_addresses_tried) or "none: no resource manager leader was found"
-        self.runtime.fail_fatally(
-            "could not register at a resource manager within taskmanager.registration.timeout "
-            f"({self.settings.task_executor_registration_timeout_s:g} s); "
-            f"resource manager addresses tried: {tried}"
-        )
-
-    def _reconnect_rm(self, reason: str) -> None:
-        if self.rm is None:
-            return
-        log.warning("reconnecting to the resource manager: %s", reason)
-        self.runtime.spawn(self._on_rm_leader(self.rm.leader), "rm-reconnect")
 
     def _slot_report(self) -> common_pb2.SlotReport:
         return slot_report_to_proto(
@@ -317,7 +218,7 @@ class TaskExecutor(TaskExecutorServicer):
     async def heartbeat_from_resource_manager(
         self, request: common_pb2.HeartbeatRequest, context: CallContext
     ) -> common_pb2.SlotReport:
-        self.heartbeats.receive_heartbeat("rm")
+        self.heartbeats.receive_heartbeat(RM_HEARTBEAT_TARGET)
         return self._slot_report()
 
     async def disconnect_resource_manager(
@@ -325,25 +226,8 @@ class TaskExecutor(TaskExecutorServicer):
         request: task_executor_pb2.TaskExecutorDisconnectResourceManagerRequest,
         context: CallContext,
     ) -> common_pb2.Empty:
-        self._reconnect_rm(f"the resource manager disconnected us: {request.cause}")
+        self.rm_link.reconnect(f"the resource manager disconnected us: {request.cause}")
         return common_pb2.Empty()
-
-    def _notify_rm_slot_free(self, index: int, allocation_id: AllocationID) -> None:
-        rm = self.rm
-        if rm is None or not rm.established or index < 0:
-            return  # the slot report of the next (re-)registration or heartbeat carries it
-
-        async def notify() -> None:
-            try:
-                await rm.client.notify_slot_available(
-                    resource_manager_pb2.NotifySlotAvailableRequest(
-                        instance_id=rm.instance_id, slot_index=index, allocation_id=allocation_id
-                    )
-                )
-            except RpcError as exc:
-                log.info("could not tell the RM slot %d is free: %s", index, exc)
-
-        self.runtime.spawn(notify(), "notify-slot-free")
 
     # -- slots -------------------------------------------------------------------------------
 
@@ -510,7 +394,7 @@ class TaskExecutor(TaskExecutorServicer):
             self._slot_gone(info.job_id, info.index if index >= 0 else -1, allocation_id)
 
     def _slot_gone(self, job_id: JobID, index: int, allocation_id: AllocationID) -> None:
-        self._notify_rm_slot_free(index, allocation_id)
+        self.rm_link.notify_slot_free(index, allocation_id)
         if not self._table().allocation_ids_of_job(job_id) and job_id in self.jobs:
             # Nothing of the job is left here: drop the JobMaster connection (Flink's
             # JobLeaderService does the same), after the last state updates went out.
@@ -666,8 +550,8 @@ class TaskExecutor(TaskExecutorServicer):
         return common_pb2.Empty()
 
     def _on_heartbeat_timeout(self, target: str, reason: str) -> None:
-        if target == "rm":
-            self._reconnect_rm(f"resource manager heartbeat timeout: {reason}")
+        if target == RM_HEARTBEAT_TARGET:
+            self.rm_link.reconnect(f"resource manager heartbeat timeout: {reason}")
         else:
             self._close_job(JobID(target), f"lost the JobMaster: {reason}")
 

@@ -235,7 +235,7 @@ def _task(job: str, vertex: str, attempt: str) -> Any:
 def _te(services: dict[str, object] | None = None) -> Any:
     return SimpleNamespace(
         slot_table=None,
-        rm=SimpleNamespace(established=True),
+        rm_link=SimpleNamespace(is_registered=True),
         task_services=services or {},
         heartbeats=SimpleNamespace(timeouts_total=1),
     )
