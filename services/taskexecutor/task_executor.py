@@ -1,8 +1,7 @@
 """The task executor service: a worker with a fixed number of slots (Flink's ``TaskExecutor``).
 
 It registers at the resource manager leader (retrying with back-off, again whenever the leader
-changes or stops heartbeating), reports its slots, and then follows the slot protocol of the
-seeds:
+changes or stops heartbeating), reports its slots, and then follows Flink's slot protocol:
 
 1. the RM asks for a slot (``RequestSlot``) → the TaskSlotTable allocates it (inactive);
 2. the task executor connects to the job's JobMaster and *offers* its allocated slots
@@ -440,7 +439,7 @@ class TaskExecutor(TaskExecutorServicer):
         task.context.exchange_dir = self.settings.exchange_dir
         task.context.services = self.task_services
         # Raises SlotNotFoundError / SlotNotActiveError: a task is never run in a slot that is
-        # missing, inactive or another job's (seed 000).
+        # missing, inactive or another job's (Flink's TaskSlotTable#addTask contract).
         if not self._table().add_task(task):
             raise AlreadyExistsError(f"task attempt {short(tdd.attempt_id)} is already deployed")
         self.tasks_started += 1
