@@ -409,6 +409,13 @@ class Dispatcher(DispatcherServicer):
                     short(job.job_id),
                     short(process.process_id),
                 )
+            elif job is not None and job.terminal and hosted.job_master_session_id:
+                # Ended here (e.g. failed because its stored graph was unreadable) while a
+                # JobMaster still runs it: that JobMaster must stop and free its slots.
+                self.runtime.spawn(
+                    self._stop_orphan(process, job.job_id, hosted.job_master_session_id),
+                    "stop-orphan",
+                )
         self.heartbeats.monitor(
             request.process_id, lambda: self._heartbeat_process(request.process_id)
         )
@@ -417,6 +424,19 @@ class Dispatcher(DispatcherServicer):
         )
         self._schedule_waiting_jobs()
         return dispatcher_pb2.RegisterJobMasterProcessResponse(dispatcher_id=self.identity.id)
+
+    async def _stop_orphan(self, process: _JobMasterProcess, job_id: JobID, session: str) -> None:
+        log.warning(
+            "job %s ended here but job-master process %s still runs it; cancelling it there",
+            short(job_id),
+            short(process.process_id),
+        )
+        try:
+            await process.client.cancel_job(
+                job_master_pb2.JobMasterCancelJobRequest(job_id=job_id), fencing_token=session
+            )
+        except RpcError as exc:
+            log.info("job %s: the orphaned JobMaster was not cancelled: %s", short(job_id), exc)
 
     async def _heartbeat_process(self, process_id: str) -> None:
         process = self.processes.get(process_id)

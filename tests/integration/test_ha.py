@@ -273,6 +273,9 @@ def test_a_corrupt_stored_job_graph_fails_that_job_and_the_rest_recover(
     assert leader_pid(ha_cluster, "dispatcher") != old
     assert client.wait(kept, timeout=120).status == common_pb2.FINISHED
     assert (handle.parent / "quarantine" / handle.name).exists()
+    # The JobMaster that still ran the lost job was told to stop: every slot is free again
+    # long before its 30 s subtasks could have ended.
+    eventually(lambda: client.cluster_status(timeout=10).resource_manager.slots_free == 4, 60)
 
 
 def test_a_job_master_that_does_not_lead_the_job_is_refused_everywhere(
