@@ -21,6 +21,7 @@ from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
 from sparkmill.common.v1.gateways import ResourceManagerClient
+from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
 from sparkmill.services.dispatcher.http_server import HttpServer, StaticFiles, advertised_host
 from sparkmill.services.dispatcher.rest_api import RestApi, WebSettings
@@ -118,7 +119,10 @@ class HaClusterView:
 
     def zookeeper_state(self) -> str:
         connection = getattr(self._ha, "connection", None)
-        return str(getattr(connection, "state", "")) or "standalone"
+        state = getattr(connection, "state", None)
+        if isinstance(state, ZooKeeperConnectionState):
+            return state.value
+        return "standalone"
 
 
 def _ignore(info: LeaderInfo | None) -> None:
