@@ -10,6 +10,7 @@ The ZooKeeper form implements the same interface with elections and watches.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 
 from sparkmill.common.ids import JobID, new_leader_session_id
 from sparkmill.common.job_progress import JobProgressStore, NoJobProgressStore
@@ -52,6 +53,11 @@ class HighAvailabilityServices(abc.ABC):
 
     @abc.abstractmethod
     def job_result_store(self) -> JobResultStore: ...
+
+    def job_leader_retrieval_factory(self) -> Callable[[JobID], LeaderRetrievalService] | None:
+        """Per-job leader retrieval for checking a JobMaster's claim to lead its job (Flink's
+        JobLeaderIdService); ``None`` when jobs' leaders are not published (no HA)."""
+        return None
 
     def job_progress_store(self) -> JobProgressStore:
         """Where JobMasters record finished subtasks for a JobMaster that takes over (nothing

@@ -93,10 +93,24 @@ def _build(
             identity,
         )
     if role == "resource-manager":
-        return ResourceManager(settings, runtime, ha.resource_manager_election(), clients, identity)
+        return ResourceManager(
+            settings,
+            runtime,
+            ha.resource_manager_election(),
+            clients,
+            identity,
+            ha.job_leader_retrieval_factory(),
+        )
     if role == "job-master":
         return JobMasterProcess(settings, config, runtime, ha, clients, identity)
-    return TaskExecutor(settings, runtime, ha.resource_manager_retrieval(), clients, identity)
+    return TaskExecutor(
+        settings,
+        runtime,
+        ha.resource_manager_retrieval(),
+        clients,
+        identity,
+        ha.job_leader_retrieval_factory(),
+    )
 
 
 async def _serve(role: str, settings: ClusterSettings, config: Configuration) -> int:

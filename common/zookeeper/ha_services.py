@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -80,6 +81,9 @@ class ZooKeeperHaServices(HighAvailabilityServices):
 
     def job_master_retrieval(self, job_id: JobID) -> LeaderRetrievalService:
         return self._retrieval(f"job-{job_id}")
+
+    def job_leader_retrieval_factory(self) -> Callable[[JobID], LeaderRetrievalService] | None:
+        return self.job_master_retrieval
 
     def job_graph_store(self, owner: str) -> JobGraphStore:
         client = self.connection.client

@@ -393,6 +393,7 @@ class JobMaster:
                         resource_profile=profile_to_proto(resource_profile),
                         job_master_address=self.process.identity.address,
                         timeout_ms=int(self.config.get(opt.SLOT_REQUEST_TIMEOUT) * 1000),
+                        job_master_session_id=self.session_id,
                     )
                 )
             except RpcError as exc:

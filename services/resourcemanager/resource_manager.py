@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from sparkmill.common.actor import ServiceRuntime
 from sparkmill.common.errors import (
     FailedPreconditionError,
+    FencingMismatchError,
     NotFoundError,
     ResourceExhaustedError,
     RpcError,
 )
 from sparkmill.common.heartbeat import HeartbeatManager, TimeoutListener
 from sparkmill.common.ids import AllocationID, InstanceID, JobID, ResourceID, new_instance_id, short
-from sparkmill.common.leader import LeaderElectionService
+from sparkmill.common.job_leaders import JobLeaderRetrievalFactory, JobLeaderTracker
+from sparkmill.common.leader import LeaderElectionService, LeaderInfo
 from sparkmill.common.proto_convert import (
     error_to_proto,
     profile_from_proto,
@@ -85,10 +87,13 @@ class ResourceManager(ResourceManagerServicer):
         election: LeaderElectionService,
         clients: RpcClientPool,
         identity: ServiceIdentity,
+        job_leader_retrieval: JobLeaderRetrievalFactory | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
         self.election = election
+        # Checks that a registering JobMaster leads its job (Flink's JobLeaderIdService).
+        self.job_leaders = JobLeaderTracker(job_leader_retrieval, self._on_job_leader_change)
         self.clients = clients
         self.identity = identity
         self.session_id: str | None = None
@@ -120,6 +125,7 @@ class ResourceManager(ResourceManagerServicer):
 
     async def stop(self) -> None:
         await self.election.stop()
+        await self.job_leaders.close()
         await self.te_heartbeats.stop()
         await self.jm_heartbeats.stop()
         if self._timers is not None:
@@ -326,8 +332,16 @@ class ResourceManager(ResourceManagerServicer):
     ) -> resource_manager_pb2.RegisterJobMasterResponse:
         self._slots()
         job_id = JobID(request.job_id)
+        session_id = request.job_master_session_id
+        leads = await self.job_leaders.verify(job_id, session_id, self.settings.rpc_timeout_s / 2)
+        if leads is False:
+            raise FencingMismatchError(
+                f"JobMaster session {short(session_id)} does not lead job {short(job_id)} "
+                "(it may have lost leadership): registration refused"
+            )
+        self._slots()  # still leading after the wait
         old = self.job_masters.get(job_id)
-        if old is not None and old.session_id != request.job_master_session_id:
+        if old is not None and old.session_id != session_id:
             self._close_job_master(job_id, "a new JobMaster registered for the job")
         client = JobMasterClient(self.clients.get(request.job_master_address))
         self.job_masters[job_id] = _JobMasterRecord(
@@ -363,10 +377,16 @@ class ResourceManager(ResourceManagerServicer):
     def _on_job_master_timeout(self, job_id: str, reason: str) -> None:
         self._close_job_master(JobID(job_id), f"heartbeat timeout: {reason}")
 
+    def _on_job_leader_change(self, job_id: JobID, leader: LeaderInfo | None) -> None:
+        record = self.job_masters.get(job_id)
+        if record is not None and leader is not None and leader.session_id != record.session_id:
+            self._close_job_master(job_id, "the JobMaster lost its job's leadership")
+
     def _close_job_master(self, job_id: JobID, cause: str) -> None:
         record = self.job_masters.pop(job_id, None)
         if record is None:
             return
+        self.runtime.spawn(self.job_leaders.remove_job(job_id), "job-leader-untrack")
         self.jm_heartbeats.unmonitor(job_id)
         if self.slot_manager is not None:
             for request in self.slot_manager.pending_requests():
@@ -381,10 +401,17 @@ class ResourceManager(ResourceManagerServicer):
     ) -> common_pb2.Empty:
         slots = self._slots()
         job_id = JobID(request.job_id)
-        if job_id not in self.job_masters:
+        record = self.job_masters.get(job_id)
+        if record is None:
             raise FailedPreconditionError(
                 f"slot request {short(request.allocation_id)} refused: no JobMaster of job "
                 f"{short(job_id)} is registered (register first)"
+            )
+        if request.job_master_session_id != record.session_id:
+            raise FencingMismatchError(
+                f"slot request {short(request.allocation_id)} refused: JobMaster session "
+                f"{short(request.job_master_session_id)} is not the registered leader of job "
+                f"{short(job_id)}"
             )
         profile = profile_from_proto(request.resource_profile)
         unsatisfiable = self._unsatisfiable(job_id, profile)

@@ -26,6 +26,7 @@ from sparkmill.common.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     FailedPreconditionError,
+    FencingMismatchError,
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
@@ -34,6 +35,7 @@ from sparkmill.common.errors import (
 )
 from sparkmill.common.heartbeat import HeartbeatManager
 from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
+from sparkmill.common.job_leaders import JobLeaderRetrievalFactory, JobLeaderTracker
 from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.proto_convert import (
     profile_from_proto,
@@ -107,10 +109,14 @@ class TaskExecutor(TaskExecutorServicer):
         rm_retrieval: LeaderRetrievalService,
         clients: RpcClientPool,
         identity: ServiceIdentity,
+        job_leader_retrieval: JobLeaderRetrievalFactory | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
         self.rm_retrieval = rm_retrieval
+        # A job's connection goes only to the JobMaster its job's leader retrieval names (Flink's
+        # JobLeaderService); without HA the resource manager's word is all there is.
+        self.job_leaders = JobLeaderTracker(job_leader_retrieval, self._on_job_leader_change)
         self.clients = clients
         self.identity = identity
         self.resource_id = ResourceID(identity.id)
@@ -155,6 +161,7 @@ class TaskExecutor(TaskExecutorServicer):
         self._disarm_registration_timeout()
         await self.rm_retrieval.stop()
         await self._close_slot_table()
+        await self.job_leaders.close()
         for job_id in list(self.jobs):
             self._drop_job_connection(job_id)
         rm = self.rm
@@ -338,8 +345,9 @@ class TaskExecutor(TaskExecutorServicer):
     async def request_slot(
         self, request: task_executor_pb2.TaskExecutorRequestSlotRequest, context: CallContext
     ) -> common_pb2.Empty:
-        table = self._table()
         job_id = JobID(request.job_id)
+        await self._verify_job_leader(job_id, request.job_master_session_id)
+        table = self._table()
         allocation_id = AllocationID(request.allocation_id)
         index = request.slot_index if request.slot_index >= 0 else None
         if index is not None and index >= table.number_slots:
@@ -371,6 +379,27 @@ class TaskExecutor(TaskExecutorServicer):
         if connection.offer_task is None or connection.offer_task.done():
             connection.offer_task = self.runtime.spawn(self._offer_slots(connection), "offer")
         return common_pb2.Empty()
+
+    async def _verify_job_leader(self, job_id: JobID, session_id: str) -> None:
+        """Refuse a JobMaster session that does not lead its job (when HA can tell)."""
+        connection = self.jobs.get(job_id)
+        if connection is not None and connection.session_id == session_id:
+            return  # this connection was verified when it was made
+        leads = await self.job_leaders.verify(job_id, session_id, self.settings.rpc_timeout_s / 2)
+        if leads is False:
+            raise FencingMismatchError(
+                f"JobMaster session {short(session_id)} does not lead job {short(job_id)}: "
+                "slot request refused"
+            )
+
+    def _on_job_leader_change(self, job_id: JobID, leader: LeaderInfo | None) -> None:
+        connection = self.jobs.get(job_id)
+        if (
+            connection is not None
+            and leader is not None
+            and leader.session_id != connection.session_id
+        ):
+            self._close_job(job_id, "the JobMaster lost its job's leadership")
 
     def _job_connection(self, job_id: JobID, address: str, session_id: str) -> _JobConnection:
         connection = self.jobs.get(job_id)
@@ -630,7 +659,7 @@ class TaskExecutor(TaskExecutorServicer):
             self._close_job(JobID(target), f"lost the JobMaster: {reason}")
 
     def _close_job(self, job_id: JobID, cause: str) -> None:
-        """Fail the job's tasks and free its slots (seed 002: a TE that loses a JobMaster)."""
+        """Fail the job's tasks and free its slots (a task executor that loses its JobMaster)."""
         table = self._table()
         allocations = table.allocation_ids_of_job(job_id)
         if allocations:
@@ -643,6 +672,7 @@ class TaskExecutor(TaskExecutorServicer):
         connection = self.jobs.pop(job_id, None)
         if connection is None:
             return
+        self.runtime.spawn(self.job_leaders.remove_job(job_id), "job-leader-untrack")
         self.heartbeats.unmonitor(job_id)
         if connection.offer_task is not None:
             connection.offer_task.cancel()

@@ -15,8 +15,18 @@ import pytest
 
 from sparkmill.common.errors import FencingMismatchError, NotLeaderError
 from sparkmill.common.rpc.client import RpcClient
-from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
-from sparkmill.common.v1.gateways import DispatcherClient, ResourceManagerClient
+from sparkmill.common.v1 import (
+    common_pb2,
+    dispatcher_pb2,
+    jobs_pb2,
+    resource_manager_pb2,
+    task_executor_pb2,
+)
+from sparkmill.common.v1.gateways import (
+    DispatcherClient,
+    ResourceManagerClient,
+    TaskExecutorClient,
+)
 from sparkmill.common.zookeeper.server import zookeeper_available
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import ClusterFactory, RunningCluster, eventually
@@ -263,3 +273,73 @@ def test_a_corrupt_stored_job_graph_fails_that_job_and_the_rest_recover(
     assert leader_pid(ha_cluster, "dispatcher") != old
     assert client.wait(kept, timeout=120).status == common_pb2.FINISHED
     assert (handle.parent / "quarantine" / handle.name).exists()
+
+
+def test_a_job_master_that_does_not_lead_the_job_is_refused_everywhere(
+    ha_cluster: RunningCluster,
+) -> None:
+    """Two JobMasters for one job: only the one ZooKeeper names as leader is obeyed (Flink's
+    JobLeaderIdService at the resource manager, JobLeaderService at the task executors)."""
+    client = ha_cluster.client
+    # Long enough to outlast the refusals (each waits a moment for a leader to be published).
+    job_id = client.submit(long_job("two-jms", sleep_s=6).build_job_graph())
+    eventually(lambda: finished_tasks(ha_cluster, job_id) >= 1, timeout=60)
+    view = client.cluster_status()
+    rm = view.resource_manager.resource_manager
+    task_executor = view.resource_manager.task_executors[0]
+    stale_session = "5" * 32
+
+    async def impostor() -> list[BaseException | None]:
+        outcomes: list[BaseException | None] = []
+        rpc = RpcClient(rm.address)
+        te_rpc = RpcClient(task_executor.address)
+        rm_client = ResourceManagerClient(rpc, fencing_token=rm.leader_session_id)
+        te_client = TaskExecutorClient(te_rpc, fencing_token=rm.leader_session_id)
+        calls = [
+            rm_client.register_job_master(
+                resource_manager_pb2.RegisterJobMasterRequest(
+                    job_id=job_id,
+                    job_master_address="tcp://127.0.0.1:9",
+                    job_master_session_id=stale_session,
+                ),
+                timeout=15,
+            ),
+            rm_client.request_slot(
+                resource_manager_pb2.RequestSlotRequest(
+                    job_id=job_id,
+                    allocation_id="6" * 32,
+                    job_master_address="tcp://127.0.0.1:9",
+                    job_master_session_id=stale_session,
+                ),
+                timeout=15,
+            ),
+            te_client.request_slot(
+                task_executor_pb2.TaskExecutorRequestSlotRequest(
+                    job_id=job_id,
+                    allocation_id="7" * 32,
+                    slot_index=-1,
+                    job_master_address="tcp://127.0.0.1:9",
+                    job_master_session_id=stale_session,
+                ),
+                timeout=15,
+            ),
+        ]
+        try:
+            for call in calls:
+                try:
+                    await call
+                    outcomes.append(None)
+                except FencingMismatchError as exc:
+                    outcomes.append(exc)
+        finally:
+            await rpc.close()
+            await te_rpc.close()
+        return outcomes
+
+    outcomes = asyncio.run(impostor())
+    assert all(isinstance(o, FencingMismatchError) for o in outcomes), outcomes
+    assert "does not lead job" in str(outcomes[0])
+    # The real JobMaster kept its registration and its slots: the job ends normally.
+    result = client.wait(job_id, timeout=120)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert result.details.restarts == 0
