@@ -25,6 +25,8 @@ def settings_from_config(config: Configuration) -> ClusterSettings:
         task_executor_bind_address=config.get(opt.TASK_MANAGER_RPC_ADDRESS),
         rpc_timeout_s=config.get(opt.RPC_ASK_TIMEOUT),
         rpc_max_message_bytes=config.get(opt.RPC_MAX_MESSAGE_SIZE),
+        rpc_max_control_message_bytes=config.get(opt.RPC_MAX_CONTROL_MESSAGE_SIZE),
+        rpc_max_in_flight_per_peer=config.get(opt.RPC_MAX_IN_FLIGHT_PER_PEER),
         heartbeat_interval_s=config.get(opt.HEARTBEAT_INTERVAL),
         heartbeat_timeout_s=config.get(opt.HEARTBEAT_TIMEOUT),
         # Flink's -1 switches the fast path off; the heartbeat manager spells that 0.
