@@ -40,7 +40,7 @@ from sparkmill.common.rpc.server import CallContext, MethodSpec
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherServicer, JobMasterClient
-from sparkmill.services.base import ServiceIdentity, require_leader
+from sparkmill.services.base import ServiceIdentity, leader_session, require_leader
 from sparkmill.services.dispatcher.validation import validate_job_graph
 from sparkmill.services.jobmaster.states import JobStatus
 
@@ -538,16 +538,19 @@ class Dispatcher(DispatcherServicer):
         self, request: dispatcher_pb2.GetClusterServicesRequest, context: CallContext
     ) -> dispatcher_pb2.ClusterServices:
         return dispatcher_pb2.ClusterServices(
-            dispatcher=self.identity.info(is_leader=True, session_id=self.session_id or ""),
+            dispatcher=self.identity.info(is_leader=True),
             job_master_processes=[p.info for p in self.processes.values()],
         )
 
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, context: CallContext
     ) -> common_pb2.ServiceInfo:
-        return self.identity.info(
-            is_leader=self.session_id is not None, session_id=self.session_id or ""
-        )
+        return self.identity.info(is_leader=self.session_id is not None)
+
+    async def get_leader_session(
+        self, request: common_pb2.GetLeaderSessionRequest, context: CallContext
+    ) -> common_pb2.LeaderSession:
+        return leader_session(self.session_id, "dispatcher", self.identity.address)
 
     async def _expire_jobs_periodically(self) -> None:
         while True:

@@ -54,7 +54,7 @@ from sparkmill.common.v1.gateways import (
     ResourceManagerServicer,
     TaskExecutorClient,
 )
-from sparkmill.services.base import ServiceIdentity, require_leader
+from sparkmill.services.base import ServiceIdentity, leader_session, require_leader
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
 
 log = logging.getLogger(__name__)
@@ -543,7 +543,7 @@ class ResourceManager(ResourceManagerServicer):
     ) -> resource_manager_pb2.ClusterStatus:
         slots = self._slots()
         status = resource_manager_pb2.ClusterStatus(
-            resource_manager=self.identity.info(is_leader=True, session_id=self.session_id or ""),
+            resource_manager=self.identity.info(is_leader=True),
             registered_jobs=sorted(self.job_masters),
             pending_slot_requests=slots.number_pending_requests(),
         )
@@ -578,6 +578,9 @@ class ResourceManager(ResourceManagerServicer):
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, context: CallContext
     ) -> common_pb2.ServiceInfo:
-        return self.identity.info(
-            is_leader=self.session_id is not None, session_id=self.session_id or ""
-        )
+        return self.identity.info(is_leader=self.session_id is not None)
+
+    async def get_leader_session(
+        self, request: common_pb2.GetLeaderSessionRequest, context: CallContext
+    ) -> common_pb2.LeaderSession:
+        return leader_session(self.session_id, "resource manager", self.identity.address)
