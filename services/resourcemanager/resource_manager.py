@@ -23,6 +23,7 @@ from sparkmill.common.errors import (
     FailedPreconditionError,
     FencingMismatchError,
     NotFoundError,
+    PermissionDeniedError,
     ResourceExhaustedError,
     RpcError,
 )
@@ -69,6 +70,7 @@ class _TaskExecutorRecord:
     request: resource_manager_pb2.RegisterTaskExecutorRequest
     registered_at: float = field(default_factory=time.time)
     slot_manager_registered: bool = False
+    peer: str = ""  # the authenticated key that registered it ("" with security off)
 
 
 @dataclass
@@ -177,6 +179,15 @@ class ResourceManager(ResourceManagerServicer):
     ) -> resource_manager_pb2.RegisterTaskExecutorResponse:
         self._slots()
         resource_id = ResourceID(request.resource_id)
+        previous = self.task_executors.get(resource_id)
+        if previous is not None and previous.peer != context.peer:
+            # Only the key that registered a resource id may replace its registration: another
+            # task executor's key cannot evict it (and take over its slots' tasks).
+            raise PermissionDeniedError(
+                f"task executor {short(resource_id)} is registered by another key "
+                f"({previous.peer or 'unauthenticated'}); {context.peer or 'this caller'} may not "
+                "replace it"
+            )
         if resource_id in self.task_executors:
             # A re-registration (e.g. it restarted, or missed our heartbeats): the old
             # registration's slots are gone; its slot report will rebuild the new one.
@@ -188,7 +199,7 @@ class ResourceManager(ResourceManagerServicer):
             self.clients.get(request.address), fencing_token=self.session_id or ""
         )
         self.task_executors[resource_id] = _TaskExecutorRecord(
-            resource_id, instance_id, request.address, client, request
+            resource_id, instance_id, request.address, client, request, peer=context.peer
         )
         self._by_instance[instance_id] = resource_id
         self.te_heartbeats.monitor(resource_id, lambda: self._heartbeat_task_executor(resource_id))
