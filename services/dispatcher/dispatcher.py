@@ -327,8 +327,7 @@ class Dispatcher(DispatcherServicer):
         if job.session_id and request.job_master_session_id != job.session_id and not newly_elected:
             raise FailedPreconditionError(
                 f"report for job {short(job.job_id)} from JobMaster session "
-                f"{short(request.job_master_session_id)} refused: session "
-                f"{short(job.session_id)} leads the job"
+                f"{short(request.job_master_session_id)} refused: another session leads the job"
             )
         job.session_id = request.job_master_session_id
         if request.job_master_process_id:
