@@ -74,11 +74,13 @@ class RpcLeaderRetrievalService(LeaderRetrievalService):
                 session_id = await self._ask(timeout=max(1.0, self._poll_interval_s))
             except RpcError as exc:  # unreachable, restarting or not leading: ask again
                 failures += 1
-                if failures in (5, 50) or failures % 500 == 0:
+                if failures in (1, 10, 100) or failures % 1000 == 0:
                     log.warning(
-                        "%s at %s has not told its leader session yet: %s",
+                        "the %s at %s has not told its leader session yet (%d attempts; is it "
+                        "running, and does it admit this process's key?): %s",
                         self._role,
                         self._address,
+                        failures,
                         exc,
                     )
                 session_id = ""
