@@ -36,6 +36,7 @@ from sparkmill.common.errors import (
 from sparkmill.common.rpc import framing
 from sparkmill.common.rpc.client import RpcClient
 from sparkmill.common.rpc.framing import MethodSpec
+from sparkmill.common.rpc.security import TransportSecurity
 from sparkmill.common.rpc.server import CallContext, RpcServer
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, envelope_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import (
@@ -180,6 +181,8 @@ class Harness:
 @asynccontextmanager
 async def serving(**server_kwargs: Any) -> AsyncIterator[Harness]:
     ctx = zmq.asyncio.Context()
+    # Raw frames are the point here, so security is off explicitly (test_security covers CURVE).
+    server_kwargs.setdefault("security", TransportSecurity.disabled())
     server = RpcServer("tcp://127.0.0.1:0", name="test-dispatcher", context=ctx, **server_kwargs)
     servicer = FakeDispatcher()
     server.add_servicer(servicer)
