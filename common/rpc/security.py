@@ -91,6 +91,8 @@ class TransportSecurity:
                 "CurveZMQ is on but this process has no server secret key to serve with",
             )
         sock.zap_domain = zap_domain.encode()
+        # Fail closed: without a ZAP handler libzmq would otherwise admit every CURVE client.
+        sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)
         sock.curve_server = True
         sock.curve_secretkey = self.server.secret
         sock.curve_publickey = self.server.public

@@ -345,3 +345,21 @@ def test_unknown_method_names_share_one_metrics_label_and_extra_frames_are_dropp
             await alice.get_service_info(common_pb2.GetServiceInfoRequest())  # still serving
 
     run(body)
+
+
+def test_without_a_zap_handler_nobody_gets_in(tmp_path: Path) -> None:
+    # Fail closed: libzmq would admit any CURVE client if nobody answered on the ZAP endpoint.
+    from sparkmill.common.rpc.security import ZapHandler
+
+    async def body() -> None:
+        async with curve_server(tmp_path) as (server, (_, client)):
+            handler = ZapHandler.for_context(server._context)
+            assert handler._task is not None and handler._socket is not None
+            handler._task.cancel()
+            await asyncio.gather(handler._task, return_exceptions=True)
+            handler._socket.close(linger=0)
+            handler._socket, handler._task = None, None
+            with pytest.raises(DeadlineExceededError):
+                await client("client").list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=0.5)
+
+    run(body)
