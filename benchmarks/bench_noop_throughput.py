@@ -37,15 +37,26 @@ def main() -> None:
         help="ZooKeeper HA (a local ZooKeeper server): job graphs, results and the JobMaster's "
         "progress log go to the HA storage directory",
     )
+    parser.add_argument(
+        "--security",
+        choices=("on", "off"),
+        default="on",
+        help="CurveZMQ with authorization (the default of a local cluster) or none at all",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="sm-bench-") as tmp:
         cluster = LocalCluster(
-            Path(tmp), task_executors=args.task_executors, slots=args.slots, ha=args.ha
+            Path(tmp),
+            task_executors=args.task_executors,
+            slots=args.slots,
+            ha=args.ha,
+            extra_config={"security.curve.enabled": args.security == "on"},
         )
         started = time.monotonic()
         cluster.start()
         print(
+            f"security {args.security}: "
             f"cluster of {args.task_executors} x {args.slots} slots up in "
             f"{time.monotonic() - started:.1f}s"
         )

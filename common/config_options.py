@@ -90,6 +90,22 @@ RPC_MAX_MESSAGE_SIZE = _option(
     "Largest RPC message a server accepts or a client sends; larger ones are refused.",
     min=1024,
 )
+RPC_MAX_CONTROL_MESSAGE_SIZE = _option(
+    "rpc.max-control-message-size",
+    MEMORY,
+    4 * _MIB,
+    "Largest request of a method that carries no job graph or task code (every method but "
+    "SubmitJob, StartJob and SubmitTask); larger ones are refused with INVALID_ARGUMENT.",
+    min=1024,
+)
+RPC_MAX_IN_FLIGHT_PER_PEER = _option(
+    "rpc.max-in-flight-per-peer",
+    INT,
+    1000,
+    "Requests one peer (one authenticated key, or one connection without security) may have "
+    "in progress at a server; more are refused with RESOURCE_EXHAUSTED.",
+    min=1,
+)
 DISPATCHER_RPC_ADDRESS = _option(
     "dispatcher.rpc-address",
     ADDRESS,
@@ -114,6 +130,49 @@ TASK_MANAGER_RPC_ADDRESS = _option(
     ADDRESS,
     "tcp://127.0.0.1:0",
     "Bind address of a task executor; port 0 picks a free port, which is then advertised.",
+)
+
+# --------------------------------------------------------------------------------------------
+_group(
+    "Security",
+    "CurveZMQ encryption and authentication of every RPC, authorization by role, and ZooKeeper "
+    "digest authentication; see docs/security.md.",
+)
+SECURITY_CURVE_ENABLED = _option(
+    "security.curve.enabled",
+    BOOL,
+    True,
+    "Encrypt and authenticate every RPC with CurveZMQ and admit only the cluster's keys. "
+    "'false' is for an isolated lab only: anyone reaching a port can then run code on the "
+    "task executors (every process logs a warning).",
+)
+SECURITY_CURVE_PUBLIC_KEYS_DIR = _option(
+    "security.curve.public-keys-dir",
+    STRING,
+    "",
+    "Directory of the admitted public keys: server.key and one <role>[-<name>].key per member "
+    "(role: client, dispatcher, resource-manager, job-master, task-executor).",
+)
+SECURITY_CURVE_SECRET_KEY_FILE = _option(
+    "security.curve.secret-key-file",
+    STRING,
+    "",
+    "This process's secret key file (mode 0600); '{role}' is replaced by the process's role "
+    "(client for the CLI), so one configuration can serve every process of a host.",
+)
+SECURITY_CURVE_SERVER_SECRET_KEY_FILE = _option(
+    "security.curve.server-secret-key-file",
+    STRING,
+    "",
+    "The cluster's server secret key file (mode 0600), which every service process serves "
+    "with; clients need only its public half (server.key).",
+)
+SECURITY_ZOOKEEPER_DIGEST_FILE = _option(
+    "security.zookeeper.digest-file",
+    STRING,
+    "",
+    "File (mode 0600) holding 'user:password' for ZooKeeper digest authentication; when set, "
+    "every znode sparkmill creates is readable and writable only by that user.",
 )
 
 # --------------------------------------------------------------------------------------------

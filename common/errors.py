@@ -18,6 +18,7 @@ exception class at the caller::
     │   ├── FailedPreconditionError     FAILED_PRECONDITION: the target's state refuses this now
     │   ├── ResourceExhaustedError      RESOURCE_EXHAUSTED: e.g. a slot request cannot be served
     │   ├── UnimplementedError          UNIMPLEMENTED: unknown service or method
+    │   ├── PermissionDeniedError       PERMISSION_DENIED: the caller's role may not call this
     │   └── InternalError               INTERNAL: the server failed unexpectedly (a bug there)
     ├── JobExecutionError               a job ended FAILED or CANCELED (client side)
     ├── SuppressRestartsError           raised in a task: no restart can fix this failure
@@ -67,6 +68,7 @@ class ErrorCode(enum.IntEnum):
     UNIMPLEMENTED = 10
     INTERNAL = 11
     INVALID_JOB_GRAPH = 12
+    PERMISSION_DENIED = 13
 
 
 class SparkmillError(Exception):
@@ -197,6 +199,12 @@ class UnimplementedError(RpcError):
     code = ErrorCode.UNIMPLEMENTED
 
 
+class PermissionDeniedError(RpcError):
+    """The caller's authenticated role may not call this method (see options.proto callers)."""
+
+    code = ErrorCode.PERMISSION_DENIED
+
+
 class InternalError(RpcError):
     code = ErrorCode.INTERNAL
 
@@ -215,6 +223,7 @@ _BY_CODE: dict[ErrorCode, type[RpcError]] = {
         FailedPreconditionError,
         ResourceExhaustedError,
         UnimplementedError,
+        PermissionDeniedError,
         InternalError,
     )
 }

@@ -2,8 +2,9 @@
 ``HighAvailabilityServices``).
 
 With ``high-availability.mode: none`` (:class:`StandaloneHaServices`) the dispatcher and the
-resource manager are at the static addresses of the configuration and always lead with the
-fixed standalone session id; each JobMaster is its own job's leader with a session id of its own.
+resource manager are at the static addresses of the configuration and always lead, each with a
+random session id that members ask for (``GetLeaderSession``); each JobMaster is its own job's
+leader with a session id of its own.
 The ZooKeeper form implements the same interface with elections and watches.
 """
 
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from sparkmill.common.errors import IllegalStateBug
 from sparkmill.common.ids import JobID, new_leader_session_id
 from sparkmill.common.job_progress import JobProgressStore, NoJobProgressStore
 from sparkmill.common.job_stores import (
@@ -24,9 +27,11 @@ from sparkmill.common.leader import (
     LeaderElectionService,
     LeaderRetrievalService,
     StandaloneLeaderElectionService,
-    StandaloneLeaderRetrievalService,
 )
 from sparkmill.common.settings import ClusterSettings
+
+if TYPE_CHECKING:
+    from sparkmill.common.rpc.client import RpcClient
 
 
 class HighAvailabilityServices(abc.ABC):
@@ -79,14 +84,17 @@ class HighAvailabilityServices(abc.ABC):
 
 
 class StandaloneHaServices(HighAvailabilityServices):
-    def __init__(self, settings: ClusterSettings) -> None:
+    def __init__(
+        self, settings: ClusterSettings, rpc: Callable[[str], RpcClient] | None = None
+    ) -> None:
         self._settings = settings
+        self._rpc = rpc  # how leader retrieval asks a leader for its session id
 
     def dispatcher_election(self) -> LeaderElectionService:
-        return StandaloneLeaderElectionService()
+        return StandaloneLeaderElectionService(new_leader_session_id())
 
     def resource_manager_election(self) -> LeaderElectionService:
-        return StandaloneLeaderElectionService()
+        return StandaloneLeaderElectionService(new_leader_session_id())
 
     def job_master_election(self, job_id: JobID) -> LeaderElectionService:
         # Each JobMaster gets a fresh session id, so a TaskExecutor or RM still holding the id
@@ -104,7 +112,14 @@ class StandaloneHaServices(HighAvailabilityServices):
         return InMemoryJobResultStore()
 
     def dispatcher_retrieval(self) -> LeaderRetrievalService:
-        return StandaloneLeaderRetrievalService(self._settings.dispatcher_address)
+        return self._retrieval(self._settings.dispatcher_address, "dispatcher")
 
     def resource_manager_retrieval(self) -> LeaderRetrievalService:
-        return StandaloneLeaderRetrievalService(self._settings.resource_manager_address)
+        return self._retrieval(self._settings.resource_manager_address, "resource-manager")
+
+    def _retrieval(self, address: str, role: str) -> LeaderRetrievalService:
+        from sparkmill.common.rpc.leader_retrieval import RpcLeaderRetrievalService
+
+        if self._rpc is None:
+            raise IllegalStateBug("standalone leader retrieval was created without RPC clients")
+        return RpcLeaderRetrievalService(address, role, self._rpc)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkmill.common import config_options as opt
 from sparkmill.common.config import Configuration
@@ -11,6 +12,9 @@ from sparkmill.common.errors import ConfigurationError
 from sparkmill.common.ha import HighAvailabilityServices, StandaloneHaServices
 from sparkmill.common.retry import RetryPolicy
 from sparkmill.common.settings import ClusterSettings
+
+if TYPE_CHECKING:
+    from sparkmill.common.rpc.client import RpcClient
 
 MIB = 1 << 20
 
@@ -25,6 +29,8 @@ def settings_from_config(config: Configuration) -> ClusterSettings:
         task_executor_bind_address=config.get(opt.TASK_MANAGER_RPC_ADDRESS),
         rpc_timeout_s=config.get(opt.RPC_ASK_TIMEOUT),
         rpc_max_message_bytes=config.get(opt.RPC_MAX_MESSAGE_SIZE),
+        rpc_max_control_message_bytes=config.get(opt.RPC_MAX_CONTROL_MESSAGE_SIZE),
+        rpc_max_in_flight_per_peer=config.get(opt.RPC_MAX_IN_FLIGHT_PER_PEER),
         heartbeat_interval_s=config.get(opt.HEARTBEAT_INTERVAL),
         heartbeat_timeout_s=config.get(opt.HEARTBEAT_TIMEOUT),
         # Flink's -1 switches the fast path off; the heartbeat manager spells that 0.
@@ -63,10 +69,16 @@ def load_cluster_config(path: Path) -> tuple[ClusterSettings, Configuration]:
     return settings_from_config(config), config
 
 
-def create_ha_services(settings: ClusterSettings, config: Any = None) -> HighAvailabilityServices:
+def create_ha_services(
+    settings: ClusterSettings,
+    config: Any = None,
+    rpc: Callable[[str], RpcClient] | None = None,
+) -> HighAvailabilityServices:
+    """The HA services of a process; ``rpc`` gives the (authenticated) client of an address,
+    which standalone leader retrieval uses to ask a leader for its session id."""
     mode = config.get(opt.HA_MODE) if isinstance(config, Configuration) else "none"
     if mode == "none":
-        return StandaloneHaServices(settings)
+        return StandaloneHaServices(settings, rpc)
     if mode != "zookeeper":
         raise ConfigurationError(opt.HA_MODE.key, f"unknown mode {mode!r}")
     from sparkmill.common.zookeeper.ha_services import ZooKeeperHaServices

@@ -6,10 +6,12 @@ token of every RPC it serves, and it publishes its address with that id (``confi
 task executors and job masters *retrieve* the current leader (address + session id) and are told
 when it changes.
 
-This module has the interfaces and the **standalone** form used with
-``high-availability.mode: none``: the leader is whoever is configured at a static address and
-its session id is the fixed :data:`STANDALONE_SESSION_ID`. The ZooKeeper form implements the
-same interfaces with kazoo.
+This module has the interfaces and the standalone *election* used with
+``high-availability.mode: none``: the leader is whoever is configured at a static address, with
+a random session id per leader (a fixed one would be a fencing token anyone could know, and a
+restarted leader would obey its predecessor's callers). Members learn that id through the
+authenticated ``GetLeaderSession`` call (:mod:`common.rpc.leader_retrieval`). The ZooKeeper form
+implements the same interfaces with kazoo.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 log = logging.getLogger(__name__)
-
-STANDALONE_SESSION_ID = "00000000000000000000000000000000"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ class LeaderRetrievalService(abc.ABC):
 class StandaloneLeaderElectionService(LeaderElectionService):
     """Leadership is granted at once and never revoked (there is nobody to compete with)."""
 
-    def __init__(self, session_id: str = STANDALONE_SESSION_ID) -> None:
+    def __init__(self, session_id: str) -> None:
         self._session_id = session_id
         self._contender: LeaderContender | None = None
         self.confirmed_address: str | None = None
@@ -94,21 +94,3 @@ class StandaloneLeaderElectionService(LeaderElectionService):
 
     def has_leadership(self, session_id: str) -> bool:
         return self._contender is not None and session_id == self._session_id
-
-
-class StandaloneLeaderRetrievalService(LeaderRetrievalService):
-    """The leader is a fixed address with the fixed standalone session id."""
-
-    def __init__(self, address: str, session_id: str = STANDALONE_SESSION_ID) -> None:
-        self._info = LeaderInfo(address, session_id)
-
-    async def start(self, listener: LeaderListener) -> None:
-        result = listener(self._info)
-        if result is not None:
-            await result
-
-    async def stop(self) -> None:
-        pass
-
-    def current(self) -> LeaderInfo | None:
-        return self._info

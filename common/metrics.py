@@ -376,6 +376,9 @@ _REQUEST_TIMEOUT_S = 10.0
 _MAX_HEADER_BYTES = 64 * 1024
 
 
+_RENDER = b"(rendered off the event loop)"  # marker: _respond leaves the rendering to _handle
+
+
 class MetricsHttpServer:
     """A minimal HTTP/1.1 endpoint on the service's event loop: ``GET /metrics``."""
 
@@ -384,6 +387,7 @@ class MetricsHttpServer:
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
+        self._render_lock: asyncio.Lock | None = None
         self.port = 0
         self.scrapes_total = 0
 
@@ -413,11 +417,17 @@ class MetricsHttpServer:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REQUEST_TIMEOUT_S)
             status, content_type, body = self._respond(head)
+            if body is _RENDER:
+                body = await self._render_off_loop()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             status, content_type, body = "400 Bad Request", "text/plain", b"bad request\n"
         except ConnectionError:
             writer.close()
             return
+        except Exception:  # a collector's bug: answer 500, keep the endpoint (and loop) alive
+            log.exception("rendering /metrics failed")
+            status, content_type, body = "500 Internal Server Error", "text/plain", b"failed\n"
+
         header = (
             f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -430,6 +440,25 @@ class MetricsHttpServer:
         finally:
             writer.close()
 
+    async def _render_off_loop(self) -> bytes:
+        """Render in a worker thread: a large page must not stall the service's event loop
+        (heartbeats would be missed). One render at a time; concurrent scrapes wait for it.
+
+        Collectors read the service's state while the loop keeps changing it; a collection that
+        trips over a container changing size under it is simply retried.
+        """
+        if self._render_lock is None:
+            self._render_lock = asyncio.Lock()
+        async with self._render_lock:
+            loop = asyncio.get_running_loop()
+            for attempt in range(3):
+                try:
+                    return await loop.run_in_executor(None, self._render)
+                except RuntimeError:
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")
+
     def _respond(self, head: bytes) -> tuple[str, str, bytes]:
         if len(head) > _MAX_HEADER_BYTES:
             return "431 Request Header Fields Too Large", "text/plain", b"headers too large\n"
@@ -439,8 +468,7 @@ class MetricsHttpServer:
         path = parts[1].split("?", 1)[0]
         if path == "/metrics":
             self.scrapes_total += 1
-            body = self._render()
-            return "200 OK", CONTENT_TYPE, b"" if parts[0] == "HEAD" else body
+            return "200 OK", CONTENT_TYPE, b"" if parts[0] == "HEAD" else _RENDER
         if path == "/":
             return "200 OK", "text/plain", b"sparkmill metrics: GET /metrics\n"
         return "404 Not Found", "text/plain", b"not found; metrics are at /metrics\n"

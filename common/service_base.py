@@ -24,7 +24,9 @@ class ServiceIdentity:
     rest_url: str = ""  # dispatchers: the REST API and dashboard, once served
     started_at: float = field(default_factory=time.time)
 
-    def info(self, *, is_leader: bool = False, session_id: str = "") -> common_pb2.ServiceInfo:
+    def info(self, *, is_leader: bool = False) -> common_pb2.ServiceInfo:
+        # Never the leader session id: it is a fencing token, told only to authenticated
+        # members through GetLeaderSession.
         return common_pb2.ServiceInfo(
             role=self.role,
             id=self.id,
@@ -32,11 +34,15 @@ class ServiceIdentity:
             pid=os.getpid(),
             hostname=socket.gethostname(),
             is_leader=is_leader,
-            leader_session_id=session_id,
             metrics_url=self.metrics_url,
             started_at=self.started_at,
             rest_url=self.rest_url,
         )
+
+
+def leader_session(session_id: str | None, role: str, address: str) -> common_pb2.LeaderSession:
+    """The answer to GetLeaderSession, or NOT_LEADER when this process does not lead now."""
+    return common_pb2.LeaderSession(session_id=require_leader(session_id, role), address=address)
 
 
 def require_leader(session_id: str | None, role: str) -> str:

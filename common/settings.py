@@ -22,6 +22,8 @@ class ClusterSettings:
     task_executor_bind_address: str = "tcp://127.0.0.1:0"
     rpc_timeout_s: float = 10.0
     rpc_max_message_bytes: int = 64 * 1024 * 1024
+    rpc_max_control_message_bytes: int = 4 * 1024 * 1024
+    rpc_max_in_flight_per_peer: int = 1000
     # heartbeats and registration
     heartbeat_interval_s: float = 10.0
     heartbeat_timeout_s: float = 50.0

@@ -56,6 +56,21 @@ def _run_protoc(out_root: Path) -> list[str]:
     return protos
 
 
+# The roles a method's ``callers`` option may name ("*": any admitted member).
+ROLES = ("client", "dispatcher", "resource-manager", "job-master", "task-executor")
+
+
+def _callers(method: str, declared: str) -> tuple[str, ...]:
+    """The sorted roles of a ``callers`` option; every method must declare who may call it."""
+    roles = tuple(sorted({r.strip() for r in declared.split(",") if r.strip()}))
+    if not roles:
+        raise SystemExit(f"{method} declares no (callers) option; say who may call it")
+    unknown = [r for r in roles if r != "*" and r not in ROLES]
+    if unknown or ("*" in roles and len(roles) > 1):
+        raise SystemExit(f"{method}: bad (callers) {declared!r}; use '*' or roles of {ROLES}")
+    return roles
+
+
 def _render_gateways(out_root: Path, protos: list[str]) -> str:
     # Make the fresh output a regular package, so it wins over a committed ``sparkmill`` that
     # may be on sys.path too (otherwise the stubs would be rendered from stale descriptors).
@@ -113,11 +128,14 @@ def _render_gateways(out_root: Path, protos: list[str]) -> str:
                 opts = method.GetOptions()
                 fenced = bool(opts.Extensions[options.fenced])
                 timeout_ms = int(opts.Extensions[options.default_timeout_ms]) or 10000
+                callers = _callers(method.full_name, str(opts.Extensions[options.callers]))
+                large = bool(opts.Extensions[options.large_request])
                 req, resp = py_type(method.input_type), py_type(method.output_type)
                 snake = _snake(method.name)
                 specs.append(
                     f'    "{method.name}": MethodSpec("{method.name}", "{snake}", {req}, {resp}, '
-                    f"fenced={fenced}, default_timeout_s={timeout_ms / 1000!r}),"
+                    f"fenced={fenced}, default_timeout_s={timeout_ms / 1000!r}, "
+                    f"callers={callers!r}, large_request={large}),"
                 )
                 client += [
                     f"    async def {snake}(",

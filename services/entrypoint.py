@@ -21,6 +21,7 @@ from sparkmill.common.ha_factory import create_ha_services, settings_from_config
 from sparkmill.common.ids import new_resource_id
 from sparkmill.common.metrics import MetricsHttpServer, ProcessMetrics
 from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.security import INSECURE_WARNING, security_from_config
 from sparkmill.common.rpc.server import RpcServer
 from sparkmill.common.service_base import ServiceIdentity
 from sparkmill.common.settings import ClusterSettings
@@ -171,18 +172,27 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
         new_resource_id()
     )
     identity = ServiceIdentity(role, identity_id)
+    # Keys first: a missing or world-readable key file ends the process before it binds a port.
+    security = security_from_config(config, role, serves=True)
+    if not security.enabled:
+        log.warning("%s %s: %s", role, identity_id[:8], INSECURE_WARNING)
     runtime = ServiceRuntime(role)
-    ha = create_ha_services(settings, config)
-    await ha.start()
     clients = RpcClientPool(
-        f"{role} {identity_id[:8]}", max_message_bytes=settings.rpc_max_message_bytes
+        f"{role} {identity_id[:8]}",
+        max_message_bytes=settings.rpc_max_message_bytes,
+        security=security,
     )
+    ha = create_ha_services(settings, config, clients.get)
+    await ha.start()
     metrics = _process_metrics(identity, runtime, config)
     server = RpcServer(
         _bind_address(role, settings),
         name=role,
         max_message_bytes=settings.rpc_max_message_bytes,
+        max_control_message_bytes=settings.rpc_max_control_message_bytes,
+        max_in_flight_per_peer=settings.rpc_max_in_flight_per_peer,
         observer=metrics.rpc,
+        security=security,
     )
     servicer = _build(role, settings, config, runtime, ha, clients, identity)
     server.add_servicer(servicer)

@@ -8,6 +8,7 @@
     sparkmill --config FILE submit PIPELINE.py [--detach] [--json]
     sparkmill --config FILE jobs list|status JOB|cancel JOB|wait JOB [--json]
     sparkmill --config FILE cluster status [--json]
+    sparkmill keys generate --dir DIR [--role ROLE --name NAME] | keys list --dir DIR
     sparkmill dispatcher|resource-manager|job-master|task-executor --config FILE
 
 Exit codes: 0 success (job FINISHED), 1 the job failed or was cancelled, 2 bad usage, bad
@@ -26,6 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from sparkmill import keys
 from sparkmill.common.errors import (
     ConfigurationError,
     DeadlineExceededError,
@@ -35,6 +37,7 @@ from sparkmill.common.errors import (
     SparkmillError,
     UnavailableError,
 )
+from sparkmill.common.rpc.security import INSECURE_WARNING
 from sparkmill.common.service_base import ROLES
 from sparkmill.common.v1 import common_pb2, jobs_pb2
 
@@ -102,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     cs = cluster_sub.add_parser("status")
     cs.add_argument("--json", action="store_true")
 
+    keys.add_parser(sub)
+
     for role in ROLES:
         svc = sub.add_parser(role, help=f"run the {role} service in the foreground")
         svc.add_argument("--config", type=Path, required=True, dest="service_config")
@@ -146,6 +151,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _run(args)
     if args.command == "local-cluster":
         return _local_cluster(args)
+    if args.command == "keys":
+        return keys.run(args)
     client = _client(args)
     with client:
         if args.command == "submit":
@@ -446,6 +453,11 @@ def _service_json(info: common_pb2.ServiceInfo) -> dict[str, Any]:
 
 def _cluster_status(client: Any, *, as_json: bool) -> int:
     view = client.cluster_status()
+    # A CURVE server refuses a client without keys: if this client got in without, the cluster
+    # runs with security off.
+    secure = bool(client.security.enabled)
+    if not secure:
+        print(f"WARNING: {INSECURE_WARNING}", file=sys.stderr)
     rm = view.resource_manager
     services = [
         view.dispatcher,
@@ -485,6 +497,7 @@ def _cluster_status(client: Any, *, as_json: bool) -> int:
                     },
                     "pending_slot_requests": rm.pending_slot_requests,
                     "jobs_with_job_master": list(rm.registered_jobs),
+                    "security": {"curve": secure},
                 },
                 indent=2,
             )
@@ -509,6 +522,7 @@ def _cluster_status(client: Any, *, as_json: bool) -> int:
             f"  task executor {te['resource_id'][:8]} {te['address']}: "
             f"{te['slots_free']}/{te['slots_total']} free"
         )
+    print("\nsecurity: CurveZMQ on" if secure else "\nsecurity: OFF (see docs/security.md)")
     return EXIT_OK
 
 

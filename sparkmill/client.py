@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from sparkmill.common.config import Configuration
 from sparkmill.common.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
@@ -27,6 +28,7 @@ from sparkmill.common.jobgraph import JobGraph
 from sparkmill.common.jobgraph_codec import job_graph_to_proto
 from sparkmill.common.leader import LeaderInfo
 from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.security import TransportSecurity, security_from_config
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
 from sparkmill.common.v1.gateways import DispatcherClient, ResourceManagerClient
@@ -58,9 +60,18 @@ class ClusterClient:
         from sparkmill.common.ha_factory import create_ha_services
 
         self.settings = settings
+        self.security = (
+            security_from_config(ha_config, "client", serves=False)
+            if isinstance(ha_config, Configuration)
+            else TransportSecurity.disabled()
+        )
         self._loop = asyncio.new_event_loop()
-        self._ha = create_ha_services(settings, ha_config)
-        self._clients = RpcClientPool("sparkmill-client")
+        self._clients = RpcClientPool(
+            "sparkmill-client",
+            max_message_bytes=settings.rpc_max_message_bytes,
+            security=self.security,
+        )
+        self._ha = create_ha_services(settings, ha_config, self._clients.get)
 
     @classmethod
     def from_config_file(cls, path: str | Path) -> ClusterClient:

@@ -6,6 +6,10 @@ Starts one dispatcher, one resource manager, one job-master process and N task e
 process ids are kept in ``DIR/processes.json`` so ``local-cluster down`` can stop them (SIGTERM,
 then SIGKILL after a grace period).
 
+The cluster is secure by default: ``write_config`` generates CurveZMQ keys (one per role, plus
+the server key and a ZooKeeper digest) in ``DIR/keys`` unless they exist, and the configuration
+names them (see docs/security.md). ``extra_config`` may turn security off for a lab.
+
 The same class is what ``sparkmill run`` and the integration tests use.
 """
 
@@ -25,10 +29,20 @@ from typing import Any
 
 import yaml
 
+from sparkmill.common.keys import (
+    PRIVATE_DIR,
+    PUBLIC_DIR,
+    SECRET_SUFFIX,
+    SERVER,
+    ZOOKEEPER_DIGEST_FILE,
+    generate_cluster_keys,
+)
+from sparkmill.common.rpc.security import TransportSecurity, security_from_config
 from sparkmill.common.service_base import ROLES
 
 CONFIG_FILE = "cluster.yaml"
 PROCESSES_FILE = "processes.json"
+KEYS_DIR = "keys"
 
 # Short heartbeats and timeouts: a local cluster should notice a dead process in seconds.
 LOCAL_DEFAULTS: dict[str, Any] = {
@@ -110,9 +124,38 @@ class LocalCluster:
                     "high-availability.zookeeper.client.connection-timeout": "5 s",
                 }
             )
+        config.update(self.security_config())
+        if zookeeper_address:
+            digest = self.keys_dir / PRIVATE_DIR / ZOOKEEPER_DIGEST_FILE
+            config["security.zookeeper.digest-file"] = str(digest)
         config.update(self.extra_config)
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
         return config
+
+    @property
+    def keys_dir(self) -> Path:
+        return self.directory / KEYS_DIR
+
+    def security_config(self) -> dict[str, Any]:
+        """Generate the cluster's keys (kept when they exist) and the keys naming them."""
+        generate_cluster_keys(self.keys_dir)
+        return {
+            "security.curve.enabled": True,
+            "security.curve.public-keys-dir": str(self.keys_dir / PUBLIC_DIR),
+            "security.curve.secret-key-file": str(
+                self.keys_dir / PRIVATE_DIR / ("{role}" + SECRET_SUFFIX)
+            ),
+            "security.curve.server-secret-key-file": str(
+                self.keys_dir / PRIVATE_DIR / (SERVER + SECRET_SUFFIX)
+            ),
+        }
+
+    def transport_security(self, role: str = "client") -> TransportSecurity:
+        """What a process holding ``role``'s key of this cluster presents (tests, tools)."""
+        from sparkmill.common.config import Configuration
+
+        config = Configuration.load(self.config_path)
+        return security_from_config(config, role, serves=False)
 
     def _spawn(self, role: str, index: int, extra_env: dict[str, str] | None = None) -> None:
         log_file = self.log_dir / f"{role}-{index}.log"

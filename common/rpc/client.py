@@ -1,8 +1,10 @@
 """The RPC client: one ZeroMQ DEALER socket per target address, shared by every caller.
 
-A call sends ``[MAGIC, header, payload]`` and waits for the reply with the same request id, up
-to its timeout; a reply that arrives later is dropped. Errors come back as the typed exceptions
-of :mod:`common.errors`; a call that gets no answer in time raises
+With CurveZMQ on (see :mod:`common.rpc.security`) the socket presents this process's member
+key and accepts only a server holding the cluster's server key. A call sends
+``[MAGIC, header, payload]`` and waits for the reply with the same request id, up to its
+timeout; a reply that arrives later is dropped. Errors come back as the typed exceptions of
+:mod:`common.errors`; a call that gets no answer in time raises
 :class:`~common.errors.DeadlineExceededError`, whose message names the method and the target.
 
 ZeroMQ reconnects by itself, so a client outlives restarts of its target; whether a target is
@@ -29,6 +31,7 @@ from sparkmill.common.errors import (
 )
 from sparkmill.common.rpc import framing
 from sparkmill.common.rpc.framing import FrameError, MethodSpec
+from sparkmill.common.rpc.security import TransportSecurity
 from sparkmill.common.v1 import envelope_pb2
 
 log = logging.getLogger(__name__)
@@ -42,10 +45,12 @@ class RpcClient:
         caller: str = "",
         max_message_bytes: int = framing.DEFAULT_MAX_MESSAGE_BYTES,
         context: zmq.asyncio.Context | None = None,
+        security: TransportSecurity | None = None,
     ) -> None:
         self.address = address
         self.caller = caller
         self._max_bytes = max_message_bytes
+        self._security = security if security is not None else TransportSecurity.disabled()
         self._context = context or zmq.asyncio.Context.instance()
         self._socket: zmq.asyncio.Socket | None = None
         self._receiver: asyncio.Task[None] | None = None
@@ -58,7 +63,11 @@ class RpcClient:
             raise UnavailableError(f"RPC client for {self.address} is closed")
         if self._socket is None:
             sock = self._context.socket(zmq.DEALER)
+            self._security.apply_client(sock)
             sock.setsockopt(zmq.LINGER, 0)
+            # A reply is bounded like a request: a hostile or broken server cannot make this
+            # process buffer an arbitrarily large frame.
+            sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes + 1024 * 1024)
             sock.setsockopt(zmq.RECONNECT_IVL, 100)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
             sock.setsockopt(zmq.SNDHWM, 100_000)

@@ -30,6 +30,7 @@ from sparkmill.common.v1 import envelope_pb2
 
 MAGIC = b"SM1"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_CONTROL_MESSAGE_BYTES = 4 * 1024 * 1024
 
 
 class FrameError(Exception):
@@ -51,6 +52,10 @@ class MethodSpec:
     response_type: Any
     fenced: bool
     default_timeout_s: float
+    # Roles allowed to call it (("*",): any admitted member); see options.proto ``callers``.
+    callers: tuple[str, ...] = ("*",)
+    # May be as large as rpc.max-message-size; others get rpc.max-control-message-size.
+    large_request: bool = False
 
 
 # Every FrameError reason starts with a fixed "kind: " prefix (never input data): the server

@@ -5,7 +5,12 @@ using the :class:`~common.rpc.framing.MethodSpec` table generated from the proto
 Before the handler runs, the server
 
 1. drops requests whose deadline already passed while they were queued (the caller gave up);
-2. for methods declared ``fenced`` checks the request's fencing token against the one the
+2. checks that the caller's authenticated role (the ZeroMQ User-Id set by the ZAP handler, see
+   :mod:`common.rpc.security`) may call the method (its ``callers`` option): others get
+   ``PERMISSION_DENIED`` and nothing happens;
+3. refuses a request larger than its method's limit and a peer with too many requests in
+   progress (``RESOURCE_EXHAUSTED``), so one peer cannot fill the server's memory;
+4. for methods declared ``fenced`` checks the request's fencing token against the one the
    servicer expects (its leader session id): a stale leader's message is refused with
    ``FENCING_MISMATCH``, never obeyed.
 
@@ -37,11 +42,13 @@ from sparkmill.common.errors import (
     FencingMismatchError,
     InternalError,
     InvalidArgumentError,
+    ResourceExhaustedError,
     RpcError,
     UnimplementedError,
 )
 from sparkmill.common.rpc import framing
 from sparkmill.common.rpc.framing import FrameError, MethodSpec
+from sparkmill.common.rpc.security import INSECURE_WARNING, TransportSecurity, ZapHandler, authorize
 from sparkmill.common.v1 import envelope_pb2
 
 __all__ = ["CallContext", "MethodSpec", "RpcObserver", "RpcServer", "Servicer"]
@@ -56,6 +63,13 @@ class CallContext:
     header: envelope_pb2.RequestHeader
     received_at: float  # loop time
     deadline: float  # loop time
+    # The authenticated caller, ``role:name`` of its key ("" when security is off): unlike
+    # ``caller`` (free text the caller wrote) it cannot be forged.
+    peer: str = ""
+
+    @property
+    def peer_role(self) -> str:
+        return self.peer.partition(":")[0]
 
     @property
     def caller(self) -> str:
@@ -107,6 +121,11 @@ class ServerStats:
     expired: int = 0
 
 
+DEFAULT_MAX_IN_FLIGHT_PER_PEER = 1000
+# A request is [identity, MAGIC, header, payload]; anything with more frames is not ours.
+_MAX_FRAMES = 4
+
+
 class RpcServer:
     def __init__(
         self,
@@ -114,12 +133,22 @@ class RpcServer:
         *,
         name: str = "rpc",
         max_message_bytes: int = framing.DEFAULT_MAX_MESSAGE_BYTES,
+        max_control_message_bytes: int = framing.DEFAULT_MAX_CONTROL_MESSAGE_BYTES,
+        max_in_flight_per_peer: int = DEFAULT_MAX_IN_FLIGHT_PER_PEER,
         observer: RpcObserver | None = None,
         context: zmq.asyncio.Context | None = None,
+        security: TransportSecurity | None = None,
     ) -> None:
         self._bind_address = bind_address
         self._name = name
         self._max_bytes = max_message_bytes
+        self._max_control_bytes = min(max_control_message_bytes, max_message_bytes)
+        self._max_in_flight = max_in_flight_per_peer
+        self._in_flight: Counter[bytes] = Counter()
+        # Explicit: a server that should be open must say so (tests of raw frames, labs).
+        self._security = security if security is not None else TransportSecurity.disabled()
+        self._zap_domain = f"sparkmill-{name}-{id(self):x}"
+        self._last_denied_log = 0.0
         self._observer: RpcObserver = observer or _NullObserver()
         self._context = context or zmq.asyncio.Context.instance()
         self._servicers: dict[str, Servicer] = {}
@@ -138,6 +167,13 @@ class RpcServer:
     async def start(self) -> str:
         """Bind and start serving; returns the bound address (resolving port 0)."""
         sock = self._context.socket(zmq.ROUTER)
+        if self._security.enabled:
+            ZapHandler.for_context(self._context).add_domain(
+                self._zap_domain, self._security.members
+            )
+            self._security.apply_server(sock, self._zap_domain)
+        else:
+            log.warning("%s: %s", self._name, INSECURE_WARNING)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # replies to vanished peers are dropped
         # A hard cap in libzmq as well, so a huge frame cannot exhaust memory before we look.
@@ -166,22 +202,33 @@ class RpcServer:
         if self._socket is not None:
             self._socket.close(linger=0)
             self._socket = None
+        if self._security.enabled:
+            await ZapHandler.for_context(self._context).remove_domain(self._zap_domain)
 
     async def _receive_loop(self) -> None:
         assert self._socket is not None
         while True:
             try:
-                frames = await self._socket.recv_multipart(copy=True)
+                # copy=False: frames stay in libzmq's buffers (no copy of a large payload) and
+                # carry the User-Id the ZAP handler gave the peer.
+                raw = await self._socket.recv_multipart(copy=False)
             except asyncio.CancelledError:
                 raise
             except zmq.ZMQError as exc:  # e.g. the socket was closed under us
                 log.warning("%s: receive failed: %s", self._name, exc)
                 await asyncio.sleep(0.01)
                 continue
-            if len(frames) < 2:
+            if len(raw) < 2:
                 self._malformed("message without a peer identity")
                 continue
-            identity, body = frames[0], list(frames[1:])
+            if len(raw) > _MAX_FRAMES:
+                # Counted before anything is decoded; the frames are released right away.
+                self._malformed(f"wrong frame count: expected 3 frames, got {len(raw) - 1}")
+                del raw
+                continue
+            peer = self._peer(raw[1])
+            identity, body = raw[0].bytes, [frame.bytes for frame in raw[1:]]
+            del raw
             try:
                 header, payload = framing.decode_request(body, self._max_bytes)
             except FrameError as exc:
@@ -192,10 +239,49 @@ class RpcServer:
                         framing.encode_error(exc.request_id, InvalidArgumentError(exc.reason)),
                     )
                 continue
-            received_at = asyncio.get_running_loop().time()
-            task = asyncio.create_task(self._handle(identity, header, payload, received_at))
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
+            self._start_handler(identity, peer, header, payload)
+
+    def _peer(self, frame: zmq.Frame) -> str:
+        """The authenticated ``role:name`` of the sender ("" when security is off)."""
+        if not self._security.enabled:
+            return ""
+        try:
+            return str(frame.get("User-Id"))
+        except (zmq.ZMQError, UnicodeDecodeError):
+            return ""
+
+    def _start_handler(
+        self, identity: bytes, peer: str, header: envelope_pb2.RequestHeader, payload: bytes
+    ) -> None:
+        # Per peer: its key when authenticated (all its connections together), else its socket.
+        key = peer.encode() if peer else identity
+        if self._in_flight[key] >= self._max_in_flight:
+            self.stats.errors["in-flight limit:RESOURCE_EXHAUSTED"] += 1
+            service, method = self._labels(header)
+            self._observer.on_request(service, method, "RESOURCE_EXHAUSTED", 0.0)
+            if not header.one_way:
+                error = ResourceExhaustedError(
+                    f"{header.method[:64]} refused: {self._max_in_flight} requests of this "
+                    f"caller are in progress at {self._name} (rpc.max-in-flight-per-peer)"
+                )
+                task = asyncio.create_task(
+                    self._send(identity, framing.encode_error(header.request_id, error))
+                )
+                self._handlers.add(task)
+                task.add_done_callback(self._handlers.discard)
+            return
+        self._in_flight[key] += 1
+        received_at = asyncio.get_running_loop().time()
+        task = asyncio.create_task(self._handle(identity, peer, header, payload, received_at))
+        self._handlers.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._handlers.discard(finished)
+            self._in_flight[key] -= 1
+            if self._in_flight[key] <= 0:
+                del self._in_flight[key]
+
+        task.add_done_callback(done)
 
     def _malformed(self, reason: str) -> None:
         self.stats.malformed[reason.split(":")[0]] += 1
@@ -211,6 +297,7 @@ class RpcServer:
     async def _handle(
         self,
         identity: bytes,
+        peer: str,
         header: envelope_pb2.RequestHeader,
         payload: bytes,
         started: float,
@@ -219,7 +306,7 @@ class RpcServer:
         code = "OK"
         reply: list[bytes] | None
         try:
-            response = await self._dispatch(header, payload, started)
+            response = await self._dispatch(header, payload, started, peer)
             reply = None if header.one_way else framing.encode_response(header.request_id, response)
         except _Expired:
             self.stats.expired += 1
@@ -243,34 +330,64 @@ class RpcServer:
                 details=traceback.format_exc(),
             )
             reply = framing.encode_error(header.request_id, error)
-        self.stats.requests[header.method] += 1
+        # Only declared services and methods get a series of their own: garbage method names
+        # must not grow the counters (or the /metrics page) without bound.
+        service, method = self._labels(header)
+        self.stats.requests[method] += 1
         if code != "OK":
-            self.stats.errors[f"{header.method}:{code}"] += 1
-        self._observer.on_request(header.service, header.method, code, loop.time() - started)
+            self.stats.errors[f"{method}:{code}"] += 1
+        if code == "PERMISSION_DENIED":
+            self._log_denied(header, peer)
+        self._observer.on_request(service, method, code, loop.time() - started)
         if reply is not None and not header.one_way:
             await self._send(identity, reply)
 
+    def _labels(self, header: envelope_pb2.RequestHeader) -> tuple[str, str]:
+        servicer = self._servicers.get(header.service)
+        if servicer is None:
+            return _UNKNOWN, _UNKNOWN
+        return header.service, header.method if header.method in servicer.METHODS else _UNKNOWN
+
+    def _log_denied(self, header: envelope_pb2.RequestHeader, peer: str) -> None:
+        now = time.monotonic()
+        if now - self._last_denied_log > 5.0:  # rate-limited like malformed input
+            self._last_denied_log = now
+            log.warning(
+                "%s: refused %s from %s: its role may not call it",
+                self._name,
+                header.method[:64],
+                peer or "an unauthenticated peer",
+            )
+
     async def _dispatch(
-        self, header: envelope_pb2.RequestHeader, payload: bytes, received_at: float
+        self, header: envelope_pb2.RequestHeader, payload: bytes, received_at: float, peer: str
     ) -> Message:
         servicer = self._servicers.get(header.service)
         if servicer is None:
-            raise UnimplementedError(f"{self._name} does not serve {header.service}")
+            raise UnimplementedError(f"{self._name} does not serve {header.service[:100]}")
         spec = servicer.METHODS.get(header.method)
         if spec is None:
-            raise UnimplementedError(f"{header.service} has no method {header.method!r}")
+            raise UnimplementedError(f"{header.service} has no method {header.method[:100]!r}")
+        authorize(spec, peer, self._security)
+        limit = self._max_bytes if spec.large_request else self._max_control_bytes
+        if len(payload) > limit:
+            raise InvalidArgumentError(
+                f"message too large: {spec.name} request of {len(payload)} bytes exceeds its "
+                f"limit of {limit} bytes"
+            )
         timeout = header.timeout_ms / 1000 if header.timeout_ms else spec.default_timeout_s
-        context = CallContext(header, received_at, received_at + timeout)
+        context = CallContext(header, received_at, received_at + timeout, peer)
         if asyncio.get_running_loop().time() > context.deadline:
             raise _Expired  # the caller has given up already; doing the work would be wasted
         request = framing.decode_payload(payload, spec.request_type, header.request_id)
         if spec.fenced:
             expected = servicer.expected_fencing_token(spec, request)
             if not expected or header.fencing_token != expected:
+                # Never echo the expected token: it is what a forger would need.
                 raise FencingMismatchError(
                     f"{header.method} refused: fencing token {header.fencing_token[:8] or '(none)'}"
-                    f" is not the current leader session {expected[:8] or '(none)'}"
-                    f" (caller: {header.caller or 'unknown'})"
+                    f" is not the current leader session"
+                    f" (caller: {header.caller[:64] or 'unknown'})"
                 )
         handler: Callable[[Any, CallContext], Awaitable[Message]] = getattr(
             servicer, spec.handler_name
@@ -295,3 +412,6 @@ class RpcServer:
 
 class _Expired(Exception):
     pass
+
+
+_UNKNOWN = "unknown"

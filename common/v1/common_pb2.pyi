@@ -22,6 +22,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNIMPLEMENTED: _ClassVar[ErrorCode]
     INTERNAL: _ClassVar[ErrorCode]
     INVALID_JOB_GRAPH: _ClassVar[ErrorCode]
+    PERMISSION_DENIED: _ClassVar[ErrorCode]
 
 class JobStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -74,6 +75,7 @@ RESOURCE_EXHAUSTED: ErrorCode
 UNIMPLEMENTED: ErrorCode
 INTERNAL: ErrorCode
 INVALID_JOB_GRAPH: ErrorCode
+PERMISSION_DENIED: ErrorCode
 JOB_STATUS_UNSPECIFIED: JobStatus
 INITIALIZING: JobStatus
 CREATED: JobStatus
@@ -183,6 +185,18 @@ class ServiceInfo(_message.Message):
 class GetServiceInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class GetLeaderSessionRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LeaderSession(_message.Message):
+    __slots__ = ("session_id", "address")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    address: str
+    def __init__(self, session_id: _Optional[str] = ..., address: _Optional[str] = ...) -> None: ...
 
 class OperatorSpec(_message.Message):
     __slots__ = ("kind", "payload")

@@ -20,15 +20,16 @@ from sparkmill.common.v1 import common_pb2, dispatcher_pb2, envelope_pb2, job_ma
 
 
 DISPATCHERGATEWAY_METHODS: dict[str, MethodSpec] = {
-    "SubmitJob": MethodSpec("SubmitJob", "submit_job", dispatcher_pb2.SubmitJobRequest, dispatcher_pb2.SubmitJobResponse, fenced=True, default_timeout_s=30.0),
-    "ListJobs": MethodSpec("ListJobs", "list_jobs", dispatcher_pb2.ListJobsRequest, dispatcher_pb2.ListJobsResponse, fenced=True, default_timeout_s=10.0),
-    "GetJobStatus": MethodSpec("GetJobStatus", "get_job_status", dispatcher_pb2.GetJobStatusRequest, jobs_pb2.JobDetails, fenced=True, default_timeout_s=10.0),
-    "CancelJob": MethodSpec("CancelJob", "cancel_job", dispatcher_pb2.CancelJobRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "GetJobResult": MethodSpec("GetJobResult", "get_job_result", dispatcher_pb2.GetJobResultRequest, jobs_pb2.JobResult, fenced=True, default_timeout_s=10.0),
-    "RegisterJobMasterProcess": MethodSpec("RegisterJobMasterProcess", "register_job_master_process", dispatcher_pb2.RegisterJobMasterProcessRequest, dispatcher_pb2.RegisterJobMasterProcessResponse, fenced=True, default_timeout_s=10.0),
-    "ReportJobStatus": MethodSpec("ReportJobStatus", "report_job_status", dispatcher_pb2.JobStatusReport, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "GetClusterServices": MethodSpec("GetClusterServices", "get_cluster_services", dispatcher_pb2.GetClusterServicesRequest, dispatcher_pb2.ClusterServices, fenced=True, default_timeout_s=10.0),
-    "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0),
+    "SubmitJob": MethodSpec("SubmitJob", "submit_job", dispatcher_pb2.SubmitJobRequest, dispatcher_pb2.SubmitJobResponse, fenced=True, default_timeout_s=30.0, callers=('client',), large_request=True),
+    "ListJobs": MethodSpec("ListJobs", "list_jobs", dispatcher_pb2.ListJobsRequest, dispatcher_pb2.ListJobsResponse, fenced=True, default_timeout_s=10.0, callers=('client',), large_request=False),
+    "GetJobStatus": MethodSpec("GetJobStatus", "get_job_status", dispatcher_pb2.GetJobStatusRequest, jobs_pb2.JobDetails, fenced=True, default_timeout_s=10.0, callers=('client',), large_request=False),
+    "CancelJob": MethodSpec("CancelJob", "cancel_job", dispatcher_pb2.CancelJobRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('client',), large_request=False),
+    "GetJobResult": MethodSpec("GetJobResult", "get_job_result", dispatcher_pb2.GetJobResultRequest, jobs_pb2.JobResult, fenced=True, default_timeout_s=10.0, callers=('client',), large_request=False),
+    "RegisterJobMasterProcess": MethodSpec("RegisterJobMasterProcess", "register_job_master_process", dispatcher_pb2.RegisterJobMasterProcessRequest, dispatcher_pb2.RegisterJobMasterProcessResponse, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "ReportJobStatus": MethodSpec("ReportJobStatus", "report_job_status", dispatcher_pb2.JobStatusReport, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "GetClusterServices": MethodSpec("GetClusterServices", "get_cluster_services", dispatcher_pb2.GetClusterServicesRequest, dispatcher_pb2.ClusterServices, fenced=True, default_timeout_s=10.0, callers=('client',), large_request=False),
+    "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
+    "GetLeaderSession": MethodSpec("GetLeaderSession", "get_leader_session", common_pb2.GetLeaderSessionRequest, common_pb2.LeaderSession, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
 }
 
 
@@ -126,6 +127,14 @@ class DispatcherClient:
         reply = await self._call(spec, request, timeout, fencing_token)
         return cast(common_pb2.ServiceInfo, reply)
 
+    async def get_leader_session(
+        self, request: common_pb2.GetLeaderSessionRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> common_pb2.LeaderSession:
+        spec = self.METHODS["GetLeaderSession"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(common_pb2.LeaderSession, reply)
+
 
 class DispatcherServicer(Servicer):
     """Base class of a ``sparkmill.v1.DispatcherGateway`` implementation; override every method."""
@@ -160,20 +169,23 @@ class DispatcherServicer(Servicer):
     async def get_service_info(self, request: common_pb2.GetServiceInfoRequest, context: CallContext) -> common_pb2.ServiceInfo:
         return await self._unimplemented("GetServiceInfo")
 
+    async def get_leader_session(self, request: common_pb2.GetLeaderSessionRequest, context: CallContext) -> common_pb2.LeaderSession:
+        return await self._unimplemented("GetLeaderSession")
+
 
 JOBMASTERGATEWAY_METHODS: dict[str, MethodSpec] = {
-    "StartJob": MethodSpec("StartJob", "start_job", job_master_pb2.StartJobRequest, job_master_pb2.StartJobResponse, fenced=True, default_timeout_s=30.0),
-    "CancelJob": MethodSpec("CancelJob", "cancel_job", job_master_pb2.JobMasterCancelJobRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "GetJobDetails": MethodSpec("GetJobDetails", "get_job_details", job_master_pb2.GetJobDetailsRequest, jobs_pb2.JobDetails, fenced=True, default_timeout_s=10.0),
-    "RegisterTaskExecutor": MethodSpec("RegisterTaskExecutor", "register_task_executor", job_master_pb2.JobMasterRegisterTaskExecutorRequest, job_master_pb2.JobMasterRegisterTaskExecutorResponse, fenced=True, default_timeout_s=10.0),
-    "OfferSlots": MethodSpec("OfferSlots", "offer_slots", job_master_pb2.OfferSlotsRequest, job_master_pb2.OfferSlotsResponse, fenced=True, default_timeout_s=10.0),
-    "UpdateTaskExecutionState": MethodSpec("UpdateTaskExecutionState", "update_task_execution_state", job_master_pb2.UpdateTaskExecutionStateRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "NotifySlotAllocationFailure": MethodSpec("NotifySlotAllocationFailure", "notify_slot_allocation_failure", job_master_pb2.NotifySlotAllocationFailureRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "DisconnectTaskExecutor": MethodSpec("DisconnectTaskExecutor", "disconnect_task_executor", job_master_pb2.JobMasterDisconnectTaskExecutorRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "DisconnectResourceManager": MethodSpec("DisconnectResourceManager", "disconnect_resource_manager", job_master_pb2.DisconnectResourceManagerRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "HeartbeatFromResourceManager": MethodSpec("HeartbeatFromResourceManager", "heartbeat_from_resource_manager", job_master_pb2.JobMasterHeartbeatRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "HeartbeatFromDispatcher": MethodSpec("HeartbeatFromDispatcher", "heartbeat_from_dispatcher", common_pb2.HeartbeatRequest, job_master_pb2.HostedJobs, fenced=False, default_timeout_s=10.0),
-    "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0),
+    "StartJob": MethodSpec("StartJob", "start_job", job_master_pb2.StartJobRequest, job_master_pb2.StartJobResponse, fenced=True, default_timeout_s=30.0, callers=('dispatcher',), large_request=True),
+    "CancelJob": MethodSpec("CancelJob", "cancel_job", job_master_pb2.JobMasterCancelJobRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('dispatcher',), large_request=False),
+    "GetJobDetails": MethodSpec("GetJobDetails", "get_job_details", job_master_pb2.GetJobDetailsRequest, jobs_pb2.JobDetails, fenced=True, default_timeout_s=10.0, callers=('dispatcher',), large_request=False),
+    "RegisterTaskExecutor": MethodSpec("RegisterTaskExecutor", "register_task_executor", job_master_pb2.JobMasterRegisterTaskExecutorRequest, job_master_pb2.JobMasterRegisterTaskExecutorResponse, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
+    "OfferSlots": MethodSpec("OfferSlots", "offer_slots", job_master_pb2.OfferSlotsRequest, job_master_pb2.OfferSlotsResponse, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
+    "UpdateTaskExecutionState": MethodSpec("UpdateTaskExecutionState", "update_task_execution_state", job_master_pb2.UpdateTaskExecutionStateRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
+    "NotifySlotAllocationFailure": MethodSpec("NotifySlotAllocationFailure", "notify_slot_allocation_failure", job_master_pb2.NotifySlotAllocationFailureRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
+    "DisconnectTaskExecutor": MethodSpec("DisconnectTaskExecutor", "disconnect_task_executor", job_master_pb2.JobMasterDisconnectTaskExecutorRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
+    "DisconnectResourceManager": MethodSpec("DisconnectResourceManager", "disconnect_resource_manager", job_master_pb2.DisconnectResourceManagerRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
+    "HeartbeatFromResourceManager": MethodSpec("HeartbeatFromResourceManager", "heartbeat_from_resource_manager", job_master_pb2.JobMasterHeartbeatRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
+    "HeartbeatFromDispatcher": MethodSpec("HeartbeatFromDispatcher", "heartbeat_from_dispatcher", common_pb2.HeartbeatRequest, job_master_pb2.HostedJobs, fenced=False, default_timeout_s=10.0, callers=('dispatcher',), large_request=False),
+    "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
 }
 
 
@@ -340,16 +352,17 @@ class JobMasterServicer(Servicer):
 
 
 RESOURCEMANAGERGATEWAY_METHODS: dict[str, MethodSpec] = {
-    "RegisterTaskExecutor": MethodSpec("RegisterTaskExecutor", "register_task_executor", resource_manager_pb2.RegisterTaskExecutorRequest, resource_manager_pb2.RegisterTaskExecutorResponse, fenced=True, default_timeout_s=10.0),
-    "SendSlotReport": MethodSpec("SendSlotReport", "send_slot_report", resource_manager_pb2.SendSlotReportRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "NotifySlotAvailable": MethodSpec("NotifySlotAvailable", "notify_slot_available", resource_manager_pb2.NotifySlotAvailableRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "DisconnectTaskExecutor": MethodSpec("DisconnectTaskExecutor", "disconnect_task_executor", resource_manager_pb2.DisconnectTaskExecutorRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "RegisterJobMaster": MethodSpec("RegisterJobMaster", "register_job_master", resource_manager_pb2.RegisterJobMasterRequest, resource_manager_pb2.RegisterJobMasterResponse, fenced=True, default_timeout_s=10.0),
-    "DisconnectJobMaster": MethodSpec("DisconnectJobMaster", "disconnect_job_master", resource_manager_pb2.DisconnectJobMasterRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "RequestSlot": MethodSpec("RequestSlot", "request_slot", resource_manager_pb2.RequestSlotRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "CancelSlotRequest": MethodSpec("CancelSlotRequest", "cancel_slot_request", resource_manager_pb2.CancelSlotRequestRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "GetClusterStatus": MethodSpec("GetClusterStatus", "get_cluster_status", resource_manager_pb2.GetClusterStatusRequest, resource_manager_pb2.ClusterStatus, fenced=True, default_timeout_s=10.0),
-    "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0),
+    "RegisterTaskExecutor": MethodSpec("RegisterTaskExecutor", "register_task_executor", resource_manager_pb2.RegisterTaskExecutorRequest, resource_manager_pb2.RegisterTaskExecutorResponse, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
+    "SendSlotReport": MethodSpec("SendSlotReport", "send_slot_report", resource_manager_pb2.SendSlotReportRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
+    "NotifySlotAvailable": MethodSpec("NotifySlotAvailable", "notify_slot_available", resource_manager_pb2.NotifySlotAvailableRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
+    "DisconnectTaskExecutor": MethodSpec("DisconnectTaskExecutor", "disconnect_task_executor", resource_manager_pb2.DisconnectTaskExecutorRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
+    "RegisterJobMaster": MethodSpec("RegisterJobMaster", "register_job_master", resource_manager_pb2.RegisterJobMasterRequest, resource_manager_pb2.RegisterJobMasterResponse, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "DisconnectJobMaster": MethodSpec("DisconnectJobMaster", "disconnect_job_master", resource_manager_pb2.DisconnectJobMasterRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "RequestSlot": MethodSpec("RequestSlot", "request_slot", resource_manager_pb2.RequestSlotRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "CancelSlotRequest": MethodSpec("CancelSlotRequest", "cancel_slot_request", resource_manager_pb2.CancelSlotRequestRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "GetClusterStatus": MethodSpec("GetClusterStatus", "get_cluster_status", resource_manager_pb2.GetClusterStatusRequest, resource_manager_pb2.ClusterStatus, fenced=True, default_timeout_s=10.0, callers=('client',), large_request=False),
+    "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
+    "GetLeaderSession": MethodSpec("GetLeaderSession", "get_leader_session", common_pb2.GetLeaderSessionRequest, common_pb2.LeaderSession, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
 }
 
 
@@ -455,6 +468,14 @@ class ResourceManagerClient:
         reply = await self._call(spec, request, timeout, fencing_token)
         return cast(common_pb2.ServiceInfo, reply)
 
+    async def get_leader_session(
+        self, request: common_pb2.GetLeaderSessionRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> common_pb2.LeaderSession:
+        spec = self.METHODS["GetLeaderSession"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(common_pb2.LeaderSession, reply)
+
 
 class ResourceManagerServicer(Servicer):
     """Base class of a ``sparkmill.v1.ResourceManagerGateway`` implementation; override every method."""
@@ -492,17 +513,20 @@ class ResourceManagerServicer(Servicer):
     async def get_service_info(self, request: common_pb2.GetServiceInfoRequest, context: CallContext) -> common_pb2.ServiceInfo:
         return await self._unimplemented("GetServiceInfo")
 
+    async def get_leader_session(self, request: common_pb2.GetLeaderSessionRequest, context: CallContext) -> common_pb2.LeaderSession:
+        return await self._unimplemented("GetLeaderSession")
+
 
 TASKEXECUTORGATEWAY_METHODS: dict[str, MethodSpec] = {
-    "RequestSlot": MethodSpec("RequestSlot", "request_slot", task_executor_pb2.TaskExecutorRequestSlotRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "SubmitTask": MethodSpec("SubmitTask", "submit_task", task_executor_pb2.SubmitTaskRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "CancelTask": MethodSpec("CancelTask", "cancel_task", task_executor_pb2.CancelTaskRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "FreeSlot": MethodSpec("FreeSlot", "free_slot", task_executor_pb2.FreeSlotRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "HeartbeatFromResourceManager": MethodSpec("HeartbeatFromResourceManager", "heartbeat_from_resource_manager", common_pb2.HeartbeatRequest, common_pb2.SlotReport, fenced=True, default_timeout_s=10.0),
-    "HeartbeatFromJobMaster": MethodSpec("HeartbeatFromJobMaster", "heartbeat_from_job_master", task_executor_pb2.TaskExecutorJobHeartbeatRequest, task_executor_pb2.AllocatedSlotReport, fenced=True, default_timeout_s=10.0),
-    "DisconnectJobMaster": MethodSpec("DisconnectJobMaster", "disconnect_job_master", task_executor_pb2.DisconnectJobMasterFromTaskExecutorRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "DisconnectResourceManager": MethodSpec("DisconnectResourceManager", "disconnect_resource_manager", task_executor_pb2.TaskExecutorDisconnectResourceManagerRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0),
-    "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0),
+    "RequestSlot": MethodSpec("RequestSlot", "request_slot", task_executor_pb2.TaskExecutorRequestSlotRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
+    "SubmitTask": MethodSpec("SubmitTask", "submit_task", task_executor_pb2.SubmitTaskRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=True),
+    "CancelTask": MethodSpec("CancelTask", "cancel_task", task_executor_pb2.CancelTaskRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "FreeSlot": MethodSpec("FreeSlot", "free_slot", task_executor_pb2.FreeSlotRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "HeartbeatFromResourceManager": MethodSpec("HeartbeatFromResourceManager", "heartbeat_from_resource_manager", common_pb2.HeartbeatRequest, common_pb2.SlotReport, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
+    "HeartbeatFromJobMaster": MethodSpec("HeartbeatFromJobMaster", "heartbeat_from_job_master", task_executor_pb2.TaskExecutorJobHeartbeatRequest, task_executor_pb2.AllocatedSlotReport, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "DisconnectJobMaster": MethodSpec("DisconnectJobMaster", "disconnect_job_master", task_executor_pb2.DisconnectJobMasterFromTaskExecutorRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "DisconnectResourceManager": MethodSpec("DisconnectResourceManager", "disconnect_resource_manager", task_executor_pb2.TaskExecutorDisconnectResourceManagerRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
+    "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
 }
 
 

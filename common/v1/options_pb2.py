@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import descriptor_pb2 as google_dot_protobuf_dot_descriptor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asparkmill/v1/options.proto\x12\x0csparkmill.v1\x1a google/protobuf/descriptor.proto:0\n\x06\x66\x65nced\x12\x1e.google.protobuf.MethodOptions\x18\xd1\x86\x03 \x01(\x08:<\n\x12\x64\x65\x66\x61ult_timeout_ms\x12\x1e.google.protobuf.MethodOptions\x18\xd2\x86\x03 \x01(\rb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asparkmill/v1/options.proto\x12\x0csparkmill.v1\x1a google/protobuf/descriptor.proto:0\n\x06\x66\x65nced\x12\x1e.google.protobuf.MethodOptions\x18\xd1\x86\x03 \x01(\x08:<\n\x12\x64\x65\x66\x61ult_timeout_ms\x12\x1e.google.protobuf.MethodOptions\x18\xd2\x86\x03 \x01(\r:1\n\x07\x63\x61llers\x12\x1e.google.protobuf.MethodOptions\x18\xd3\x86\x03 \x01(\t:7\n\rlarge_request\x12\x1e.google.protobuf.MethodOptions\x18\xd4\x86\x03 \x01(\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

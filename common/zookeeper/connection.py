@@ -19,6 +19,7 @@ from kazoo.client import KazooClient
 
 from sparkmill.common.errors import UnavailableError
 from sparkmill.common.metrics import ZOOKEEPER
+from sparkmill.common.zookeeper.acl import OPEN, ZooKeeperAuth
 from sparkmill.common.zookeeper.state import (
     ZOOKEEPER_CONNECTION_TRANSITIONS,
     ZooKeeperConnectionState,
@@ -39,8 +40,10 @@ class ZooKeeperConnection:
         *,
         session_timeout_s: float,
         connection_timeout_s: float,
+        auth: ZooKeeperAuth = OPEN,
     ) -> None:
         self.quorum = quorum
+        self.auth = auth
         self.root = root.rstrip("/") or "/"
         self.session_timeout_s = session_timeout_s
         self.connection_timeout_s = connection_timeout_s
@@ -64,6 +67,9 @@ class ZooKeeperConnection:
             hosts=self.quorum,
             timeout=self.session_timeout_s,
             connection_retry={"max_tries": -1, "max_delay": 2.0},
+            # Every node we create is ours alone when digest authentication is configured.
+            auth_data=list(self.auth.auth_data) or None,
+            default_acl=list(self.auth.default_acl),
         )
         client.add_listener(self._on_kazoo_state)
         self.client = client

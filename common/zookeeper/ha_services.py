@@ -27,6 +27,7 @@ from sparkmill.common.job_progress import FileJobProgressStore, JobProgressStore
 from sparkmill.common.job_stores import JobGraphStore, JobResultStore
 from sparkmill.common.leader import LeaderElectionService, LeaderRetrievalService
 from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.zookeeper.acl import zookeeper_auth_from_config
 from sparkmill.common.zookeeper.connection import ZooKeeperConnection
 from sparkmill.common.zookeeper.election import (
     ZooKeeperLeaderElectionService,
@@ -47,6 +48,7 @@ class ZooKeeperHaServices(HighAvailabilityServices):
             f"{root}/{cluster}",
             session_timeout_s=config.get(opt.HA_ZOOKEEPER_SESSION_TIMEOUT),
             connection_timeout_s=config.get(opt.HA_ZOOKEEPER_CONNECTION_TIMEOUT),
+            auth=zookeeper_auth_from_config(config),
         )
         self.tolerate_suspended = config.get(opt.HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS)
         self.storage_dir = Path(config.get(opt.HA_STORAGE_DIR))

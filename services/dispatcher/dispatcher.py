@@ -37,7 +37,7 @@ from sparkmill.common.jobgraph_codec import job_graph_from_proto
 from sparkmill.common.leader import LeaderElectionService
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
-from sparkmill.common.service_base import ServiceIdentity, require_leader
+from sparkmill.common.service_base import ServiceIdentity, leader_session, require_leader
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.states import JobStatus
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
@@ -343,8 +343,7 @@ class Dispatcher(DispatcherServicer):
         if job.session_id and request.job_master_session_id != job.session_id and not newly_elected:
             raise FailedPreconditionError(
                 f"report for job {short(job.job_id)} from JobMaster session "
-                f"{short(request.job_master_session_id)} refused: session "
-                f"{short(job.session_id)} leads the job"
+                f"{short(request.job_master_session_id)} refused: another session leads the job"
             )
         job.session_id = request.job_master_session_id
         if request.job_master_process_id:
@@ -586,16 +585,19 @@ class Dispatcher(DispatcherServicer):
         self, request: dispatcher_pb2.GetClusterServicesRequest, context: CallContext
     ) -> dispatcher_pb2.ClusterServices:
         return dispatcher_pb2.ClusterServices(
-            dispatcher=self.identity.info(is_leader=True, session_id=self.session_id or ""),
+            dispatcher=self.identity.info(is_leader=True),
             job_master_processes=[p.info for p in self.processes.values()],
         )
 
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, context: CallContext
     ) -> common_pb2.ServiceInfo:
-        return self.identity.info(
-            is_leader=self.session_id is not None, session_id=self.session_id or ""
-        )
+        return self.identity.info(is_leader=self.session_id is not None)
+
+    async def get_leader_session(
+        self, request: common_pb2.GetLeaderSessionRequest, context: CallContext
+    ) -> common_pb2.LeaderSession:
+        return leader_session(self.session_id, "dispatcher", self.identity.address)
 
     async def _expire_jobs_periodically(self) -> None:
         while True:

@@ -23,6 +23,7 @@ from sparkmill.common.errors import (
     FailedPreconditionError,
     FencingMismatchError,
     NotFoundError,
+    PermissionDeniedError,
     ResourceExhaustedError,
     RpcError,
 )
@@ -40,7 +41,7 @@ from sparkmill.common.proto_convert import (
 from sparkmill.common.resources import ResourceProfile
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
-from sparkmill.common.service_base import ServiceIdentity, require_leader
+from sparkmill.common.service_base import ServiceIdentity, leader_session, require_leader
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.slots import SlotID, SlotStatus
 from sparkmill.common.timers import AsyncioTimerService
@@ -69,6 +70,7 @@ class _TaskExecutorRecord:
     request: resource_manager_pb2.RegisterTaskExecutorRequest
     registered_at: float = field(default_factory=time.time)
     slot_manager_registered: bool = False
+    peer: str = ""  # the authenticated key that registered it ("" with security off)
 
 
 @dataclass
@@ -180,6 +182,15 @@ class ResourceManager(ResourceManagerServicer):
         profile_from_proto(request.total_resources, field="total_resources")
         profile_from_proto(request.default_slot_profile, field="default_slot_profile")
         resource_id = ResourceID(request.resource_id)
+        previous = self.task_executors.get(resource_id)
+        if previous is not None and previous.peer != context.peer:
+            # Only the key that registered a resource id may replace its registration: another
+            # task executor's key cannot evict it (and take over its slots' tasks).
+            raise PermissionDeniedError(
+                f"task executor {short(resource_id)} is registered by another key "
+                f"({previous.peer or 'unauthenticated'}); {context.peer or 'this caller'} may not "
+                "replace it"
+            )
         if resource_id in self.task_executors:
             # A re-registration (e.g. it restarted, or missed our heartbeats): the old
             # registration's slots are gone; its slot report will rebuild the new one.
@@ -191,7 +202,7 @@ class ResourceManager(ResourceManagerServicer):
             self.clients.get(request.address), fencing_token=self.session_id or ""
         )
         self.task_executors[resource_id] = _TaskExecutorRecord(
-            resource_id, instance_id, request.address, client, request
+            resource_id, instance_id, request.address, client, request, peer=context.peer
         )
         self._by_instance[instance_id] = resource_id
         self.te_heartbeats.monitor(resource_id, lambda: self._heartbeat_task_executor(resource_id))
@@ -548,7 +559,7 @@ class ResourceManager(ResourceManagerServicer):
     ) -> resource_manager_pb2.ClusterStatus:
         slots = self._slots()
         status = resource_manager_pb2.ClusterStatus(
-            resource_manager=self.identity.info(is_leader=True, session_id=self.session_id or ""),
+            resource_manager=self.identity.info(is_leader=True),
             registered_jobs=sorted(self.job_masters),
             pending_slot_requests=slots.number_pending_requests(),
         )
@@ -583,6 +594,9 @@ class ResourceManager(ResourceManagerServicer):
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, context: CallContext
     ) -> common_pb2.ServiceInfo:
-        return self.identity.info(
-            is_leader=self.session_id is not None, session_id=self.session_id or ""
-        )
+        return self.identity.info(is_leader=self.session_id is not None)
+
+    async def get_leader_session(
+        self, request: common_pb2.GetLeaderSessionRequest, context: CallContext
+    ) -> common_pb2.LeaderSession:
+        return leader_session(self.session_id, "resource manager", self.identity.address)

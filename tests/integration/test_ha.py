@@ -57,6 +57,22 @@ def finished_tasks(cluster: RunningCluster, job_id: str) -> int:
     return sum(v.tasks_by_state.get(FINISHED, 0) for v in details.vertices)
 
 
+def leader_session(cluster: RunningCluster, address: str, role: str) -> str:
+    """The session id of the leader at ``address``, asked with the client's key."""
+
+    async def ask() -> str:
+        rpc = RpcClient(address, security=cluster.cluster.transport_security("client"))
+        try:
+            request = common_pb2.GetLeaderSessionRequest()
+            if role == "dispatcher":
+                return (await DispatcherClient(rpc).get_leader_session(request)).session_id
+            return (await ResourceManagerClient(rpc).get_leader_session(request)).session_id
+        finally:
+            await rpc.close()
+
+    return asyncio.run(ask())
+
+
 def leader_pid(cluster: RunningCluster, role: str) -> int:
     view = cluster.client.cluster_status(timeout=30)
     if role == "dispatcher":
@@ -159,6 +175,11 @@ def test_zookeeper_session_expiry_deposes_the_leader_and_fences_it(
     view = client.cluster_status()
     old_rm = view.resource_manager.resource_manager
     old_dispatcher = view.dispatcher
+    # Session ids are never in ServiceInfo: an authenticated member asks the leaders for them.
+    old_sessions = {
+        "dispatcher": leader_session(ha_cluster, old_dispatcher.address, "dispatcher"),
+        "resource-manager": leader_session(ha_cluster, old_rm.address, "resource-manager"),
+    }
     # SIGSTOP both leaders past the 4 s ZooKeeper session timeout: their sessions expire and
     # the standbys take over; then let the old leaders run again.
     os.kill(old_rm.pid, signal.SIGSTOP)
@@ -176,18 +197,18 @@ def test_zookeeper_session_expiry_deposes_the_leader_and_fences_it(
         for address, call in (
             (
                 old_dispatcher.address,
-                lambda c: DispatcherClient(
-                    c, fencing_token=old_dispatcher.leader_session_id
-                ).list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=5),
+                lambda c: DispatcherClient(c, fencing_token=old_sessions["dispatcher"]).list_jobs(
+                    dispatcher_pb2.ListJobsRequest(), timeout=5
+                ),
             ),
             (
                 old_rm.address,
                 lambda c: ResourceManagerClient(
-                    c, fencing_token=old_rm.leader_session_id
+                    c, fencing_token=old_sessions["resource-manager"]
                 ).get_cluster_status(resource_manager_pb2.GetClusterStatusRequest(), timeout=5),
             ),
         ):
-            rpc = RpcClient(address)
+            rpc = RpcClient(address, security=ha_cluster.cluster.transport_security("client"))
             try:
                 await call(rpc)
                 outcomes.append(None)
@@ -294,10 +315,17 @@ def test_a_job_master_that_does_not_lead_the_job_is_refused_everywhere(
 
     async def impostor() -> list[BaseException | None]:
         outcomes: list[BaseException | None] = []
-        rpc = RpcClient(rm.address)
-        te_rpc = RpcClient(task_executor.address)
-        rm_client = ResourceManagerClient(rpc, fencing_token=rm.leader_session_id)
-        te_client = TaskExecutorClient(te_rpc, fencing_token=rm.leader_session_id)
+        # The impostor holds cluster keys (a job-master's towards the RM, the RM's towards the
+        # task executor): what must stop it here is fencing, not authentication.
+        cluster = ha_cluster.cluster
+        rpc = RpcClient(rm.address, security=cluster.transport_security("job-master"))
+        te_rpc = RpcClient(
+            task_executor.address, security=cluster.transport_security("resource-manager")
+        )
+        ask = common_pb2.GetLeaderSessionRequest()
+        rm_session = (await ResourceManagerClient(rpc).get_leader_session(ask)).session_id
+        rm_client = ResourceManagerClient(rpc, fencing_token=rm_session)
+        te_client = TaskExecutorClient(te_rpc, fencing_token=rm_session)
         calls = [
             rm_client.register_job_master(
                 resource_manager_pb2.RegisterJobMasterRequest(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkmill.local_cluster import LOCAL_DEFAULTS, free_port
+from sparkmill.local_cluster import LOCAL_DEFAULTS, LocalCluster, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +28,7 @@ def test_an_unregistered_task_executor_exits_naming_the_resource_manager(tmp_pat
                 "taskmanager.registration.timeout": "3 s",
                 "exchange.dir": str(tmp_path / "exchange"),
                 "metrics.enabled": False,
+                **LocalCluster(tmp_path).security_config(),
             }
         )
     )

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = Path("common/v1")
-PING_RPC = "  rpc Ping(GetServiceInfoRequest) returns (ServiceInfo);\n"
+PING_RPC = '  rpc Ping(GetServiceInfoRequest) returns (ServiceInfo) { option (callers) = "*"; }\n'
 
 
 def gen_protos(
@@ -53,12 +53,13 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def add_ping_rpc(root: Path) -> None:
+def add_ping_rpc(root: Path, rpc: str = PING_RPC) -> None:
     proto = root / "protos" / "sparkmill" / "v1" / "dispatcher.proto"
     text = proto.read_text()
-    anchor = "  rpc GetServiceInfo(GetServiceInfoRequest) returns (ServiceInfo);\n"
+    anchor = "  rpc GetServiceInfo(GetServiceInfoRequest) returns (ServiceInfo) {"
+    anchor += ' option (callers) = "*"; }\n'
     assert anchor in text
-    proto.write_text(text.replace(anchor, anchor + PING_RPC))
+    proto.write_text(text.replace(anchor, anchor + rpc))
 
 
 def stale_files(result: subprocess.CompletedProcess[str]) -> str:
@@ -123,3 +124,22 @@ def test_regeneration_with_the_repo_on_pythonpath_uses_the_fresh_descriptors(tre
     result = gen_protos(tree, pythonpath=tree)
     assert result.returncode == 0, result.stdout + result.stderr
     assert '"Ping": MethodSpec(' in (tree / GENERATED / "gateways.py").read_text()
+
+
+def test_a_method_without_callers_is_refused(tree: Path) -> None:
+    # Authorization is declared per method in the protos; forgetting it must not mean "open".
+    add_ping_rpc(tree, "  rpc Ping(GetServiceInfoRequest) returns (ServiceInfo);\n")
+    result = gen_protos(tree)
+    assert result.returncode != 0
+    assert "DispatcherGateway.Ping declares no (callers) option" in result.stdout + result.stderr
+
+
+def test_callers_are_generated_into_the_method_specs(tree: Path) -> None:
+    add_ping_rpc(
+        tree,
+        "  rpc Ping(GetServiceInfoRequest) returns (ServiceInfo) {\n"
+        '    option (callers) = "task-executor, client";\n  }\n',
+    )
+    assert gen_protos(tree).returncode == 0
+    gateways = (tree / GENERATED / "gateways.py").read_text()
+    assert "callers=('client', 'task-executor'), large_request=False" in gateways

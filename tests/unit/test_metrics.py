@@ -180,6 +180,68 @@ def test_http_endpoint_serves_metrics_on_the_loop() -> None:
     assert with_query.endswith(b"sparkmill_x 1\n")
 
 
+def test_a_slow_render_does_not_block_the_event_loop() -> None:
+    # A huge page takes time to render; the service's loop (heartbeats!) must keep running.
+    import time
+
+    def slow_render() -> bytes:
+        time.sleep(0.6)
+        return b"sparkmill_x 1\n"
+
+    async def scenario() -> tuple[bytes, int]:
+        server = MetricsHttpServer(slow_render, "127.0.0.1", 0)
+        await server.start()
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        reply = await reader.read()
+        writer.close()
+        ticker.cancel()
+        await server.stop()
+        return reply, ticks
+
+    reply, ticks = asyncio.run(scenario())
+    assert reply.endswith(b"sparkmill_x 1\n")
+    assert ticks >= 6  # ~12 expected in 0.6 s; a render on the loop would give at most 1
+
+
+def test_a_failing_render_answers_500_and_keeps_serving() -> None:
+    calls = 0
+
+    def flaky() -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ValueError("a collector bug")
+        return b"sparkmill_x 1\n"
+
+    async def scenario() -> list[bytes]:
+        server = MetricsHttpServer(flaky, "127.0.0.1", 0)
+        await server.start()
+        replies = []
+        for _ in range(2):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            replies.append(await reader.read())
+            writer.close()
+        await server.stop()
+        return replies
+
+    failed, served = asyncio.run(scenario())
+    assert failed.startswith(b"HTTP/1.1 500")
+    assert served.endswith(b"sparkmill_x 1\n")
+
+
 # -- resource manager ---------------------------------------------------------------------------
 
 

@@ -1,0 +1,365 @@
+"""Transport security of the RPC layer: keys, the ZAP decision, authorization by role, and a
+real CURVE server in this process (real ZeroMQ sockets; the servicer is the hand-written
+``FakeDispatcher`` of test_rpc)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+import zmq
+import zmq.asyncio
+import zmq.utils.z85
+
+from sparkmill.common.config import Configuration
+from sparkmill.common.errors import (
+    ConfigurationError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+)
+from sparkmill.common.keys import (
+    Member,
+    generate_cluster_keys,
+    generate_key,
+    load_members,
+    parse_stem,
+    read_digest,
+)
+from sparkmill.common.rpc import framing
+from sparkmill.common.rpc.client import RpcClient
+from sparkmill.common.rpc.security import (
+    ZAP_VERSION,
+    TransportSecurity,
+    authorize,
+    security_from_config,
+    zap_reply,
+)
+from sparkmill.common.rpc.server import RpcServer
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, envelope_pb2
+from sparkmill.common.v1.gateways import DISPATCHERGATEWAY_METHODS, DispatcherClient
+from tests.unit.test_rpc import TOKEN, FakeDispatcher, job_graph, run
+
+# -- keys ---------------------------------------------------------------------------------------
+
+
+def test_key_file_names_give_the_role() -> None:
+    assert parse_stem("task-executor-host7") == ("task-executor", "host7")
+    assert parse_stem("job-master") == ("job-master", "")
+    assert parse_stem("client-alice") == ("client", "alice")
+    assert parse_stem("server") is None
+    assert parse_stem("taskexecutor") is None
+    assert parse_stem("task-executor-") is None
+
+
+def test_generated_keys_are_private_and_loaded_by_role(tmp_path: Path) -> None:
+    created = generate_cluster_keys(tmp_path)
+    assert len(created) == 2 * 6 + 1  # server + 5 roles, each public + secret; the ZK digest
+    assert generate_cluster_keys(tmp_path) == []  # never overwritten
+    assert generate_key(tmp_path, "task-executor", "host7") is not None
+    for secret in (tmp_path / "private").iterdir():
+        assert secret.stat().st_mode & 0o777 == 0o600
+    members = load_members(tmp_path / "public", "k")
+    roles = sorted((m.role, m.name) for m in members.values())
+    assert roles == [
+        ("client", ""),
+        ("dispatcher", ""),
+        ("job-master", ""),
+        ("resource-manager", ""),
+        ("task-executor", ""),
+        ("task-executor", "host7"),
+    ]  # the server key is not a member
+    user, password = read_digest(tmp_path / "private" / "zookeeper.digest", "k")
+    assert user == "sparkmill" and len(password) >= 24
+
+
+def test_a_public_key_file_without_a_role_is_refused(tmp_path: Path) -> None:
+    generate_cluster_keys(tmp_path)
+    (tmp_path / "public" / "client.key").rename(tmp_path / "public" / "alice.key")
+    with pytest.raises(ConfigurationError, match=r"alice\.key names no role"):
+        load_members(tmp_path / "public", "security.curve.public-keys-dir")
+
+
+def cluster_config(tmp_path: Path, **extra: Any) -> Configuration:
+    generate_cluster_keys(tmp_path)
+    values = {
+        "security.curve.public-keys-dir": str(tmp_path / "public"),
+        "security.curve.secret-key-file": str(tmp_path / "private" / "{role}.key_secret"),
+        "security.curve.server-secret-key-file": str(tmp_path / "private" / "server.key_secret"),
+        **extra,
+    }
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return Configuration.load(path)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o644])
+def test_secret_files_readable_by_others_are_refused(tmp_path: Path, mode: int) -> None:
+    config = cluster_config(tmp_path)
+    secret = tmp_path / "private" / "task-executor.key_secret"
+    secret.chmod(mode)
+    with pytest.raises(ConfigurationError) as caught:
+        security_from_config(config, "task-executor", serves=True)
+    message = str(caught.value)
+    assert "security.curve.secret-key-file" in message
+    assert str(secret) in message and f"chmod 600 {secret}" in message
+
+
+def test_loose_server_key_and_zookeeper_digest_are_refused(tmp_path: Path) -> None:
+    config = cluster_config(tmp_path)
+    (tmp_path / "private" / "server.key_secret").chmod(0o644)
+    with pytest.raises(ConfigurationError, match=r"server-secret-key-file.*chmod 600"):
+        security_from_config(config, "dispatcher", serves=True)
+    # A client needs no server secret: it still starts.
+    assert security_from_config(config, "client", serves=False).enabled
+    digest = tmp_path / "private" / "zookeeper.digest"
+    digest.chmod(0o644)
+    with pytest.raises(ConfigurationError, match="chmod 600"):
+        read_digest(digest, "security.zookeeper.digest-file")
+
+
+def test_security_on_without_keys_names_the_missing_setting(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text("rpc.bind-host: 127.0.0.1\n")
+    with pytest.raises(ConfigurationError, match=r"security\.curve\.public-keys-dir"):
+        security_from_config(Configuration.load(path), "dispatcher", serves=True)
+    path.write_text("security.curve.enabled: false\n")
+    assert not security_from_config(Configuration.load(path), "dispatcher", serves=True).enabled
+
+
+# -- authorization and ZAP (pure decisions) -----------------------------------------------------
+
+ON = TransportSecurity(enabled=True)
+
+
+def test_authorize_follows_the_callers_option() -> None:
+    submit = DISPATCHERGATEWAY_METHODS["SubmitJob"]
+    report = DISPATCHERGATEWAY_METHODS["ReportJobStatus"]
+    info = DISPATCHERGATEWAY_METHODS["GetServiceInfo"]
+    authorize(submit, "client:alice", ON)
+    authorize(report, "job-master:", ON)
+    authorize(info, "task-executor:host7", ON)  # "*": any admitted member
+    with pytest.raises(PermissionDeniedError, match="role 'task-executor' may not call it"):
+        authorize(submit, "task-executor:host7", ON)
+    with pytest.raises(PermissionDeniedError, match="allowed: job-master"):
+        authorize(report, "client:alice", ON)
+    with pytest.raises(PermissionDeniedError, match="not authenticated"):
+        authorize(info, "", ON)
+    authorize(submit, "", TransportSecurity.disabled())  # a lab without security
+
+
+def test_every_method_declares_its_callers() -> None:
+    from sparkmill.common.v1 import gateways
+
+    tables = [v for k, v in vars(gateways).items() if k.endswith("_METHODS")]
+    assert len(tables) == 4
+    for table in tables:
+        for spec in table.values():
+            assert spec.callers, spec.name
+    assert DISPATCHERGATEWAY_METHODS["SubmitJob"].large_request
+    assert not DISPATCHERGATEWAY_METHODS["ListJobs"].large_request
+
+
+def zap_request(domain: bytes, mechanism: bytes, *credentials: bytes) -> list[bytes]:
+    return [ZAP_VERSION, b"7", domain, b"127.0.0.1", b"", mechanism, *credentials]
+
+
+def test_zap_admits_only_known_curve_keys_and_names_their_role() -> None:
+    public, _ = zmq.curve_keypair()
+    member = Member("task-executor", "host7", public)
+    domains = {"d": {public: member}}
+    raw_key = zmq.utils.z85.decode(public)
+    reply = zap_reply(zap_request(b"d", b"CURVE", raw_key), domains)
+    assert reply == [ZAP_VERSION, b"7", b"200", b"OK", b"task-executor:host7", b""]
+    stranger = zmq.utils.z85.decode(zmq.curve_keypair()[0])
+    assert zap_reply(zap_request(b"d", b"CURVE", stranger), domains)[2:4] == [
+        b"400",
+        b"unknown public key",
+    ]
+    assert zap_reply(zap_request(b"d", b"NULL"), domains)[2] == b"400"
+    assert zap_reply(zap_request(b"d", b"PLAIN", b"u", b"p"), domains)[2] == b"400"
+    assert zap_reply(zap_request(b"other", b"CURVE", raw_key), domains)[2] == b"400"
+    assert zap_reply([b"0.9", b"7"], domains)[2] == b"500"
+    assert zap_reply([], domains)[2] == b"500"
+
+
+# -- a real CURVE server ------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def curve_server(tmp_path: Path, **kwargs: Any) -> AsyncIterator[tuple[Any, Any]]:
+    config = cluster_config(tmp_path)
+    ctx = zmq.asyncio.Context()
+    server = RpcServer(
+        "tcp://127.0.0.1:0",
+        name="secure-dispatcher",
+        context=ctx,
+        security=security_from_config(config, "dispatcher", serves=True),
+        **kwargs,
+    )
+    servicer = FakeDispatcher()
+    server.add_servicer(servicer)
+    await server.start()
+    clients: list[RpcClient] = []
+
+    def client(role: str, security: TransportSecurity | None = None) -> DispatcherClient:
+        rpc = RpcClient(
+            server.address,
+            context=ctx,
+            security=security or security_from_config(config, role, serves=False),
+        )
+        clients.append(rpc)
+        return DispatcherClient(rpc, fencing_token=TOKEN)
+
+    try:
+        yield server, (servicer, client)
+    finally:
+        for rpc in clients:
+            await rpc.close()
+        await server.stop()
+        ctx.destroy(linger=0)
+
+
+def test_only_admitted_keys_get_in_and_only_their_roles_methods_run(tmp_path: Path) -> None:
+    submit = dispatcher_pb2.SubmitJobRequest(job_graph=job_graph("job-1", "x"))
+
+    async def body() -> None:
+        async with curve_server(tmp_path) as (server, (servicer, client)):
+            alice = client("client")
+            assert (await alice.submit_job(submit)).job_id == "job-1"
+            assert [c.peer for c in servicer.contexts] == ["client:"]
+
+            # A task executor's key is admitted, but may not submit (nor forge job statuses).
+            executor = client("task-executor")
+            with pytest.raises(PermissionDeniedError, match="SubmitJob refused"):
+                await executor.submit_job(
+                    dispatcher_pb2.SubmitJobRequest(job_graph=job_graph("job-2", "y"))
+                )
+            with pytest.raises(PermissionDeniedError, match="ReportJobStatus refused"):
+                await executor.report_job_status(dispatcher_pb2.JobStatusReport(job_id="job-1"))
+            assert servicer.jobs == {"job-1": "x"}
+            assert server.stats.errors["SubmitJob:PERMISSION_DENIED"] == 1
+
+            # A key the cluster does not know never gets a connection: nothing is answered.
+            stranger_public, stranger_secret = zmq.curve_keypair()
+            own = security_from_config(cluster_config(tmp_path), "client", serves=False)
+            from sparkmill.common.rpc.security import CurveKeyPair
+
+            stranger = client(
+                "client",
+                TransportSecurity(
+                    True, CurveKeyPair(stranger_public, stranger_secret), own.server_public
+                ),
+            )
+            with pytest.raises(DeadlineExceededError):
+                await stranger.list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=0.5)
+            # ...nor does a client that speaks no CURVE at all.
+            plain = client("client", TransportSecurity.disabled())
+            with pytest.raises(DeadlineExceededError):
+                await plain.get_service_info(common_pb2.GetServiceInfoRequest(), timeout=0.5)
+            assert servicer.jobs == {"job-1": "x"}
+            assert (await alice.list_jobs(dispatcher_pb2.ListJobsRequest())).jobs
+
+    run(body)
+
+
+def test_in_flight_requests_per_peer_are_bounded(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with curve_server(tmp_path, max_in_flight_per_peer=2) as (_, (_, client)):
+            alice = client("client")
+            slow = [
+                asyncio.create_task(
+                    alice.get_job_status(dispatcher_pb2.GetJobStatusRequest(job_id="sleep:0.5:x"))
+                )
+                for _ in range(2)
+            ]
+            await asyncio.sleep(0.1)
+            with pytest.raises(ResourceExhaustedError, match=r"rpc\.max-in-flight-per-peer"):
+                await alice.get_job_status(dispatcher_pb2.GetJobStatusRequest(job_id="sleep:0:y"))
+            # Another member is not held up by alice's load.
+            other = client("job-master")
+            await other.get_service_info(common_pb2.GetServiceInfoRequest())
+            await asyncio.gather(*slow)
+            await alice.get_job_status(dispatcher_pb2.GetJobStatusRequest(job_id="sleep:0:z"))
+
+    run(body)
+
+
+def test_only_large_methods_accept_large_requests(tmp_path: Path) -> None:
+    big_name = "n" * 300_000
+
+    async def body() -> None:
+        async with curve_server(tmp_path, max_control_message_bytes=100_000) as (_, (s, client)):
+            alice = client("client")
+            with pytest.raises(InvalidArgumentError, match="exceeds its limit of 100000 bytes"):
+                await alice.get_job_status(dispatcher_pb2.GetJobStatusRequest(job_id=big_name))
+            submitted = await alice.submit_job(
+                dispatcher_pb2.SubmitJobRequest(job_graph=job_graph("big", big_name))
+            )
+            assert submitted.job_id == "big" and s.jobs["big"] == big_name
+
+    run(body)
+
+
+def test_unknown_method_names_share_one_metrics_label_and_extra_frames_are_dropped(
+    tmp_path: Path,
+) -> None:
+    seen: list[tuple[str, str, str]] = []
+
+    class Observer:
+        def on_request(self, service: str, method: str, code: str, seconds: float) -> None:
+            seen.append((service, method, code))
+
+        def on_malformed(self, reason: str) -> None:
+            seen.append(("", "", reason.split(":")[0]))
+
+    async def body() -> None:
+        async with curve_server(tmp_path, observer=Observer()) as (server, (_, client)):
+            alice = client("client")
+            await alice.get_service_info(common_pb2.GetServiceInfoRequest())
+            rpc = alice.rpc
+            for i in range(50):
+                header = envelope_pb2.RequestHeader(
+                    request_id=1000 + i,
+                    service=f"sparkmill.v1.Nope{i}" if i % 2 else DispatcherClient.SERVICE,
+                    method=f"Method{i}",
+                    timeout_ms=1000,
+                )
+                sock = rpc._ensure_connected()
+                await sock.send_multipart(framing.encode_request(header, common_pb2.Empty()))
+                await sock.send_multipart([framing.MAGIC] + [b"x"] * 16)  # 17 frames
+            await asyncio.sleep(0.5)
+            assert {(s, m) for s, m, _ in seen if m} == {
+                (DispatcherClient.SERVICE, "GetServiceInfo"),
+                (DispatcherClient.SERVICE, "unknown"),
+                ("unknown", "unknown"),
+            }
+            assert set(server.stats.requests) == {"GetServiceInfo", "unknown"}
+            assert server.stats.malformed["wrong frame count"] == 50
+            await alice.get_service_info(common_pb2.GetServiceInfoRequest())  # still serving
+
+    run(body)
+
+
+def test_without_a_zap_handler_nobody_gets_in(tmp_path: Path) -> None:
+    # Fail closed: libzmq would admit any CURVE client if nobody answered on the ZAP endpoint.
+    from sparkmill.common.rpc.security import ZapHandler
+
+    async def body() -> None:
+        async with curve_server(tmp_path) as (server, (_, client)):
+            handler = ZapHandler.for_context(server._context)
+            assert handler._task is not None and handler._socket is not None
+            handler._task.cancel()
+            await asyncio.gather(handler._task, return_exceptions=True)
+            handler._socket.close(linger=0)
+            handler._socket, handler._task = None, None
+            with pytest.raises(DeadlineExceededError):
+                await client("client").list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=0.5)
+
+    run(body)
