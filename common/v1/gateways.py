@@ -360,7 +360,7 @@ RESOURCEMANAGERGATEWAY_METHODS: dict[str, MethodSpec] = {
     "DisconnectJobMaster": MethodSpec("DisconnectJobMaster", "disconnect_job_master", resource_manager_pb2.DisconnectJobMasterRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "RequestSlot": MethodSpec("RequestSlot", "request_slot", resource_manager_pb2.RequestSlotRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "CancelSlotRequest": MethodSpec("CancelSlotRequest", "cancel_slot_request", resource_manager_pb2.CancelSlotRequestRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
-    "GetClusterStatus": MethodSpec("GetClusterStatus", "get_cluster_status", resource_manager_pb2.GetClusterStatusRequest, resource_manager_pb2.ClusterStatus, fenced=True, default_timeout_s=10.0, callers=('client',), large_request=False),
+    "GetClusterStatus": MethodSpec("GetClusterStatus", "get_cluster_status", resource_manager_pb2.GetClusterStatusRequest, resource_manager_pb2.ClusterStatus, fenced=True, default_timeout_s=10.0, callers=('client', 'dispatcher'), large_request=False),
     "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
     "GetLeaderSession": MethodSpec("GetLeaderSession", "get_leader_session", common_pb2.GetLeaderSessionRequest, common_pb2.LeaderSession, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
 }
