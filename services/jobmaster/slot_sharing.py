@@ -10,20 +10,24 @@ never holds two subtasks of the same job vertex, and each execution slot sharing
 ONE physical slot whose profile is the sum of its members' profiles. As in Flink, if any
 member's profile is unknown the shared request is unknown too.
 
-:class:`SharedSlot` tracks the logical slots handed out of one physical slot: the physical
-slot may be returned only when no logical slot is in use and no member still needs it.
+:class:`SlotSharingManager` hands out logical slots of one shared physical slot per
+execution slot sharing group; the physical slot goes back to the pool when its last logical
+slot is returned (a restarted region returns its logical slots, the slot stays while other
+members use it; back in the pool it is reused by the next request until its idle timeout).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from sparkmill.common.errors import IllegalStateBug
-from sparkmill.common.ids import JobVertexID
+from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobVertexID
 from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
 from sparkmill.services.jobmaster.execution_topology import ExecutionVertexID
+from sparkmill.services.jobmaster.slot_pool import PendingSlotRequest, PhysicalSlot, SlotPool
 
 
 class SharingVertex(Protocol):
@@ -102,44 +106,91 @@ class SlotSharingStrategy:
 
 
 class SharedSlot:
-    """Logical slots of one physical slot, shared by an execution slot sharing group.
+    """One physical slot (or the request for it) shared by an execution slot sharing group.
 
-    ``allocate`` hands a logical slot to a member; ``release`` returns it. The physical slot
-    can go back to the pool (``can_release_physical``) only when no logical slot is in use and
-    no member is still ``needed`` (e.g. a region that will be deployed later).
+    Every member attempt holds one logical slot of it. As in Flink's ``SharedSlot``, the
+    physical slot goes back to the pool (where it stays available for reuse until its idle
+    timeout) when the last logical slot is returned; if it has not arrived yet, the request
+    is withdrawn instead.
     """
 
-    def __init__(self, group: ExecutionSlotSharingGroup) -> None:
-        self.group = group
-        self._in_use: set[ExecutionVertexID] = set()
-        self._needed: set[ExecutionVertexID] = set(group.members)
-
-    def allocate(self, member: ExecutionVertexID) -> bool:
-        """Hand ``member`` a logical slot; False if it already holds one (expected refusal)."""
-        if member not in self.group.members:
-            raise IllegalStateBug(f"{member} is not a member of {self.group.id}")
-        if member in self._in_use:
-            return False
-        self._in_use.add(member)
-        self._needed.add(member)
-        return True
-
-    def release(self, member: ExecutionVertexID, *, still_needed: bool) -> None:
-        """Return ``member``'s logical slot; ``still_needed`` if it will run again (failover)."""
-        self._in_use.discard(member)
-        if not still_needed:
-            self._needed.discard(member)
-
-    def fail_all(self) -> list[ExecutionVertexID]:
-        """The physical slot is lost: every logical slot in use fails."""
-        lost = sorted(self._in_use)
-        self._in_use.clear()
-        return lost
+    def __init__(self, group_id: ExecutionSlotSharingGroupID, request: PendingSlotRequest) -> None:
+        self.group_id = group_id
+        self.request = request
+        self.logical_slots: set[ExecutionAttemptID] = set()
 
     @property
-    def logical_slots_in_use(self) -> frozenset[ExecutionVertexID]:
-        return frozenset(self._in_use)
+    def usable(self) -> bool:
+        """False once the request failed or was withdrawn: new members need a new request."""
+        future = self.request.future
+        return not future.done() or (not future.cancelled() and future.exception() is None)
 
     @property
-    def can_release_physical(self) -> bool:
-        return not self._in_use and not self._needed
+    def physical_slot(self) -> PhysicalSlot | None:
+        future = self.request.future
+        if future.done() and not future.cancelled() and future.exception() is None:
+            return future.result()
+        return None
+
+
+class SlotSharingManager:
+    """Hands out logical slots of shared physical slots.
+
+    Flink's ``SlotSharingExecutionSlotAllocator``: one slot request per execution slot sharing
+    group, whatever number of its members are being scheduled.
+    """
+
+    def __init__(self, slot_pool: SlotPool, strategy: SlotSharingStrategy) -> None:
+        self._pool = slot_pool
+        self._strategy = strategy
+        self._shared: dict[ExecutionSlotSharingGroupID, SharedSlot] = {}
+        self._holder: dict[ExecutionAttemptID, SharedSlot] = {}
+
+    def allocate(
+        self, attempt_id: ExecutionAttemptID, vertex_id: ExecutionVertexID
+    ) -> PendingSlotRequest:
+        """A logical slot for ``attempt_id``: shares the group's physical slot (or its request)."""
+        if attempt_id in self._holder:
+            raise IllegalStateBug(f"attempt {attempt_id} already holds a logical slot")
+        group = self._strategy.group_of(vertex_id)
+        shared = self._shared.get(group.id)
+        if shared is None or not shared.usable:
+            shared = SharedSlot(group.id, self._pool.request_slot(group.resource_profile))
+            self._shared[group.id] = shared
+        shared.logical_slots.add(attempt_id)
+        self._holder[attempt_id] = shared
+        return shared.request
+
+    def release(self, attempt_id: ExecutionAttemptID) -> None:
+        """Return ``attempt_id``'s logical slot (idempotent); the last one frees the slot."""
+        shared = self._holder.pop(attempt_id, None)
+        if shared is None:
+            return
+        shared.logical_slots.discard(attempt_id)
+        if shared.logical_slots:
+            return
+        if self._shared.get(shared.group_id) is shared:
+            del self._shared[shared.group_id]
+        slot = shared.physical_slot
+        if slot is not None:
+            self._pool.release_slot(slot.allocation_id)
+        elif not shared.request.future.done():
+            self._pool.cancel_request(shared.request.allocation_id, asyncio.CancelledError())
+
+    def slot_lost(self, allocation_id: AllocationID) -> None:
+        """The physical slot vanished: forget it, so that new members request a fresh one."""
+        for group_id, shared in list(self._shared.items()):
+            slot = shared.physical_slot
+            if slot is not None and slot.allocation_id == allocation_id:
+                del self._shared[group_id]
+                for attempt_id in shared.logical_slots:
+                    self._holder.pop(attempt_id, None)
+                shared.logical_slots.clear()
+
+    def logical_slots(self, group_id: ExecutionSlotSharingGroupID) -> frozenset[ExecutionAttemptID]:
+        shared = self._shared.get(group_id)
+        return frozenset(shared.logical_slots) if shared is not None else frozenset()
+
+    @property
+    def num_shared_slots(self) -> int:
+        return len(self._shared)
