@@ -52,6 +52,7 @@ from sparkmill.services.jobmaster.failover import (
 )
 from sparkmill.services.jobmaster.restart_strategy import RestartStrategy
 from sparkmill.services.jobmaster.slot_pool import PendingSlotRequest, PhysicalSlot, SlotPool
+from sparkmill.services.jobmaster.slot_sharing import SlotSharingManager, SlotSharingStrategy
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,8 @@ class DefaultScheduler:
         self.graph = graph
         self.progress: ProgressListener = progress or NoProgressListener()
         self.slot_pool = slot_pool
+        # Subtasks of one slot sharing group share physical slots (Flink's slot sharing).
+        self.slot_sharing = SlotSharingManager(slot_pool, SlotSharingStrategy(graph.job_vertices))
         self.actions = actions
         self.restart_strategy = restart_strategy
         self.failover_strategy = failover_strategy
@@ -200,7 +203,7 @@ class DefaultScheduler:
         for vertex in vertices:
             execution = vertex.current_execution
             execution.transition_to(ES.SCHEDULED)
-            request = self.slot_pool.request_slot(vertex.job_vertex.resource_profile)
+            request = self.slot_sharing.allocate(execution.attempt_id, vertex.id)
             self._requests[execution.attempt_id] = request
             batch.append((vertex, vertex.vertex_version, execution, request))
         self._spawn(self._wait_for_all_slots_and_deploy(batch), "deploy")
@@ -230,7 +233,7 @@ class DefaultScheduler:
             if stale:
                 # A superseded deployment is refused: the vertex was reset or cancelled while
                 # the slot was on its way, so the slot goes back instead of running old work.
-                self.slot_pool.release_slot(result.allocation_id)
+                self.slot_sharing.release(execution.attempt_id)
                 continue
             assigned.append((execution, result))
         for execution, slot in assigned:
@@ -239,7 +242,7 @@ class DefaultScheduler:
             if execution.is_current and execution.state is ES.SCHEDULED:
                 self._deploy(execution, slot)
             else:
-                self.slot_pool.release_slot(slot.allocation_id)
+                self.slot_sharing.release(execution.attempt_id)
 
     def _deploy(self, execution: Execution, slot: PhysicalSlot) -> None:
         self._slots[execution.attempt_id] = slot
@@ -317,9 +320,9 @@ class DefaultScheduler:
         return True
 
     def _release_slot(self, execution: Execution) -> None:
-        slot = self._slots.pop(execution.attempt_id, None)
-        if slot is not None:
-            self.slot_pool.release_slot(slot.allocation_id)
+        # Returns the logical slot; the shared physical slot goes back with its last one.
+        self._slots.pop(execution.attempt_id, None)
+        self.slot_sharing.release(execution.attempt_id)
 
     def _on_finished(self, execution: Execution) -> None:
         if self.status is not JobStatus.RUNNING:
@@ -537,7 +540,8 @@ class DefaultScheduler:
             request = self._requests.pop(execution.attempt_id, None)
             execution.transition_to(ES.CANCELED)
             if request is not None:
-                self.slot_pool.cancel_request(request.allocation_id, asyncio.CancelledError())
+                # Withdraws the shared request only if no other member still waits for it.
+                self.slot_sharing.release(execution.attempt_id)
             return
         slot = self._slots.get(execution.attempt_id)
         execution.transition_to(ES.CANCELING)
@@ -559,7 +563,11 @@ class DefaultScheduler:
                 self._after_terminal()
 
     def slot_lost(self, slot: PhysicalSlot, cause: BaseException) -> None:
-        """A slot in use vanished (its task executor died or freed it)."""
+        """A slot in use vanished (its task executor died or freed it).
+
+        Every logical slot of a shared physical slot fails with it.
+        """
+        self.slot_sharing.slot_lost(slot.allocation_id)
         for attempt_id, held in list(self._slots.items()):
             if held.allocation_id != slot.allocation_id:
                 continue

@@ -186,7 +186,9 @@ def test_results_nobody_needs_any_more_are_not_produced_again() -> None:
 
 def test_a_finished_result_whose_consumers_all_finished_is_not_produced_again() -> None:
     # a -> b, and an independent d that keeps the job running on another executor.
-    job_graph = build_graph({"a": 1, "b": 1, "d": 1}, [("a", "b", A2A, BLOCKING)])
+    job_graph = build_graph(
+        {"a": 1, "b": 1, "d": 1}, [("a", "b", A2A, BLOCKING)], groups={"d": "d-group"}
+    )
     other = TaskExecutorInfo(new_resource_id(), "te-2:6123")
 
     async def scenario(h: Harness) -> None:

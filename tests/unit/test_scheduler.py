@@ -302,12 +302,19 @@ def run(
 def build_graph(
     vertices: dict[str, int],
     edges: list[tuple[str, str, DistributionPattern, ResultPartitionType]],
+    *,
+    groups: dict[str, str] | None = None,
 ) -> JobGraph:
-    """A job graph of noop vertices ``name -> parallelism`` wired by ``edges``."""
+    """A job graph of noop vertices ``name -> parallelism`` wired by ``edges``.
+
+    All vertices share the default slot sharing group unless ``groups`` names another one.
+    """
     graph = JobGraph(new_job_id(), "test-job")
     by_name: dict[str, JobVertex] = {}
     for name, parallelism in vertices.items():
         vertex = JobVertex(new_vertex_id(), name, parallelism, OperatorSpec(NOOP_OPERATOR_KIND))
+        if groups and name in groups:
+            vertex.slot_sharing_group = groups[name]
         by_name[name] = vertex
         graph.vertices.append(vertex)
     for source, target, pattern, result_type in edges:
@@ -408,9 +415,13 @@ def test_pointwise_consumers_start_when_their_own_producers_finished(
     run(job_graph, scenario)
 
 
+# src and dst in slot sharing groups of their own: every subtask needs a slot of its own.
+SEPARATE = {"src": "src-group", "dst": "dst-group"}
+
+
 def test_a_region_is_deployed_only_once_all_its_slots_are_assigned() -> None:
     # PIPELINED: the four subtasks form one region and must run together.
-    job_graph = build_graph({"src": 2, "dst": 2}, [("src", "dst", A2A, PIPELINED)])
+    job_graph = build_graph({"src": 2, "dst": 2}, [("src", "dst", A2A, PIPELINED)], groups=SEPARATE)
 
     async def scenario(h: Harness) -> None:
         h.scheduler.start_scheduling()
@@ -488,7 +499,7 @@ def test_more_subtasks_than_slots_finish_by_reusing_released_slots() -> None:
 
 
 def test_deployment_superseded_by_cancel_releases_its_slot_and_deploys_nothing() -> None:
-    job_graph = build_graph({"src": 1, "dst": 1}, [("src", "dst", A2A, PIPELINED)])
+    job_graph = build_graph({"src": 1, "dst": 1}, [("src", "dst", A2A, PIPELINED)], groups=SEPARATE)
 
     async def scenario(h: Harness) -> None:
         h.scheduler.start_scheduling()
@@ -518,7 +529,7 @@ def test_deployment_superseded_by_cancel_releases_its_slot_and_deploys_nothing()
 def test_deployment_superseded_by_a_restart_releases_its_slot_and_deploys_nothing() -> None:
     # src got its slot, dst's request times out: dst fails, the region {src, dst} restarts, and
     # src's already granted slot must go back instead of deploying the cancelled attempt.
-    job_graph = build_graph({"src": 1, "dst": 1}, [("src", "dst", A2A, PIPELINED)])
+    job_graph = build_graph({"src": 1, "dst": 1}, [("src", "dst", A2A, PIPELINED)], groups=SEPARATE)
 
     async def scenario(h: Harness) -> None:
         h.scheduler.start_scheduling()
