@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from sparkmill.common.errors import InvalidJobGraphError
 from sparkmill.common.graphs import strongly_connected_components
+from sparkmill.common.ids import is_valid_id
 from sparkmill.common.jobgraph import (
     DistributionPattern,
     IntermediateDataSet,
@@ -113,6 +114,10 @@ class _Checker:
         graph = self.graph
         if not graph.job_id.strip():
             self.problems.append("the job id is missing")
+        elif not is_valid_id(graph.job_id):
+            # The job id names directories and znodes: anything but the id format (a path,
+            # '..') could reach outside them.
+            self.problems.append(f"the job id {graph.job_id[:80]!r} is not 32 lowercase hex digits")
         if not graph.name.strip():
             self.problems.append("the job name is missing")
         if not graph.vertices:
