@@ -66,7 +66,10 @@ def sample_graph() -> JobGraph:
                 inputs=[JobEdge(DS_MAP, V_SINK, DistributionPattern.POINTWISE, "rebalance")],
             ),
         ],
-        config={"restart-strategy.type": "fixed-delay", "restart-strategy.attempts": "3"},
+        config={
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": "3",
+        },
     )
 
 

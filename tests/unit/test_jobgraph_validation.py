@@ -151,6 +151,14 @@ def test_job_id_that_is_not_an_id_is_refused(job_id: str) -> None:
     assert "is not 32 lowercase hex digits" in single_problem(graph)
 
 
+def test_bogus_job_config_value_is_refused_naming_the_key() -> None:
+    graph = diamond()
+    graph.config = {"restart-strategy.type": "bogus"}
+    problem = single_problem(graph)
+    assert "the job configuration is invalid" in problem
+    assert "restart-strategy.type" in problem
+
+
 def test_missing_job_name() -> None:
     graph = diamond()
     graph.name = "  "
