@@ -30,7 +30,9 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from sparkmill.common.errors import InvalidArgumentError
 from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
+from sparkmill.common.ids import is_valid_id
 from sparkmill.common.jobgraph import NO_DATA_PARTITIONER
 
 log = logging.getLogger(__name__)
@@ -43,8 +45,15 @@ SUB_PARTITION_COLUMN = "__sm_part"
 """Column by which a producer splits its result partition into one directory per reader."""
 
 
+def _checked_id(job_id: str) -> str:
+    # Ids become directory names that cleanup deletes: a path or '..' must never get here.
+    if not is_valid_id(job_id):
+        raise InvalidArgumentError(f"job id {job_id[:80]!r} is not 32 lowercase hex digits")
+    return job_id
+
+
 def job_exchange_dir(exchange_dir: str, job_id: str) -> Path:
-    return Path(exchange_dir) / job_id
+    return Path(exchange_dir) / _checked_id(job_id)
 
 
 def partition_dir(
@@ -96,7 +105,7 @@ def local_path(path: str) -> Path:
 
 
 def sink_temporary_dir(path: str, job_id: str) -> Path:
-    return local_path(path) / TEMPORARY_DIR / job_id
+    return local_path(path) / TEMPORARY_DIR / _checked_id(job_id)
 
 
 def register_sink(exchange_dir: str, job_id: str, path: str) -> None:
@@ -124,6 +133,9 @@ def cleanup_job(exchange_dir: str, job_id: str) -> None:
     of the job runs any more (a terminal job status).
     """
     if not job_id or not exchange_dir:
+        return
+    if not is_valid_id(job_id):
+        log.warning("not cleaning up after job id %r: it is not a valid id", job_id[:80])
         return
     base = job_exchange_dir(exchange_dir, job_id)
     registry = base / SINKS_DIR

@@ -24,8 +24,10 @@ import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from sparkmill.common.errors import InvalidJobGraphError
+from sparkmill.common.errors import ConfigurationError, InvalidJobGraphError
 from sparkmill.common.graphs import strongly_connected_components
+from sparkmill.common.ids import is_valid_id
+from sparkmill.common.job_config import normalize_job_config
 from sparkmill.common.jobgraph import (
     DistributionPattern,
     IntermediateDataSet,
@@ -113,8 +115,18 @@ class _Checker:
         graph = self.graph
         if not graph.job_id.strip():
             self.problems.append("the job id is missing")
+        elif not is_valid_id(graph.job_id):
+            # The job id names directories and znodes: anything but the id format (a path,
+            # '..') could reach outside them.
+            self.problems.append(f"the job id {graph.job_id[:80]!r} is not 32 lowercase hex digits")
         if not graph.name.strip():
             self.problems.append("the job name is missing")
+        try:
+            # A bad job-level option would otherwise only surface when the JobMaster starts
+            # the job, long after the user was told "submitted".
+            normalize_job_config(graph.config)
+        except ConfigurationError as exc:
+            self.problems.append(f"the job configuration is invalid: {exc}")
         if not graph.vertices:
             self.problems.append("the job graph has no vertices")
         elif len(graph.vertices) > self.max_vertices:

@@ -243,7 +243,7 @@ def test_the_recorder_writes_in_order_and_only_while_leading() -> None:
 
 
 def test_missing_partitions_names_exactly_the_unreadable_inputs(tmp_path: Path) -> None:
-    exchange, job = str(tmp_path), "job-1"
+    exchange, job = str(tmp_path), "0123456789abcdef0123456789abcdef"
     present = InputPartitionInfo("ds", 0, "att-0", "te-1")
     absent = InputPartitionInfo("ds", 1, "att-1", "te-1")
     half = InputPartitionInfo("ds", 2, "att-2", "te-1")  # data written, schema not yet

@@ -37,7 +37,7 @@ DS_SRC, DS_MAP = IntermediateDataSetID("ds-source"), IntermediateDataSetID("ds-m
 def sample_graph() -> JobGraph:
     """Three vertices using every field, every enum member and non-default values."""
     return JobGraph(
-        job_id=JobID("job-1"),
+        job_id=JobID("0123456789abcdef0123456789abcdef"),
         name="wordcount",
         vertices=[
             JobVertex(
@@ -66,7 +66,10 @@ def sample_graph() -> JobGraph:
                 inputs=[JobEdge(DS_MAP, V_SINK, DistributionPattern.POINTWISE, "rebalance")],
             ),
         ],
-        config={"restart-strategy.type": "fixed-delay", "restart-strategy.attempts": "3"},
+        config={
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": "3",
+        },
     )
 
 
@@ -144,7 +147,7 @@ def test_proto_has_no_producer_or_target_and_decoding_fills_them() -> None:
 
 def test_zero_and_empty_wire_values_mean_defaults() -> None:
     message = common_pb2.JobGraph(
-        job_id="j",
+        job_id="0123456789abcdef0123456789abcdef",
         name="n",
         vertices=[
             common_pb2.JobVertex(

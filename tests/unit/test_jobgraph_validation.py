@@ -144,6 +144,21 @@ def test_missing_job_id() -> None:
     assert single_problem(graph) == "the job id is missing"
 
 
+@pytest.mark.parametrize("job_id", ["/", "/tmp/victim", "../x", "job-1", "F" * 32])
+def test_job_id_that_is_not_an_id_is_refused(job_id: str) -> None:
+    graph = diamond()
+    graph.job_id = JobID(job_id)
+    assert "is not 32 lowercase hex digits" in single_problem(graph)
+
+
+def test_bogus_job_config_value_is_refused_naming_the_key() -> None:
+    graph = diamond()
+    graph.config = {"restart-strategy.type": "bogus"}
+    problem = single_problem(graph)
+    assert "the job configuration is invalid" in problem
+    assert "restart-strategy.type" in problem
+
+
 def test_missing_job_name() -> None:
     graph = diamond()
     graph.name = "  "

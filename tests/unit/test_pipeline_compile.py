@@ -27,6 +27,8 @@ from sparkmill.services.taskexecutor.spark import errors, sinks, sources
 A2A = DistributionPattern.ALL_TO_ALL
 POINTWISE = DistributionPattern.POINTWISE
 
+JOB = "0123456789abcdef0123456789abcdef"
+
 
 def vertices(graph: JobGraph) -> dict[str, JobVertex]:
     return {v.name: v for v in graph.vertices}
@@ -347,7 +349,7 @@ def test_file_shares_are_disjoint_complete_and_balanced() -> None:
 
 def test_sink_commit_protocol(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
-    job = "job1"
+    job = "0123456789abcdef0123456789abcdef"
     sink = S.SinkOutput("csv", out, "overwrite")
 
     def attempt(subtask: int, attempt_id: str, content: str) -> Path:
@@ -380,28 +382,28 @@ def test_sink_commit_protocol(tmp_path: Path) -> None:
 
 def test_commit_job_refuses_missing_subtasks_and_existing_output(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    d = sinks.attempt_dir(str(out), "j", 0, "a")
+    d = sinks.attempt_dir(str(out), JOB, 0, "a")
     d.mkdir(parents=True)
     (d / "part-1.json").write_text("{}")
-    sinks.commit_task(S.SinkOutput("json", str(out), "error"), "j", 0, d)
+    sinks.commit_task(S.SinkOutput("json", str(out), "error"), JOB, 0, d)
     with pytest.raises(CommitError, match=r"subtasks \[1\]"):
-        sinks.commit_job(S.SinkCommit(str(out), "json", "error", 2), "j")
+        sinks.commit_job(S.SinkCommit(str(out), "json", "error", 2), JOB)
     (out / "someone-elses.json").write_text("{}")
     with pytest.raises(CommitError, match="already has content"):
-        sinks.commit_job(S.SinkCommit(str(out), "json", "error", 1), "j")
+        sinks.commit_job(S.SinkCommit(str(out), "json", "error", 1), JOB)
 
 
 def test_cleanup_removes_exchange_data_and_sink_temporaries(tmp_path: Path) -> None:
     exchange_dir = str(tmp_path / "exchange")
     out = str(tmp_path / "out")
-    layout.register_sink(exchange_dir, "job", out)
-    partition = layout.partition_dir(exchange_dir, "job", "ds", 0, "attempt")
+    layout.register_sink(exchange_dir, JOB, out)
+    partition = layout.partition_dir(exchange_dir, JOB, "ds", 0, "attempt")
     partition.mkdir(parents=True)
-    sinks.attempt_dir(out, "job", 0, "attempt").mkdir(parents=True)
-    layout.cleanup_job(exchange_dir, "job")
-    assert not (tmp_path / "exchange" / "job").exists()
+    sinks.attempt_dir(out, JOB, 0, "attempt").mkdir(parents=True)
+    layout.cleanup_job(exchange_dir, JOB)
+    assert not (tmp_path / "exchange" / JOB).exists()
     assert not (tmp_path / "out" / "_temporary").exists()
-    layout.cleanup_job(exchange_dir, "job")  # idempotent
+    layout.cleanup_job(exchange_dir, JOB)  # idempotent
 
 
 def test_error_summaries_put_the_users_error_first() -> None:
@@ -442,8 +444,8 @@ def test_error_summaries_put_the_users_error_first() -> None:
 
 
 def sink_attempt(out: str, attempt_id: str, content: str) -> Path:
-    """What an attempt of subtask 0 of job "j" wrote to the sink ``out`` (one CSV file)."""
-    d = sinks.attempt_dir(out, "j", 0, attempt_id)
+    """What an attempt of subtask 0 of job J wrote to the sink ``out`` (one CSV file)."""
+    d = sinks.attempt_dir(out, JOB, 0, attempt_id)
     d.mkdir(parents=True)
     (d / "part-0000.csv").write_text(content)
     return d
@@ -453,12 +455,12 @@ def test_a_late_older_attempt_never_replaces_a_newer_commit(tmp_path: Path) -> N
     out = str(tmp_path / "out")
     sink = S.SinkOutput("csv", out, "overwrite")
 
-    assert sinks.commit_task(sink, "j", 0, sink_attempt(out, "new", "attempt 1"), attempt_number=1)
+    assert sinks.commit_task(sink, JOB, 0, sink_attempt(out, "new", "attempt 1"), attempt_number=1)
     # The restarted subtask's old attempt (a hung executor) finishes after the new one.
     stale = sink_attempt(out, "old", "attempt 0")
-    assert not sinks.commit_task(sink, "j", 0, stale, attempt_number=0)
+    assert not sinks.commit_task(sink, JOB, 0, stale, attempt_number=0)
     assert not stale.exists()
-    assert sinks.commit_job(S.SinkCommit(out, "csv", "overwrite", 1), "j") == 1
+    assert sinks.commit_job(S.SinkCommit(out, "csv", "overwrite", 1), JOB) == 1
     assert (Path(out) / "part-00000-000.csv").read_text() == "attempt 1"
 
 
@@ -472,7 +474,7 @@ def test_an_attempt_of_a_later_job_master_replaces_a_higher_numbered_commit(
     old_leader, new_leader = 1_000, 2_000
     assert sinks.commit_task(
         sink,
-        "j",
+        JOB,
         0,
         sink_attempt(out, "a", "old #3"),
         attempt_number=3,
@@ -480,27 +482,27 @@ def test_an_attempt_of_a_later_job_master_replaces_a_higher_numbered_commit(
     )
     assert sinks.commit_task(
         sink,
-        "j",
+        JOB,
         0,
         sink_attempt(out, "b", "new #0"),
         attempt_number=0,
         job_master_epoch=new_leader,
     )
     late = sink_attempt(out, "c", "old #4")  # the deposed JobMaster's executor finishes late
-    assert not sinks.commit_task(sink, "j", 0, late, attempt_number=4, job_master_epoch=old_leader)
-    assert sinks.commit_job(S.SinkCommit(out, "csv", "overwrite", 1), "j") == 1
+    assert not sinks.commit_task(sink, JOB, 0, late, attempt_number=4, job_master_epoch=old_leader)
+    assert sinks.commit_job(S.SinkCommit(out, "csv", "overwrite", 1), JOB) == 1
     assert (Path(out) / "part-00000-000.csv").read_text() == "new #0"
 
 
 def test_commit_job_fails_rather_than_publish_incomplete_output(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
-    d = sinks.attempt_dir(out, "j", 0, "a")
+    d = sinks.attempt_dir(out, JOB, 0, "a")
     d.mkdir(parents=True)
     (d / "part-0000.csv").write_text("rows")
-    sinks.commit_task(S.SinkOutput("csv", out, "overwrite"), "j", 0, d)
+    sinks.commit_task(S.SinkOutput("csv", out, "overwrite"), JOB, 0, d)
     commit = S.SinkCommit(out, "csv", "overwrite", 1)
-    plan = sinks._plan(commit, "j")
+    plan = sinks._plan(commit, JOB)
     Path(plan[0][0]).unlink()  # e.g. replaced by a late commit between plan and move
     with pytest.raises(CommitError, match="vanished"):
-        sinks.commit_job(commit, "j")
+        sinks.commit_job(commit, JOB)
     assert not (Path(out) / "_SUCCESS").exists()

@@ -93,7 +93,7 @@ def test_each_consumer_reads_each_share_exactly_once(
 ) -> None:
     job_graph, graph = pointwise_graph(producers, consumers)
     counts = [len(pointwise_readers(p, producers, consumers)) for p in range(producers)]
-    _write_partition_dirs(tmp_path, "job", producers, counts)
+    _write_partition_dirs(tmp_path, "0123456789abcdef0123456789abcdef", producers, counts)
     read: list[str] = []
     for vertex in graph.job_vertex(job_graph.vertices[1].id).task_vertices:
         (group,) = vertex.consumed_partition_groups
@@ -108,13 +108,16 @@ def test_each_consumer_reads_each_share_exactly_once(
             ),
         )
         paths, schema = exchange.gate_paths(
-            gate, str(tmp_path), "job", vertex.subtask_index, consumers
+            gate, str(tmp_path), "0123456789abcdef0123456789abcdef", vertex.subtask_index, consumers
         )
         assert schema == "{}"
         read.extend(paths)
     # Every partition (or every share of a split one) is read, and by one consumer only.
     expected = [
-        str(partition_dir(str(tmp_path), "job", "ds", p, f"att-{p}") / DATA_DIR)
+        str(
+            partition_dir(str(tmp_path), "0123456789abcdef0123456789abcdef", "ds", p, f"att-{p}")
+            / DATA_DIR
+        )
         + (f"/__sm_part={share}" if counts[p] > 1 else "")
         for p in range(producers)
         for share in range(counts[p])
@@ -123,10 +126,10 @@ def test_each_consumer_reads_each_share_exactly_once(
 
 
 def test_a_consumer_wired_to_a_partition_it_does_not_read_is_a_bug(tmp_path: Path) -> None:
-    _write_partition_dirs(tmp_path, "job", 5, [1] * 5)
+    _write_partition_dirs(tmp_path, "0123456789abcdef0123456789abcdef", 5, [1] * 5)
     gate = InputGateInfo("ds", "POINTWISE", FORWARD, 5, (InputPartitionInfo("ds", 0, "att-0", ""),))
     with pytest.raises(IllegalStateBug, match="is wired to partition 0"):
-        exchange.gate_paths(gate, str(tmp_path), "job", 1, 2)
+        exchange.gate_paths(gate, str(tmp_path), "0123456789abcdef0123456789abcdef", 1, 2)
 
 
 def test_bad_arguments_are_a_bug() -> None:
