@@ -28,7 +28,7 @@ SHARED="$STATE/shared"
 WHEELS="$CACHE/wheels"
 # Everything the play installs with apt is in the root already: the hosts have no network beyond
 # the bridge. python3-apt lets Ansible's apt module see that.
-PACKAGES=(systemd systemd-sysv dbus iproute2 procps openssh-server sudo python3 python3-apt
+PACKAGES=(systemd systemd-sysv dbus iproute2 procps openssh-server sudo python3 python3-apt python3-packaging
   python3-venv openjdk-17-jre-headless zookeeper libslf4j-java prometheus)
 # Bump when the customisation below changes: the cache key covers it.
 ROOT_RECIPE=1
@@ -221,6 +221,12 @@ sparkmill_heartbeat_interval: 2 s
 sparkmill_heartbeat_timeout: 10 s
 sparkmill_restart_sec: 2
 sparkmill_restart_settle_seconds: 15
+sparkmill_config_extra:
+  # Sessions of a few seconds: a killed leader is replaced quickly (zookeeper_tick_time 1000).
+  high-availability.zookeeper.client.session-timeout: 6 s
+prometheus_scrape_interval: 5s
+prometheus_scrape_timeout: 4s
+prometheus_evaluation_interval: 5s
 EOF
 }
 
