@@ -224,6 +224,10 @@ sparkmill_restart_settle_seconds: 15
 sparkmill_config_extra:
   # Sessions of a few seconds: a killed leader is replaced quickly (zookeeper_tick_time 1000).
   high-availability.zookeeper.client.session-timeout: 6 s
+  # Jobs outlive the restart of the task executors they run on (rolling-restart.yml).
+  restart-strategy.type: fixed-delay
+  restart-strategy.fixed-delay.attempts: 20
+  restart-strategy.fixed-delay.delay: 2 s
 prometheus_scrape_interval: 5s
 prometheus_scrape_timeout: 4s
 prometheus_evaluation_interval: 5s
