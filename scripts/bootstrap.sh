@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything sparkmill needs on a Debian machine, idempotently:
 #   - Debian packages: Java 17 (Spark and ZooKeeper need it), python3-venv, ZooKeeper and
-#     Prometheus (the integration tests run real servers);
+#     Prometheus (the integration tests run real servers), systemd-nspawn, debootstrap and an SSH
+#     client (the test bed);
 #   - a virtualenv (default .venv, override with SPARKMILL_VENV) with sparkmill and its dev tools.
 # Re-running it is cheap: each step is skipped when already done.
 set -euo pipefail
@@ -23,6 +24,11 @@ command -v java >/dev/null 2>&1 || packages+=(openjdk-17-jre-headless)
 "$PYTHON" -c 'import ensurepip, venv' >/dev/null 2>&1 || packages+=(python3-venv)
 [ -f /usr/share/java/zookeeper.jar ] || packages+=(zookeeper)
 command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
+# The test bed (scripts/testbed.sh, tests/testbed/): containers booted with systemd, a root file
+# system from debootstrap, SSH to the containers.
+command -v systemd-nspawn >/dev/null 2>&1 || packages+=(systemd-container)
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || packages+=(debootstrap)
+command -v ssh >/dev/null 2>&1 || packages+=(openssh-client)
 if [ "${#packages[@]}" -gt 0 ]; then
   log "installing Debian packages: ${packages[*]}"
   "${sudo_cmd[@]}" apt-get update -qq

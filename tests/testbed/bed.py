@@ -108,9 +108,7 @@ class TestBed:
             f"root@{self.addresses[host]}",
             command,
         ]
-        result = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, check=False
-        )
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
         if check and result.returncode != 0:
             raise AssertionError(
                 f"{host}: {command!r} exited {result.returncode}:\n{result.stdout}{result.stderr}"
@@ -131,8 +129,13 @@ class TestBed:
             ANSIBLE_FORKS="10",
         )
         return subprocess.run(
-            [str(VENV_BIN / "ansible-playbook"), "-i", str(self.inventory), *args,
-             str(ROOT / "ansible" / playbook)],
+            [
+                str(VENV_BIN / "ansible-playbook"),
+                "-i",
+                str(self.inventory),
+                *args,
+                str(ROOT / "ansible" / playbook),
+            ],
             capture_output=True,
             text=True,
             env=env,
@@ -200,7 +203,7 @@ class TestBed:
         return "\n".join(out)
 
     def wait_until(self, what: str, probe: Any, timeout: float, interval: float = 2.0) -> Any:
-        """Calls probe() until it returns something truthy; fails naming `what` and the last value."""
+        """Calls probe() until it returns something truthy; else fails naming `what`, last value."""
         deadline = time.monotonic() + timeout
         last: Any = None
         while True:

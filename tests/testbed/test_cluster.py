@@ -37,8 +37,14 @@ def _submit(bed: TestBed, output: Path, timeout: float = 600) -> subprocess.Comp
         SPARK_LOCAL_IP="198.18.0.1",
     )
     return subprocess.run(
-        [str(Path(sys.prefix) / "bin" / "sparkmill"), "--config", str(bed.client_config()),
-         "submit", "--json", str(WORDCOUNT)],
+        [
+            str(Path(sys.prefix) / "bin" / "sparkmill"),
+            "--config",
+            str(bed.client_config()),
+            "submit",
+            "--json",
+            str(WORDCOUNT),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -89,14 +95,21 @@ def test_converge_leaves_every_unit_active_and_a_second_run_changes_nothing(bed:
     # masters, 3 task executors, 1 Prometheus.
     counts = {
         unit: sum(unit in units for units in expected.values())
-        for unit in ("zookeeper-sparkmill.service", "sparkmill-dispatcher.service",
-                     "sparkmill-resource-manager.service", "sparkmill-job-master.service",
-                     "sparkmill-task-executor@1.service", "prometheus.service")
+        for unit in (
+            "zookeeper-sparkmill.service",
+            "sparkmill-dispatcher.service",
+            "sparkmill-resource-manager.service",
+            "sparkmill-job-master.service",
+            "sparkmill-task-executor@1.service",
+            "prometheus.service",
+        )
     }
     assert list(counts.values()) == [3, 2, 2, 2, 3, 1], counts
     for host, units in expected.items():
         states = bed.ssh(host, "systemctl is-active " + " ".join(units), check=False).stdout.split()
-        assert states == ["active"] * len(units), f"{host}: {dict(zip(units, states, strict=False))}"
+        assert states == ["active"] * len(units), (
+            f"{host}: {dict(zip(units, states, strict=False))}"
+        )
         assert bed.ssh(host, "systemctl is-system-running", check=False).stdout.strip() == "running"
 
 
@@ -106,10 +119,15 @@ def test_prometheus_scrapes_every_sparkmill_process_and_has_the_alert_rules(bed:
     assert "SUCCESS" in check.stdout + check.stderr
 
     # dispatcher 9249, resource manager 9250, job master 9251, task executor 1 9260.
-    ports = {"dispatchers": 9249, "resource_managers": 9250, "job_masters": 9251,
-             "task_executors": 9260}
+    ports = {
+        "dispatchers": 9249,
+        "resource_managers": 9250,
+        "job_masters": 9251,
+        "task_executors": 9260,
+    }
     expected = {
-        f"{bed.addresses[host]}:{port}" for group, port in ports.items()
+        f"{bed.addresses[host]}:{port}"
+        for group, port in ports.items()
         for host in bed.groups[group]
     }
     assert len(expected) == 9
@@ -131,7 +149,9 @@ def test_prometheus_scrapes_every_sparkmill_process_and_has_the_alert_rules(bed:
         monitoring, "cat /etc/grafana/provisioning/datasources/sparkmill-prometheus.yml"
     ).stdout
     assert f"url: http://{bed.addresses[monitoring]}:9090" in datasource
-    dashboard = bed.ssh(monitoring, "cat /var/lib/grafana/dashboards/sparkmill/sparkmill-dashboard.json")
+    dashboard = bed.ssh(
+        monitoring, "cat /var/lib/grafana/dashboards/sparkmill/sparkmill-dashboard.json"
+    )
     assert json.loads(dashboard.stdout)["uid"] == "sparkmill-overview"
 
 
@@ -149,8 +169,10 @@ def test_a_job_submitted_from_the_controller_gives_plain_pysparks_rows(bed: Test
 
 @pytest.mark.parametrize(
     ("group", "unit"),
-    [("task_executors", "sparkmill-task-executor@1.service"),
-     ("dispatchers", "sparkmill-dispatcher.service")],
+    [
+        ("task_executors", "sparkmill-task-executor@1.service"),
+        ("dispatchers", "sparkmill-dispatcher.service"),
+    ],
 )
 def test_a_killed_service_is_restarted_by_systemd_and_rejoins(
     bed: TestBed, group: str, unit: str
@@ -178,7 +200,8 @@ def test_a_killed_service_is_restarted_by_systemd_and_rejoins(
     def rejoined() -> bool:
         services = bed.cluster_status()["services"]
         return any(
-            s.get("role") == role and str(s.get("pid")) == now["MainPID"]
+            s.get("role") == role
+            and str(s.get("pid")) == now["MainPID"]
             and bed.addresses[host] in str(s.get("address"))
             for s in services
         )
@@ -216,8 +239,10 @@ def test_rolling_restart_while_jobs_run_gives_exact_output(bed: TestBed) -> None
         result = _submit(bed, output)
         outputs.append(output)
         if result.returncode != 0:
-            failures.append(f"{output.name}: exit {result.returncode}\n{result.stdout[-3000:]}"
-                            f"{result.stderr[-3000:]}")
+            failures.append(
+                f"{output.name}: exit {result.returncode}\n{result.stdout[-3000:]}"
+                f"{result.stderr[-3000:]}"
+            )
     thread.join(timeout=900)
     bed.timings["rolling-restart"] = time.monotonic() - began
     played = restart["result"]
