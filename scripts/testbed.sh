@@ -80,6 +80,8 @@ build_root() {  # prints the root's path
   chroot "$tmp" apt-get clean
   touch "$tmp/.testbed-complete"
   mv "$tmp" "$dir"
+  # Roots of other package lists are stale: each is over a gigabyte.
+  find "$CACHE" -maxdepth 1 -name 'root-*' ! -path "$dir" -exec rm -rf {} +
   log "root built in $((SECONDS - started)) s"
   echo "$dir"
 }

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "testbed.sh"
 EXIT_CANNOT_RUN = 77
 STATE = Path(os.environ.get("SPARKMILL_TESTBED_STATE", "/var/lib/sparkmill-testbed"))
+CACHE = Path(os.environ.get("SPARKMILL_TESTBED_CACHE", "/var/cache/sparkmill-testbed"))
 VENV_BIN = Path(sys.prefix) / "bin"
 
 # The units each inventory group puts on a host (one task executor instance per host).

@@ -11,6 +11,7 @@ script's reason. A failing test prints the journals of every host's services.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,7 +21,15 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import FAILED_KEY
-from tests.testbed.bed import EXIT_CANNOT_RUN, SCRIPT, STATE, VENV_BIN, TestBed, parse_inventory
+from tests.testbed.bed import (
+    CACHE,
+    EXIT_CANNOT_RUN,
+    SCRIPT,
+    STATE,
+    VENV_BIN,
+    TestBed,
+    parse_inventory,
+)
 
 ANSIBLE_REQUIREMENT = "ansible-core>=2.17,<2.20"
 
@@ -79,7 +88,10 @@ def bed() -> Iterator[TestBed]:
             testbed.converges.append(testbed.playbook("site.yml"))
             testbed.timings[name] = time.monotonic() - began
         yield testbed
-        print(f"\ntest bed timings (s): {testbed.timings}")
+        # Kept after `down` (which removes the state directory) for a look at the durations.
+        (CACHE / "last-run-timings.json").write_text(
+            json.dumps({k: round(v, 1) for k, v in testbed.timings.items()}) + "\n"
+        )
     finally:
         down = _script("down", timeout=300)
         assert down.returncode in (0, EXIT_CANNOT_RUN), f"testbed.sh down failed:\n{down.stderr}"
