@@ -166,6 +166,15 @@ wait_hosts() {
     while :; do
       # shellcheck disable=SC2046  # one word per option
       state="$(ssh $(ssh_opts) "root@$(host_address "$i")" systemctl is-system-running 2>/dev/null || true)"
+      if [ "$state" = degraded ] && [ "${retried:-}" != "h$i" ]; then
+        # Under heavy load a unit of the base system sometimes fails at boot with 219/CGROUP
+        # (systemd's hybrid cgroup tree in a container): start the failed units once more.
+        retried="h$i"
+        log "h$i: degraded at boot ($(ssh $(ssh_opts) "root@$(host_address "$i")" \
+          'f="$(systemctl --failed --plain --no-legend | cut -d" " -f1 | tr "\n" " ")"; echo $f;
+           systemctl reset-failed; [ -z "$f" ] || systemctl restart $f' 2>/dev/null || true)), retrying"
+        continue
+      fi
       case "$state" in running | degraded) break ;; esac
       if ! kill -0 "$(cat "$STATE/hosts/h$i/nspawn.pid")" 2>/dev/null; then
         tail -20 "$STATE/hosts/h$i/console.log" >&2
