@@ -2,7 +2,8 @@
 # Set up everything sparkmill needs on a Debian machine, idempotently:
 #   - Debian packages: Java 17 (Spark and ZooKeeper need it), python3-venv, ZooKeeper and
 #     Prometheus (the integration tests run real servers), Chromium and chromedriver (the
-#     dashboard test drives a headless browser);
+#     dashboard test drives a headless browser), systemd-nspawn, debootstrap and an SSH client
+#     (the test bed);
 #   - a virtualenv (default .venv, override with SPARKMILL_VENV) with sparkmill and its dev tools.
 # Re-running it is cheap: each step is skipped when already done.
 set -euo pipefail
@@ -27,6 +28,11 @@ command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
 # The dashboard's browser test: Debian's Chromium and its WebDriver (nothing downloaded later).
 [ -x /usr/bin/chromium ] || packages+=(chromium)
 [ -x /usr/bin/chromedriver ] || packages+=(chromium-driver)
+# The test bed (scripts/testbed.sh, tests/testbed/): containers booted with systemd, a root file
+# system from debootstrap, SSH to the containers.
+command -v systemd-nspawn >/dev/null 2>&1 || packages+=(systemd-container)
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || packages+=(debootstrap)
+command -v ssh >/dev/null 2>&1 || packages+=(openssh-client)
 if [ "${#packages[@]}" -gt 0 ]; then
   log "installing Debian packages: ${packages[*]}"
   "${sudo_cmd[@]}" apt-get update -qq

@@ -169,8 +169,8 @@ free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1",
 DISPATCHER_PORT="$(free_port)"
 RM_PORT="$(free_port)"
 INSTALL_PACKAGES=false
-if [ "$(id -u)" -eq 0 ] && dpkg-query -W -f='${Status}\n' python3-venv openjdk-17-jre-headless 2>/dev/null |
-    grep -c 'install ok installed' | grep -qx 2; then
+if [ "$(id -u)" -eq 0 ] && dpkg-query -W -f='${Status}\n' python3-venv python3-packaging openjdk-17-jre-headless 2>/dev/null |
+    grep -c 'install ok installed' | grep -qx 3; then
   INSTALL_PACKAGES=true  # already installed: the apt task runs and must report no change
 fi
 # The modules run under Debian's own Python when there is one (it has python3-apt, and starts
@@ -243,10 +243,11 @@ for unit in sparkmill.target sparkmill-dispatcher.service sparkmill-resource-man
     sparkmill-job-master.service sparkmill-task-executor@.service; do
   [ -f "$R/etc/systemd/system/$unit" ] || fail "unit $unit was not installed into $R/etc/systemd/system"
 done
-grep -q "^ExecStart=$R/opt/sparkmill/venv/bin/sparkmill dispatcher --config $R/etc/sparkmill/sparkmill.yaml$" \
+grep -q "^ExecStart=$R/opt/sparkmill/venv/bin/sparkmill dispatcher --config $R/etc/sparkmill/dispatcher.yaml$" \
   "$R/etc/systemd/system/sparkmill-dispatcher.service" || fail "the dispatcher unit's ExecStart= is not the converged venv"
 note "units: $(ls "$R/etc/systemd/system" | tr '\n' ' ')"
-for conf in sparkmill.yaml task-executor-1.yaml task-executor-2.yaml; do
+for conf in sparkmill.yaml dispatcher.yaml resource-manager.yaml job-master.yaml task-executor-1.yaml \
+    task-executor-2.yaml; do
   [ -f "$R/etc/sparkmill/$conf" ] || fail "$conf was not rendered"
   (cd "$ROOT" && "$PY" -c "from sparkmill.common.config import Configuration; Configuration.load('$R/etc/sparkmill/$conf')") ||
     fail "$conf does not load with sparkmill's validation"
@@ -262,10 +263,13 @@ assert conf.get(opt.DISPATCHER_RPC_ADDRESS) == f"tcp://127.0.0.1:{port}", conf.g
 assert conf.get(opt.TASK_MANAGER_NUM_TASK_SLOTS) == 3
 assert conf.get(opt.HA_MODE) == "none"
 assert conf.get(opt.METRICS_PORT) == 0  # three services share the file on this host
+own = [Configuration.load(f"{etc}/{role}.yaml") for role in ("dispatcher", "resource-manager", "job-master")]
+assert [c.get(opt.METRICS_PORT) for c in own] == [9249, 9250, 9251], [c.get(opt.METRICS_PORT) for c in own]
+assert own[0].get(opt.DISPATCHER_RPC_ADDRESS) == conf.get(opt.DISPATCHER_RPC_ADDRESS)
 te = [Configuration.load(f"{etc}/task-executor-{i}.yaml") for i in (1, 2)]
 assert [c.get(opt.METRICS_PORT) for c in te] == [9260, 9261], [c.get(opt.METRICS_PORT) for c in te]
 assert te[1].to_strings()["spark.conf.spark.local.dir"].endswith("/task-executor-2")
-print("   sparkmill.yaml and task-executor-{1,2}.yaml load with sparkmill.common.config and hold the expected values")
+print("   sparkmill.yaml, the services' own files and task-executor-{1,2}.yaml load with sparkmill.common.config and hold the expected values")
 EOF
 "$R/opt/sparkmill/venv/bin/python" -c "from sparkmill.common.config import Configuration; Configuration.load('$R/etc/sparkmill/sparkmill.yaml')" ||
   fail "the installed venv cannot load the configuration"

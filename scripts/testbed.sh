@@ -1,0 +1,316 @@
+#!/usr/bin/env bash
+# A test bed of Debian 12 hosts booted with systemd (systemd-nspawn) for ansible/site.yml:
+#
+#   scripts/testbed.sh up [N]     # start N hosts (default 5), print where the inventory is
+#   scripts/testbed.sh status     # hosts, addresses and whether systemd runs in them
+#   scripts/testbed.sh down       # remove every container, mount and the bridge `up` made
+#
+# Hosts h1..hN get 198.18.0.11.. on the bridge smbr0 (198.18.0.1 on this machine); nothing
+# routes beyond it. Each host's root is an overlay over one cached Debian root (debootstrap,
+# built once per package list under $SPARKMILL_TESTBED_CACHE); the hosts reach a directory
+# shared by all of them, mounted at the same path as here (the "NFS" mount of exchange.dir, sinks
+# and the HA storage), and a read-only wheelhouse, since they have no package index. Ansible
+# connects as root over SSH with a key made for this test bed.
+#
+# Exit codes: 0 ok; 1 failed (what was made is removed again); 77 this machine cannot run the
+# test bed (not root, no systemd-nspawn/debootstrap, no Debian mirror) - the reason is printed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SPARKMILL_VENV:-$ROOT/.venv}"
+CACHE="${SPARKMILL_TESTBED_CACHE:-/var/cache/sparkmill-testbed}"
+STATE="${SPARKMILL_TESTBED_STATE:-/var/lib/sparkmill-testbed}"
+MIRROR="${SPARKMILL_TESTBED_MIRROR:-http://deb.debian.org/debian}"
+BRIDGE=smbr0
+NET=198.18.0
+CONTROLLER_ADDRESS="$NET.1"
+SHARED="$STATE/shared"
+WHEELS="$CACHE/wheels"
+# Everything the play installs with apt is in the root already: the hosts have no network beyond
+# the bridge. python3-apt lets Ansible's apt module see that.
+PACKAGES=(systemd systemd-sysv dbus iproute2 procps openssh-server sudo python3 python3-apt python3-packaging
+  python3-venv openjdk-17-jre-headless zookeeper libslf4j-java prometheus)
+# Bump when the customisation below changes: the cache key covers it.
+ROOT_RECIPE=1
+
+log() { printf '[testbed] %s\n' "$*" >&2; }
+cannot() { printf '[testbed] CANNOT RUN: %s\n' "$*" >&2; exit 77; }
+die() { printf '[testbed] FAILED: %s\n' "$*" >&2; exit 1; }
+
+host_address() { echo "$NET.$((10 + $1))"; }
+
+preflight() {
+  [ "$(id -u)" -eq 0 ] || cannot "needs root (containers, bridge and overlay mounts)"
+  command -v systemd-nspawn >/dev/null 2>&1 || cannot "systemd-nspawn is missing (apt-get install systemd-container)"
+  command -v ip >/dev/null 2>&1 || cannot "ip is missing (apt-get install iproute2)"
+  command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1 ||
+    cannot "ssh/ssh-keygen are missing (apt-get install openssh-client)"
+  grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null || true
+  grep -qw overlay /proc/filesystems || cannot "the kernel has no overlay filesystem"
+}
+
+# -- the cached root ------------------------------------------------------------------------------
+root_key() { printf '%s\n' "bookworm" "$ROOT_RECIPE" "${PACKAGES[@]}" | sha256sum | cut -c1-12; }
+
+build_root() {  # prints the root's path
+  local dir tmp started=$SECONDS
+  dir="$CACHE/root-$(root_key)"
+  if [ -f "$dir/.testbed-complete" ]; then echo "$dir"; return; fi
+  command -v debootstrap >/dev/null 2>&1 || cannot "debootstrap is missing (apt-get install debootstrap)"
+  mkdir -p "$CACHE"
+  tmp="$dir.building"
+  rm -rf "$tmp"
+  log "building the Debian 12 root $dir (debootstrap, a few minutes)"
+  if ! debootstrap --variant=minbase --include="$(IFS=,; echo "${PACKAGES[*]}")" \
+      bookworm "$tmp" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1; then
+    tail -5 "$CACHE/debootstrap.log" >&2
+    rm -rf "$tmp"
+    if grep -qiE 'Failed getting release file|Couldn.t download|Temporary failure resolving|unable to resolve' "$CACHE/debootstrap.log"; then
+      cannot "debootstrap cannot reach the Debian mirror $MIRROR"
+    fi
+    die "debootstrap failed (log: $CACHE/debootstrap.log)"
+  fi
+  # Addresses come from systemd-networkd (a .network file per host); Debian's prometheus
+  # package enables its service, which only the monitoring host should run (the play decides).
+  chroot "$tmp" systemctl enable systemd-networkd.service >/dev/null 2>&1
+  chroot "$tmp" systemctl disable prometheus.service >/dev/null 2>&1 || true
+  # Each host gets its own machine id at first boot.
+  : >"$tmp/etc/machine-id"
+  rm -f "$tmp/var/lib/dbus/machine-id"
+  chroot "$tmp" apt-get clean
+  touch "$tmp/.testbed-complete"
+  mv "$tmp" "$dir"
+  # Roots of other package lists are stale: each is over a gigabyte.
+  find "$CACHE" -maxdepth 1 -name 'root-*' ! -path "$dir" -exec rm -rf {} +
+  log "root built in $((SECONDS - started)) s"
+  echo "$dir"
+}
+
+# The wheels of sparkmill's dependencies, at the versions of this checkout's virtualenv.
+build_wheels() {
+  local key
+  key="$(cat "$ROOT/pyproject.toml" <("$VENV/bin/python" -m pip freeze --exclude-editable 2>/dev/null) | sha256sum | cut -c1-12)"
+  if [ -f "$WHEELS/.key" ] && [ "$(cat "$WHEELS/.key")" = "$key" ]; then return; fi
+  log "building the wheelhouse $WHEELS"
+  rm -rf "$WHEELS.building"
+  mkdir -p "$WHEELS.building"
+  "$VENV/bin/python" -m pip freeze --exclude-editable >"$WHEELS.building/.constraints" 2>/dev/null
+  "$VENV/bin/python" -m pip wheel -q -w "$WHEELS.building" -c "$WHEELS.building/.constraints" \
+    "$ROOT" >"$CACHE/wheels.log" 2>&1 || { tail -5 "$CACHE/wheels.log" >&2; die "pip wheel failed"; }
+  rm -f "$WHEELS.building"/sparkmill-*.whl  # the play builds and ships sparkmill itself
+  echo "$key" >"$WHEELS.building/.key"
+  rm -rf "$WHEELS"
+  mv "$WHEELS.building" "$WHEELS"
+}
+
+# -- hosts ------------------------------------------------------------------------------------------
+nspawn_pids() {  # the systemd-nspawn processes of this test bed (their command line names $STATE)
+  local pid
+  for pid in $(pgrep -x systemd-nspawn || true); do
+    if { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | grep -q -- "-D $STATE/hosts/"; then echo "$pid"; fi
+  done
+}
+
+container_pid() {  # HOST: the pid of the host's systemd (child of its systemd-nspawn)
+  local npid
+  npid="$(cat "$STATE/hosts/$1/nspawn.pid" 2>/dev/null)" || return 1
+  pgrep -P "$npid" | head -1
+}
+
+prepare_host() {  # INDEX LOWER
+  local i="$1" lower="$2" h="h$1" d addr
+  d="$STATE/hosts/$h"
+  addr="$(host_address "$i")"
+  mkdir -p "$d/upper" "$d/work" "$d/root"
+  mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$d/root"
+  echo "$h" >"$d/root/etc/hostname"
+  od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$d/root/etc/machine-id"
+  {
+    echo "127.0.0.1 localhost"
+    echo "$CONTROLLER_ADDRESS controller"
+    for j in $(seq 1 "$COUNT"); do echo "$(host_address "$j") h$j"; done
+  } >"$d/root/etc/hosts"
+  # Same name as systemd's DHCP default for containers, which this file replaces.
+  cat >"$d/root/etc/systemd/network/80-container-host0.network" <<EOF
+[Match]
+Name=host0
+
+[Network]
+Address=$addr/24
+LinkLocalAddressing=no
+IPv6AcceptRA=no
+EOF
+  install -d -m 0700 "$d/root/root/.ssh"
+  install -m 0600 "$STATE/id_ed25519.pub" "$d/root/root/.ssh/authorized_keys"
+}
+
+start_host() {  # INDEX
+  local h="h$1" d
+  d="$STATE/hosts/$h"
+  # setsid: the container outlives this script; its console goes to a file.
+  setsid systemd-nspawn -D "$d/root" -b --console=pipe --register=no --keep-unit \
+    --machine="sm-$h" --hostname="$h" --network-bridge="$BRIDGE" \
+    --bind="$SHARED:$SHARED" --bind-ro="$WHEELS:/opt/testbed-wheels" \
+    </dev/null >"$d/console.log" 2>&1 &
+  echo $! >"$d/nspawn.pid"
+}
+
+ssh_opts() {
+  echo "-i $STATE/id_ed25519 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null" \
+    "-o LogLevel=ERROR -o BatchMode=yes -o ConnectTimeout=3"
+}
+
+wait_hosts() {
+  local deadline=$((SECONDS + ${SPARKMILL_TESTBED_BOOT_TIMEOUT:-180})) i state
+  for i in $(seq 1 "$COUNT"); do
+    while :; do
+      # shellcheck disable=SC2046  # one word per option
+      state="$(ssh $(ssh_opts) "root@$(host_address "$i")" systemctl is-system-running 2>/dev/null || true)"
+      if [ "$state" = degraded ] && [ "${retried:-}" != "h$i" ]; then
+        # Under heavy load a unit of the base system sometimes fails at boot with 219/CGROUP
+        # (systemd's hybrid cgroup tree in a container): start the failed units once more.
+        retried="h$i"
+        log "h$i: degraded at boot ($(ssh $(ssh_opts) "root@$(host_address "$i")" \
+          'f="$(systemctl --failed --plain --no-legend | cut -d" " -f1 | tr "\n" " ")"; echo $f;
+           systemctl reset-failed; [ -z "$f" ] || systemctl restart $f' 2>/dev/null || true)), retrying"
+        continue
+      fi
+      case "$state" in running | degraded) break ;; esac
+      if ! kill -0 "$(cat "$STATE/hosts/h$i/nspawn.pid")" 2>/dev/null; then
+        tail -20 "$STATE/hosts/h$i/console.log" >&2
+        die "host h$i stopped while booting"
+      fi
+      if [ "$SECONDS" -ge "$deadline" ]; then
+        tail -20 "$STATE/hosts/h$i/console.log" >&2
+        die "host h$i did not boot with SSH within the time limit (state: ${state:-no answer})"
+      fi
+      sleep 1
+    done
+    log "h$i $(host_address "$i"): $state"
+  done
+}
+
+write_inventory() {
+  local n="$COUNT" i last
+  last="h$n"
+  {
+    echo "# Written by scripts/testbed.sh up: the test bed's hosts and groups."
+    echo "[testbed]"
+    for i in $(seq 1 "$n"); do echo "h$i ansible_host=$(host_address "$i")"; done
+    echo "[zookeeper]"
+    for i in 1 2 3; do echo "h$i"; done
+    echo "[dispatchers]"; echo h1; echo h2
+    echo "[resource_managers]"; echo h1; echo h2
+    echo "[job_masters]"; echo h3; echo h4
+    echo "[task_executors]"
+    for i in $(seq $((n - 2)) "$n"); do echo "h$i"; done
+    echo "[monitoring]"; echo "$last"
+  } >"$STATE/inventory.ini"
+  mkdir -p "$STATE/group_vars"
+  cat >"$STATE/group_vars/all.yml" <<EOF
+# Written by scripts/testbed.sh up.
+ansible_user: root
+ansible_python_interpreter: /usr/bin/python3
+ansible_ssh_private_key_file: $STATE/id_ed25519
+ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR
+# The hosts have no package index: Debian packages are in their root, wheels in a read-only mount.
+sparkmill_apt_update_cache: false
+zookeeper_apt_update_cache: false
+prometheus_apt_update_cache: false
+sparkmill_pip_extra_args: --no-index --find-links /opt/testbed-wheels
+# The shared directory every host mounts at the same path (an NFS mount in a real cluster).
+sparkmill_exchange_dir: $SHARED/exchange
+sparkmill_ha_storage_dir: $SHARED/ha
+sparkmill_read_write_paths: [$SHARED/work]
+sparkmill_environment:
+  SPARK_LOCAL_IP: "{{ ansible_host }}"
+# Few, small Spark JVMs: the test bed shares two cores.
+sparkmill_task_executors_per_host: 1
+sparkmill_slots_per_task_executor: 2
+sparkmill_task_executor_stable_ids: true
+sparkmill_heartbeat_interval: 2 s
+sparkmill_heartbeat_timeout: 10 s
+sparkmill_restart_sec: 2
+sparkmill_restart_settle_seconds: 15
+sparkmill_config_extra:
+  # Sessions of a few seconds: a killed leader is replaced quickly (zookeeper_tick_time 1000).
+  high-availability.zookeeper.client.session-timeout: 6 s
+  # Jobs outlive the restart of the task executors they run on (rolling-restart.yml).
+  restart-strategy.type: fixed-delay
+  restart-strategy.fixed-delay.attempts: 20
+  restart-strategy.fixed-delay.delay: 2 s
+prometheus_scrape_interval: 5s
+prometheus_scrape_timeout: 4s
+prometheus_evaluation_interval: 5s
+EOF
+}
+
+# -- commands ---------------------------------------------------------------------------------------
+cmd_down() {
+  local pid mnt i
+  for pid in $(nspawn_pids); do kill -TERM "$pid" 2>/dev/null || true; done
+  for i in $(seq 1 60); do
+    [ -z "$(nspawn_pids)" ] && break
+    # A second SIGTERM makes systemd-nspawn stop the container at once.
+    if [ "$i" = 20 ]; then for pid in $(nspawn_pids); do kill -TERM "$pid" 2>/dev/null || true; done; fi
+    if [ "$i" = 40 ]; then for pid in $(nspawn_pids); do kill -KILL "$pid" 2>/dev/null || true; done; fi
+    sleep 0.5
+  done
+  [ -z "$(nspawn_pids)" ] || die "containers still running: $(nspawn_pids | tr '\n' ' ')"
+  # Deepest mounts first.
+  for mnt in $(awk -v s="$STATE/" 'index($2, s) == 1 { print $2 }' /proc/self/mounts | sort -r); do
+    umount "$mnt" 2>/dev/null || umount -l "$mnt"
+  done
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link delete "$BRIDGE"; fi
+  rm -rf "$STATE"
+}
+
+cmd_up() {
+  COUNT="${1:-${SPARKMILL_TESTBED_HOSTS:-5}}"
+  [[ "$COUNT" =~ ^[0-9]+$ ]] && [ "$COUNT" -ge 5 ] && [ "$COUNT" -le 40 ] ||
+    die "the number of hosts must be 5..40 (the inventory needs 5)"
+  preflight
+  [ -x "$VENV/bin/python" ] || cannot "no virtualenv at $VENV (run scripts/bootstrap.sh)"
+  local started=$SECONDS lower i
+  # Whatever an earlier, killed run left behind goes first.
+  cmd_down
+  UP_DONE=0
+  trap 'if [ "$UP_DONE" != 1 ]; then log "up failed: removing what it made"; cmd_down; fi' EXIT
+  lower="$(build_root)"
+  build_wheels
+  mkdir -p "$STATE/hosts" "$SHARED/work"
+  chmod 1777 "$SHARED/work"
+  ssh-keygen -q -t ed25519 -N '' -C sparkmill-testbed -f "$STATE/id_ed25519"
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$CONTROLLER_ADDRESS/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for i in $(seq 1 "$COUNT"); do prepare_host "$i" "$lower"; done
+  for i in $(seq 1 "$COUNT"); do start_host "$i"; done
+  wait_hosts
+  write_inventory
+  echo "$COUNT" >"$STATE/hosts.count"
+  UP_DONE=1
+  log "up: $COUNT hosts in $((SECONDS - started)) s; inventory $STATE/inventory.ini"
+  echo "$STATE/inventory.ini"
+}
+
+cmd_status() {
+  if [ ! -f "$STATE/hosts.count" ]; then echo "down"; return 3; fi
+  local i addr state rc=0
+  for i in $(seq 1 "$(cat "$STATE/hosts.count")"); do
+    addr="$(host_address "$i")"
+    # shellcheck disable=SC2046
+    state="$(ssh $(ssh_opts) "root@$addr" systemctl is-system-running 2>/dev/null || true)"
+    echo "h$i $addr ${state:-unreachable}"
+    case "$state" in running | degraded) ;; *) rc=1 ;; esac
+  done
+  echo "inventory: $STATE/inventory.ini"
+  return "$rc"
+}
+
+case "${1:-}" in
+  up) shift; cmd_up "$@" ;;
+  down) [ "$(id -u)" -eq 0 ] || cannot "needs root"; cmd_down; log "down" ;;
+  status) cmd_status ;;
+  *) echo "usage: $0 up [N] | down | status" >&2; exit 2 ;;
+esac

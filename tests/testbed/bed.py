@@ -1,0 +1,222 @@
+"""The test bed of scripts/testbed.sh seen from the tests: hosts, SSH, Ansible, Prometheus.
+
+Every address used here is one of the test bed's (198.18.0.0/24) or loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "testbed.sh"
+EXIT_CANNOT_RUN = 77
+STATE = Path(os.environ.get("SPARKMILL_TESTBED_STATE", "/var/lib/sparkmill-testbed"))
+CACHE = Path(os.environ.get("SPARKMILL_TESTBED_CACHE", "/var/cache/sparkmill-testbed"))
+VENV_BIN = Path(sys.prefix) / "bin"
+
+# The units each inventory group puts on a host (one task executor instance per host).
+GROUP_UNITS = {
+    "zookeeper": ["zookeeper-sparkmill.service"],
+    "dispatchers": ["sparkmill-dispatcher.service"],
+    "resource_managers": ["sparkmill-resource-manager.service"],
+    "job_masters": ["sparkmill-job-master.service"],
+    "task_executors": ["sparkmill-task-executor@1.service"],
+    "monitoring": ["prometheus.service"],
+}
+
+
+def parse_inventory(path: Path) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """(host -> address, group -> hosts) of the ini inventory testbed.sh writes."""
+    addresses: dict[str, str] = {}
+    groups: dict[str, list[str]] = {}
+    group = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            group = line.strip("[]")
+            groups[group] = []
+            continue
+        name, *rest = line.split()
+        groups[group].append(name)
+        for item in rest:
+            key, _, value = item.partition("=")
+            if key == "ansible_host":
+                addresses[name] = value
+    return addresses, groups
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """The PLAY RECAP of an ansible-playbook run: host -> {ok, changed, failed, ...}."""
+    result: dict[str, dict[str, int]] = {}
+    for match in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", output, re.MULTILINE):
+        counts = dict(re.findall(r"(\w+)=(\d+)", match.group(2)))
+        result[match.group(1)] = {k: int(v) for k, v in counts.items()}
+    return result
+
+
+@dataclass
+class TestBed:
+    __test__ = False  # not a test class, despite its name
+    inventory: Path
+    addresses: dict[str, str]
+    groups: dict[str, list[str]]
+    timings: dict[str, float] = field(default_factory=dict)
+    converges: list[subprocess.CompletedProcess[str]] = field(default_factory=list)
+
+    @property
+    def shared(self) -> Path:
+        """The directory every host mounts at this same path (exchange, HA storage, sinks)."""
+        return STATE / "shared"
+
+    def units_of(self, host: str) -> list[str]:
+        return [
+            unit
+            for group, units in GROUP_UNITS.items()
+            if host in self.groups.get(group, [])
+            for unit in units
+        ]
+
+    def ssh(
+        self, host: str, command: str, *, timeout: float = 60, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [
+            "ssh",
+            "-i",
+            str(STATE / "id_ed25519"),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            f"root@{self.addresses[host]}",
+            command,
+        ]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"{host}: {command!r} exited {result.returncode}:\n{result.stdout}{result.stderr}"
+            )
+        return result
+
+    def playbook(
+        self, playbook: str, *args: str, timeout: float = 900
+    ) -> subprocess.CompletedProcess[str]:
+        env = dict(
+            os.environ,
+            ANSIBLE_NOCOLOR="1",
+            ANSIBLE_FORCE_COLOR="0",
+            ANSIBLE_RETRY_FILES_ENABLED="0",
+            ANSIBLE_PIPELINING="1",
+            ANSIBLE_ROLES_PATH=str(ROOT / "ansible" / "roles"),
+            ANSIBLE_HOST_KEY_CHECKING="0",
+            ANSIBLE_FORKS="10",
+        )
+        return subprocess.run(
+            [
+                str(VENV_BIN / "ansible-playbook"),
+                "-i",
+                str(self.inventory),
+                *args,
+                str(ROOT / "ansible" / playbook),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+
+    def sparkmill(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """The CLI on this machine (the controller) against the test bed's cluster."""
+        return subprocess.run(
+            [str(VENV_BIN / "sparkmill"), "--config", str(self.client_config()), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            cwd=ROOT,
+            env=dict(os.environ, SPARK_LOCAL_IP="198.18.0.1"),
+        )
+
+    def client_config(self) -> Path:
+        """A client configuration: the leaders are found through the test bed's ensemble."""
+        path = STATE / "client.yaml"
+        if not path.exists():
+            quorum = ",".join(f"{self.addresses[h]}:2181" for h in self.groups["zookeeper"])
+            path.write_text(
+                "high-availability.mode: zookeeper\n"
+                f"high-availability.zookeeper.quorum: {quorum}\n"
+                "high-availability.zookeeper.path.root: /sparkmill\n"
+                "high-availability.cluster-id: /default\n"
+                f"high-availability.storageDir: {self.shared}/ha\n"
+                "high-availability.zookeeper.client.session-timeout: 6 s\n"
+                "rpc.bind-host: 198.18.0.1\n"
+                "metrics.enabled: false\n"
+                # The play renders transport security off until it distributes keys.
+                "security.curve.enabled: false\n"
+            )
+        return path
+
+    def cluster_status(self) -> dict[str, Any]:
+        result = self.sparkmill("cluster", "status", "--json", timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+        status: dict[str, Any] = json.loads(result.stdout)
+        return status
+
+    def prometheus(self, path: str, **params: str) -> Any:
+        host = self.groups["monitoring"][0]
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        url = f"http://{self.addresses[host]}:9090{path}{query}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.loads(response.read())
+        assert body.get("status") == "success", body
+        return body["data"]
+
+    def journals(self, lines: int = 150) -> str:
+        """The journal of every service of every host (for a failing test's report)."""
+        out = []
+        for host in self.addresses:
+            units = " ".join(f"-u {shlex.quote(u)}" for u in self.units_of(host))
+            result = self.ssh(
+                host,
+                f"systemctl --no-pager --all list-units 'sparkmill*' 'zookeeper*' 'prometheus*';"
+                f" journalctl --no-pager -o short-precise -n {lines} {units}",
+                timeout=30,
+                check=False,
+            )
+            out.append(f"===== {host} ({self.addresses[host]})\n{result.stdout}{result.stderr}")
+        return "\n".join(out)
+
+    def wait_until(self, what: str, probe: Any, timeout: float, interval: float = 2.0) -> Any:
+        """Calls probe() until it returns something truthy; else fails naming `what`, last value."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while True:
+            try:
+                last = probe()
+            except (AssertionError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+                last = exc
+            else:
+                if last:
+                    return last
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+            time.sleep(interval)
