@@ -7,8 +7,11 @@ group, subtask *i* of every job vertex goes to execution slot sharing group *i* 
 valid strategy; Flink's ``LocalInputPreferredSlotSharingStrategy`` additionally prefers
 co-location with inputs, which for pointwise chains gives the same assignment). So a group
 never holds two subtasks of the same job vertex, and each execution slot sharing group needs
-ONE physical slot whose profile is the sum of its members' profiles. As in Flink, if any
-member's profile is unknown the shared request is unknown too.
+ONE physical slot whose profile is the sum of its members' declared profiles. Unlike Flink,
+where resources are declared per slot sharing group, sparkmill declares them per operator: a
+member whose profile is unknown ("any slot will do") adds nothing, so one operator's declared
+needs still shape (and can rule out) the shared slot; only a group of unknown profiles asks for
+an unknown one.
 
 :class:`SlotSharingManager` hands out logical slots of one shared physical slot per
 execution slot sharing group; the physical slot goes back to the pool when its last logical
@@ -67,11 +70,12 @@ class ExecutionSlotSharingGroup:
 
     @property
     def resource_profile(self) -> ResourceProfile:
-        """Sum of the members' profiles; unknown as soon as one member is unknown (as Flink)."""
-        if not self.profiles or any(p.is_unknown for p in self.profiles):
+        """Sum of the members' declared profiles; unknown only when none declares one."""
+        declared = [p for p in self.profiles if not p.is_unknown]
+        if not declared:
             return UNKNOWN_PROFILE
         total = ResourceProfile()
-        for profile in self.profiles:
+        for profile in declared:
             total = total + profile
         return total
 

@@ -64,7 +64,7 @@ def test_different_parallelism_fills_lower_indices() -> None:
     assert [len(g.members) for g in strategy.groups] == [2, 1, 1]
 
 
-def test_profiles_add_up_and_unknown_stays_unknown() -> None:
+def test_declared_profiles_add_up_and_unknown_ones_add_nothing() -> None:
     known = SlotSharingStrategy(
         [
             TestingVertex(JobVertexID("a"), 1, resource_profile=ResourceProfile(1.0, 100)),
@@ -78,7 +78,10 @@ def test_profiles_add_up_and_unknown_stays_unknown() -> None:
             TestingVertex(JobVertexID("b"), 1),
         ]
     )
-    assert mixed.groups[0].resource_profile.is_unknown
+    # An impossible declared need must still rule the shared slot out (fail fast).
+    assert mixed.groups[0].resource_profile == ResourceProfile(1.0, 100)
+    unknown = SlotSharingStrategy([TestingVertex(JobVertexID("a"), 1)])
+    assert unknown.groups[0].resource_profile.is_unknown
 
 
 def test_unknown_subtask_is_a_bug() -> None:
