@@ -30,7 +30,7 @@ from typing import Any, Self, TypeVar, cast
 
 import yaml
 
-from sparkmill.common import config_options
+from sparkmill.common import config_registry
 from sparkmill.common.config_kinds import as_text
 from sparkmill.common.config_schema import ConfigOption, FreeFormPrefix, OptionRegistry
 from sparkmill.common.errors import ConfigurationError
@@ -117,7 +117,7 @@ class Configuration:
 
     def __init__(self, *, registry: OptionRegistry | None = None) -> None:
         """An empty configuration: every option has its default."""
-        self._registry = registry or config_options.REGISTRY
+        self._registry = registry or config_registry.REGISTRY
         self._values: dict[str, object] = {}  # declared keys that are set -> parsed value
         self._free: dict[str, str] = {}  # free-form (prefixed) keys that are set
         self._raw: dict[str, str] = {}  # every set key -> the value as written

@@ -225,3 +225,16 @@ DURATION: Kind[float] = DurationKind("ms")
 DURATION_SECONDS: Kind[float] = DurationKind("s")
 MEMORY: Kind[int] = MemoryKind()
 ADDRESS: Kind[str] = AddressKind()
+
+
+def port_range(text: str) -> tuple[int, int]:
+    """``'8081'`` -> (8081, 8081), ``'50100-50200'`` -> (50100, 50200); ValueError otherwise."""
+    low, dash, high = text.strip().partition("-")
+    if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
+        raise ValueError(
+            f"{text!r} is not a port or a port range (examples: '8081', '0', '50100-50200')"
+        )
+    first, last = int(low), int(high) if dash else int(low)
+    if last > 65535 or first > last or (first == 0 and last != 0):
+        raise ValueError(f"{text!r} is not a port range within 1-65535 (or 0 for a free port)")
+    return first, last

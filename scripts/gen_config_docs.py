@@ -18,7 +18,7 @@ DOC = ROOT / "docs" / "configuration.md"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sparkmill.common.config_options import REGISTRY  # noqa: E402
+from sparkmill.common.config_registry import REGISTRY  # noqa: E402
 from sparkmill.common.config_schema import ConfigOption, OptionRegistry  # noqa: E402
 
 INTRO = """\

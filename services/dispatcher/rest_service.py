@@ -15,6 +15,7 @@ from pathlib import Path
 from sparkmill.common import config_options as opt
 from sparkmill.common.actor import ServiceRuntime
 from sparkmill.common.config import Configuration
+from sparkmill.common.config_kinds import port_range
 from sparkmill.common.errors import RpcError
 from sparkmill.common.ha import HighAvailabilityServices
 from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
@@ -48,7 +49,7 @@ class RestSettings:
             enabled=config.get(opt.REST_ENABLED),
             bind_host=bind,
             advertised_host=advertised_host(bind, config.get(opt.REST_ADDRESS).strip()),
-            ports=opt.port_range(config.get(opt.REST_PORT)),
+            ports=port_range(config.get(opt.REST_PORT)),
             grafana_url=config.get(opt.WEB_GRAFANA_URL).strip().rstrip("/"),
         )
 

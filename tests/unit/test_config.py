@@ -21,6 +21,7 @@ from sparkmill.common.config_kinds import (
     MEMORY,
     STRING,
 )
+from sparkmill.common.config_registry import REGISTRY
 from sparkmill.common.config_schema import ConfigOption
 from sparkmill.common.errors import ConfigurationError
 
@@ -65,18 +66,18 @@ def test_defaults_follow_flink_where_the_concept_exists() -> None:
 
 
 def test_every_default_is_valid_and_round_trips() -> None:
-    for option in opts.REGISTRY.options.values():
+    for option in REGISTRY.options.values():
         assert option.parse(option.format()) == option.default, option.key
 
 
 def test_every_declared_constant_is_registered_once() -> None:
     constants = {v.key for v in vars(opts).values() if isinstance(v, ConfigOption)}
-    assert constants == set(opts.REGISTRY.options)
-    assert len(opts.REGISTRY.options) == sum(len(g.options) for g in opts.REGISTRY.groups)
+    assert constants == set(REGISTRY.options)
+    assert len(REGISTRY.options) == sum(len(g.options) for g in REGISTRY.groups)
 
 
 def test_job_overridable_keys() -> None:
-    keys = opts.REGISTRY.job_overridable_keys()
+    keys = REGISTRY.job_overridable_keys()
     assert "slot.request.timeout" in keys
     assert "jobmanager.execution.failover-strategy" in keys
     assert all(
@@ -84,7 +85,7 @@ def test_job_overridable_keys() -> None:
         for k in keys
         if k not in {"slot.request.timeout", "jobmanager.execution.failover-strategy"}
     )
-    restart = {k for k in opts.REGISTRY.options if k.startswith("restart-strategy.")}
+    restart = {k for k in REGISTRY.options if k.startswith("restart-strategy.")}
     assert restart <= set(keys)
     assert "heartbeat.interval" not in keys
 
@@ -528,12 +529,12 @@ def test_to_strings_round_trips() -> None:
 
 def test_to_strings_with_defaults_round_trips() -> None:
     everything = Configuration().to_strings(include_defaults=True)
-    assert set(everything) == set(opts.REGISTRY.options)
+    assert set(everything) == set(REGISTRY.options)
     assert everything["heartbeat.timeout"] == "50 s"
     assert everything["taskmanager.memory.process.size"] == "1728 mb"
     assert everything["jobstore.expiration-time"] == "1 h"
     conf = Configuration.from_mapping(everything)
-    for option in opts.REGISTRY.options.values():
+    for option in REGISTRY.options.values():
         assert conf.get(option) == option.default
 
 
