@@ -5,7 +5,7 @@
 #   scripts/testbed.sh status     # hosts, addresses and whether systemd runs in them
 #   scripts/testbed.sh down       # remove every container, mount and the bridge `up` made
 #
-# Hosts h1..hN get 198.18.0.11.. on the bridge smbr0 (198.18.0.1 on this machine); nothing
+# Hosts h1..hN get 198.18.0.11.. on the bridge smbr0 (198.18.0.1 on this machine; see NET below); nothing
 # routes beyond it. Each host's root is an overlay over one cached Debian root (debootstrap,
 # built once per package list under $SPARKMILL_TESTBED_CACHE); the hosts reach a directory
 # shared by all of them, mounted at the same path as here (the "NFS" mount of exchange.dir, sinks
@@ -21,8 +21,14 @@ VENV="${SPARKMILL_VENV:-$ROOT/.venv}"
 CACHE="${SPARKMILL_TESTBED_CACHE:-/var/cache/sparkmill-testbed}"
 STATE="${SPARKMILL_TESTBED_STATE:-/var/lib/sparkmill-testbed}"
 MIRROR="${SPARKMILL_TESTBED_MIRROR:-http://deb.debian.org/debian}"
-BRIDGE=smbr0
-NET=198.18.0
+# A second bed can run beside the first with its own /24 of 198.18.0.0/15, bridge and state
+# directory (SPARKMILL_TESTBED_NET=198.18.1 SPARKMILL_TESTBED_BRIDGE=smbr1 SPARKMILL_TESTBED_STATE=...).
+BRIDGE="${SPARKMILL_TESTBED_BRIDGE:-smbr0}"
+NET="${SPARKMILL_TESTBED_NET:-198.18.0}"
+[[ "$NET" =~ ^198\.1[89]\.([0-9]{1,3})$ ]] && [ "${BASH_REMATCH[1]}" -le 255 ] ||
+  { echo "[testbed] FAILED: SPARKMILL_TESTBED_NET must be a /24 inside 198.18.0.0/15, e.g. 198.18.1" >&2; exit 1; }
+[[ "$BRIDGE" =~ ^[a-z0-9]{1,15}$ ]] ||
+  { echo "[testbed] FAILED: SPARKMILL_TESTBED_BRIDGE must be a short interface name" >&2; exit 1; }
 CONTROLLER_ADDRESS="$NET.1"
 SHARED="$STATE/shared"
 WHEELS="$CACHE/wheels"
@@ -149,7 +155,7 @@ start_host() {  # INDEX
   d="$STATE/hosts/$h"
   # setsid: the container outlives this script; its console goes to a file.
   setsid systemd-nspawn -D "$d/root" -b --console=pipe --register=no --keep-unit \
-    --machine="sm-$h" --hostname="$h" --network-bridge="$BRIDGE" \
+    --machine="sm-$BRIDGE-$h" --hostname="$h" --network-bridge="$BRIDGE" \
     --bind="$SHARED:$SHARED" --bind-ro="$WHEELS:/opt/testbed-wheels" \
     </dev/null >"$d/console.log" 2>&1 &
   echo $! >"$d/nspawn.pid"

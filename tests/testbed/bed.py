@@ -1,6 +1,6 @@
 """The test bed of scripts/testbed.sh seen from the tests: hosts, SSH, Ansible, Prometheus.
 
-Every address used here is one of the test bed's (198.18.0.0/24) or loopback.
+Every address used here is one of the test bed's (a /24 of 198.18.0.0/15) or loopback.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ EXIT_CANNOT_RUN = 77
 STATE = Path(os.environ.get("SPARKMILL_TESTBED_STATE", "/var/lib/sparkmill-testbed"))
 CACHE = Path(os.environ.get("SPARKMILL_TESTBED_CACHE", "/var/cache/sparkmill-testbed"))
 VENV_BIN = Path(sys.prefix) / "bin"
+# This machine's address on the bed's bridge (scripts/testbed.sh gives it .1 of the bed's /24).
+CONTROLLER_ADDRESS = os.environ.get("SPARKMILL_TESTBED_NET", "198.18.0") + ".1"
 
 # The units each inventory group puts on a host (one task executor instance per host).
 GROUP_UNITS = {
@@ -153,7 +155,7 @@ class TestBed:
             timeout=timeout,
             check=False,
             cwd=ROOT,
-            env=dict(os.environ, SPARK_LOCAL_IP="198.18.0.1"),
+            env=dict(os.environ, SPARK_LOCAL_IP=CONTROLLER_ADDRESS),
         )
 
     def client_config(self) -> Path:
@@ -168,7 +170,7 @@ class TestBed:
                 "high-availability.cluster-id: /default\n"
                 f"high-availability.storageDir: {self.shared}/ha\n"
                 "high-availability.zookeeper.client.session-timeout: 6 s\n"
-                "rpc.bind-host: 198.18.0.1\n"
+                f"rpc.bind-host: {CONTROLLER_ADDRESS}\n"
                 "metrics.enabled: false\n"
                 # The play renders transport security off until it distributes keys.
                 "security.curve.enabled: false\n"

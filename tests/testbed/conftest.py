@@ -2,11 +2,12 @@
 
 (SPARKMILL_TESTBED_REUSE=1 uses a bed that is already up and converged and leaves it up.)
 
-The session fixture runs ``scripts/testbed.sh up`` (Debian hosts under systemd-nspawn on
-198.18.0.0/24), converges ``ansible/site.yml`` onto them twice and ``scripts/testbed.sh down``
-at the end, also when a test or the set-up failed. When this machine cannot run the test bed
-(not root, no systemd-nspawn or debootstrap, no Debian mirror) the tests are skipped with the
-script's reason. A failing test prints the journals of every host's services.
+The session fixture runs ``scripts/testbed.sh up`` (Debian hosts under systemd-nspawn on a /24
+of 198.18.0.0/15: 198.18.0.0/24 unless SPARKMILL_TESTBED_NET names another), converges
+``ansible/site.yml`` onto them twice and ``scripts/testbed.sh down`` at the end, also when a
+test or the set-up failed. When this machine cannot run the test bed (not root, no
+systemd-nspawn or debootstrap, no Debian mirror) the tests are skipped with the script's reason.
+A failing test prints the journals of every host's services.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.testbed.bed import ROOT, TestBed, recap
+from tests.testbed.bed import CONTROLLER_ADDRESS, ROOT, TestBed, recap
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -34,7 +34,7 @@ def _submit(bed: TestBed, output: Path, timeout: float = 600) -> subprocess.Comp
         os.environ,
         SPARKMILL_EXAMPLES_DIR=str(bed.shared / "work" / "wordcount"),
         WORDCOUNT_OUTPUT=str(output),
-        SPARK_LOCAL_IP="198.18.0.1",
+        SPARK_LOCAL_IP=CONTROLLER_ADDRESS,
     )
     return subprocess.run(
         [
