@@ -116,7 +116,8 @@ class ServiceRuntime:
             log.info("%s: stopping", self.name)
         finally:
             try:
-                await asyncio.wait_for(stop(), timeout=30)
+                async with asyncio.timeout(30):
+                    await stop()
             except TimeoutError:
                 log.error("%s: stop did not finish within 30s", self.name)
             await self.close()

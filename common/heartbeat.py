@@ -113,7 +113,8 @@ class HeartbeatManager:
             try:
                 # The RPC's own timeout is one interval: a reply slower than that is as good as
                 # none, and the next heartbeat goes out on time.
-                await asyncio.wait_for(target.sender(), timeout=self.interval_s)
+                async with asyncio.timeout(self.interval_s):
+                    await target.sender()
             except asyncio.CancelledError:
                 raise
             except (RpcError, TimeoutError) as exc:

@@ -109,7 +109,8 @@ class JobLeaderTracker:
                 )
                 return False
             try:
-                await asyncio.wait_for(tracked.changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await tracked.changed.wait()
             except TimeoutError:
                 continue
         return True

@@ -410,12 +410,14 @@ class MetricsHttpServer:
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await self._server.wait_closed()
             self._server = None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REQUEST_TIMEOUT_S)
+            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+                head = await reader.readuntil(b"\r\n\r\n")
             status, content_type, body = self._respond(head)
             if body is _RENDER:
                 body = await self._render_off_loop()

@@ -8,7 +8,9 @@ names it. The process then serves until SIGTERM/SIGINT and stops in order.
 from __future__ import annotations
 
 import asyncio
+import cProfile
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -38,6 +40,9 @@ from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 Service = Dispatcher | ResourceManager | JobMasterProcess | TaskExecutor
 
 EXIT_CONFIG_ERROR = 2
+# Set to a directory, every service process profiles its event loop thread with cProfile and
+# writes ``{role}-{pid}.prof`` there when it stops (benchmarks/profile_control_plane.py).
+PROFILE_DIR_ENV = "SPARKMILL_PROFILE_DIR"
 
 log = logging.getLogger("sparkmill")
 
@@ -61,10 +66,23 @@ def run_service(role: str, config_path: Path) -> int:
         return EXIT_CONFIG_ERROR
     configure_logging(config.get(opt.LOG_LEVEL))
     try:
-        return asyncio.run(_serve(role, settings, config))
+        return _run_loop(role, settings, config)
     except ConfigurationError as exc:
         print(f"sparkmill {role}: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
+
+
+def _run_loop(role: str, settings: ClusterSettings, config: Configuration) -> int:
+    profile_dir = os.environ.get(PROFILE_DIR_ENV)
+    if not profile_dir:
+        return asyncio.run(_serve(role, settings, config))
+    # Only the loop's thread: that is where a service's control-plane time goes.
+    profiler = cProfile.Profile()
+    try:
+        result: int = profiler.runcall(asyncio.run, _serve(role, settings, config))
+        return result
+    finally:
+        profiler.dump_stats(Path(profile_dir) / f"{role}-{os.getpid()}.prof")
 
 
 def _bind_address(role: str, settings: ClusterSettings) -> str:

@@ -113,7 +113,8 @@ class ClusterClient:
 
         await retrieval.start(listener)
         try:
-            return await asyncio.wait_for(found, timeout)
+            async with asyncio.timeout(timeout):
+                return await found
         except TimeoutError:
             raise UnavailableError(f"no {which} leader found within {timeout:g}s") from None
         finally:

@@ -102,7 +102,11 @@ class RpcClient:
         self._pending[request_id] = future
         try:
             await sock.send_multipart(framing.encode_request(header, request))
-            reply_header, payload = await asyncio.wait_for(future, timeout)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns a result that arrives
+            # together with a cancellation and swallows the cancellation, so a cancelled task
+            # (e.g. a heartbeat sender being stopped) would go on running.
+            async with asyncio.timeout(timeout):
+                reply_header, payload = await future
         except TimeoutError:
             raise DeadlineExceededError(
                 f"{spec.name} to {self.address} got no reply within {timeout:g}s"

@@ -121,7 +121,8 @@ class ZooKeeperConnection:
         waited = 0.0
         while not self._connected.is_set():
             try:
-                await asyncio.wait_for(self._connected.wait(), timeout=self.connection_timeout_s)
+                async with asyncio.timeout(self.connection_timeout_s):
+                    await self._connected.wait()
             except TimeoutError:
                 waited += self.connection_timeout_s
                 log.warning(

@@ -204,7 +204,8 @@ class HttpServer:
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await self._server.wait_closed()
             self._server = None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -217,7 +218,8 @@ class HttpServer:
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head_only = False
         try:
-            request = await asyncio.wait_for(self._read(reader), self.limits.read_timeout_s)
+            async with asyncio.timeout(self.limits.read_timeout_s):
+                request = await self._read(reader)
             head_only = request.method == "HEAD"
             if self._open > self.limits.max_connections:  # read first: closing unread resets
                 raise HttpError(503, "too many open connections; try again shortly")

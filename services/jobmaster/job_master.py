@@ -11,7 +11,6 @@ and every call it makes to task executors.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -60,6 +59,8 @@ from sparkmill.services.jobmaster.slot_pool import (
 )
 
 log = logging.getLogger(__name__)
+# How long a suspended JobMaster keeps trying to hand its job back to the dispatcher.
+_HAND_BACK_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -194,19 +195,27 @@ class JobMaster:
         only notice if the whole process died (not after, e.g., a ZooKeeper blip on this host
         alone); it starts the job again - here or elsewhere - and the new JobMaster keeps what
         finished."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(
-                self.host.report_job_status(
-                    dispatcher_pb2.JobStatusReport(
-                        job_id=self.job_id,
-                        status=cast(Any, JobStatus.SUSPENDED.value),
-                        job_master_session_id=self.session_id,
-                        details=self.details(),
-                        job_master_process_id=self.host.identity.id,
-                        job_master_address=self.host.identity.address,
-                    )
-                ),
-                timeout=min(self.settings.rpc_timeout_s, 5.0),
+        report = dispatcher_pb2.JobStatusReport(
+            job_id=self.job_id,
+            status=cast(Any, JobStatus.SUSPENDED.value),
+            job_master_session_id=self.session_id,
+            details=self.details(),
+            job_master_process_id=self.host.identity.id,
+            job_master_address=self.host.identity.address,
+        )
+        # The report is retried until the dispatcher leader takes or refuses it; the bound only
+        # keeps a dispatcher that stays unreachable from holding this JobMaster forever (its
+        # heartbeat to this process then finds out instead).
+        deadline = max(_HAND_BACK_TIMEOUT_S, self.settings.rpc_timeout_s)
+        try:
+            async with asyncio.timeout(deadline):
+                await self.host.report_job_status(report)
+        except TimeoutError:
+            log.warning(
+                "job %s: the dispatcher did not take the SUSPENDED report within %g s; it will "
+                "learn of it only when it loses this job-master process",
+                short(self.job_id),
+                deadline,
             )
 
     def cancel(self) -> None:

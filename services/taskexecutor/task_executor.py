@@ -174,7 +174,8 @@ class TaskExecutor(TaskExecutorServicer):
         table.when_closed(closed.set)
         timeout = self.settings.task_cancellation_timeout_s
         try:
-            await asyncio.wait_for(closed.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await closed.wait()
         except TimeoutError:
             lingering = table.force_close()
             log.error(

@@ -241,12 +241,6 @@ def test_zookeeper_restart_does_not_lose_jobs(ha_cluster: RunningCluster) -> Non
     assert isinstance(result, jobs_pb2.JobResult)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race, under investigation: a JobMaster deposed by its ZooKeeper session alone "
-    "is sometimes re-granted the latch ~0.3 s after it suspended and its SUSPENDED report never "
-    "reaches the dispatcher, so the job stays RUNNING (fails in about 1 run of 3)",
-)
 def test_a_job_master_deposed_by_zookeeper_alone_hands_the_job_on(
     cluster_factory: ClusterFactory,
 ) -> None:
