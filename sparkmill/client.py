@@ -20,6 +20,7 @@ from sparkmill.common.config import Configuration
 from sparkmill.common.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
+    FailedPreconditionError,
     FencingMismatchError,
     NotLeaderError,
     UnavailableError,
@@ -40,6 +41,8 @@ ATTEMPT_TIMEOUT_S = 2.0
 # While waiting for a job, one status query may ride out a leader failover.
 STATUS_TIMEOUT_S = 90.0
 TERMINAL_STATUSES = frozenset({common_pb2.FINISHED, common_pb2.FAILED, common_pb2.CANCELED})
+# How long one GetJobResult long poll of ``wait`` may wait at the dispatcher.
+LONG_POLL_S = 30.0
 
 
 @dataclass
@@ -215,6 +218,22 @@ class ClusterClient:
 
         return self._run(self._with_dispatcher(call, timeout))
 
+    def result_within(self, job_id: str, wait_s: float) -> jobs_pb2.JobResult | None:
+        """The job's result if it ends within ``wait_s`` (a long poll at the dispatcher), else
+        ``None``."""
+        wait_ms = max(1, int(wait_s * 1000))
+
+        async def call(d: DispatcherClient, attempt: float) -> jobs_pb2.JobResult | None:
+            try:
+                return await d.get_job_result(
+                    dispatcher_pb2.GetJobResultRequest(job_id=job_id, wait_ms=wait_ms),
+                    timeout=wait_s + attempt,
+                )
+            except FailedPreconditionError:
+                return None  # not ended yet
+
+        return self._run(self._with_dispatcher(call, STATUS_TIMEOUT_S + wait_s))
+
     def wait(
         self,
         job_id: str,
@@ -223,20 +242,32 @@ class ClusterClient:
         poll_s: float = 0.25,
         progress: Callable[[jobs_pb2.JobDetails], None] | None = None,
     ) -> jobs_pb2.JobResult:
-        """Block until the job is terminal; returns its result (whatever the outcome)."""
+        """Block until the job is terminal; returns its result (whatever the outcome).
+
+        The result is long-polled, so it arrives the moment the job ends; with ``progress`` the
+        job's details are fetched for it every ``poll_s`` in between.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            details = self.status(job_id, timeout=STATUS_TIMEOUT_S)
             if progress is not None:
-                progress(details)
-            if details.status in TERMINAL_STATUSES:
-                return self.result(job_id, timeout=STATUS_TIMEOUT_S)
-            if deadline is not None and time.monotonic() > deadline:
-                raise DeadlineExceededError(
-                    f"job {job_id} still {common_pb2.JobStatus.Name(details.status)} "
-                    f"after {timeout:g}s"
-                )
-            time.sleep(poll_s)
+                progress(self.status(job_id, timeout=STATUS_TIMEOUT_S))
+            wait_s = poll_s if progress is not None else LONG_POLL_S
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    status = self.status(job_id, timeout=STATUS_TIMEOUT_S).status
+                    if status in TERMINAL_STATUSES:  # it ended just now
+                        return self.result(job_id, timeout=STATUS_TIMEOUT_S)
+                    raise DeadlineExceededError(
+                        f"job {job_id} still {common_pb2.JobStatus.Name(status)} after {timeout:g}s"
+                    )
+                wait_s = min(wait_s, remaining)
+            began = time.monotonic()
+            result = self.result_within(job_id, wait_s)
+            if result is not None:
+                return result
+            if time.monotonic() - began < wait_s / 2:
+                time.sleep(poll_s)  # a dispatcher that answers at once (no long poll)
 
     # -- cluster -------------------------------------------------------------------------------
 

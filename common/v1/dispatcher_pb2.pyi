@@ -64,10 +64,12 @@ class CancelJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class GetJobResultRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "wait_ms")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    wait_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class RegisterJobMasterProcessRequest(_message.Message):
     __slots__ = ("process_id", "address", "info", "jobs")

@@ -17,6 +17,7 @@ from the JobMaster on demand.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ from sparkmill.services.dispatcher.job_placement import (
 from sparkmill.services.dispatcher.validation import validate_job_graph
 
 log = logging.getLogger(__name__)
+# The longest a GetJobResult call may wait for its job to end (its RPC deadline must be longer).
+_MAX_RESULT_WAIT_MS = 60_000
 
 
 @dataclass
@@ -77,6 +80,8 @@ class _Job:
     details: jobs_pb2.JobDetails | None = None
     result: jobs_pb2.JobResult | None = None
     placement: JobPlacement = JobPlacement.WAITING
+    # Set once the result is recorded: wakes the GetJobResult calls that wait for the end.
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def terminal(self) -> bool:
@@ -86,6 +91,11 @@ class _Job:
         """Change the placement; one the table does not allow is a bug."""
         JOB_PLACEMENT_TRANSITIONS.check(self.placement, placement, f"job {short(self.job_id)}")
         self.placement = placement
+
+    def record_result(self, result: jobs_pb2.JobResult) -> jobs_pb2.JobResult:
+        self.result = result
+        self.ended.set()
+        return result
 
 
 class Dispatcher(DispatcherServicer):
@@ -189,14 +199,15 @@ class Dispatcher(DispatcherServicer):
         )
         job.status = JobStatus.FAILED
         job.ended_at = time.time()
-        job.result = jobs_pb2.JobResult(
+        result = jobs_pb2.JobResult(
             job_id=job_id,
             status=cast(Any, JobStatus.FAILED.value),
             failure=common_pb2.ErrorInfo(
                 code=common_pb2.FAILED_PRECONDITION, message=message, exception_type="JobGraphLost"
             ),
         )
-        job.result.details.CopyFrom(self._details(job))
+        result.details.CopyFrom(self._details(job))
+        job.record_result(result)
         self.jobs[job_id] = job
         log.error("job %s FAILED on recovery: %s", short(job_id), message)
         await self.runtime.run_blocking(self.result_store.create_dirty, job.result)
@@ -372,7 +383,7 @@ class Dispatcher(DispatcherServicer):
             result = jobs_pb2.JobResult()
             result.CopyFrom(request.result)
             result.details.CopyFrom(self._details(job))
-            job.result = result
+            job.record_result(result)
             job.move_to(JobPlacement.ENDED)
             process = self.processes.get(job.process_id)
             if process is not None:
@@ -560,11 +571,12 @@ class Dispatcher(DispatcherServicer):
             # Not running anywhere yet: cancelling is just recording the outcome.
             job.status = JobStatus.CANCELED
             job.ended_at = time.time()
-            job.result = jobs_pb2.JobResult(
+            canceled = jobs_pb2.JobResult(
                 job_id=job.job_id, status=cast(Any, JobStatus.CANCELED.value)
             )
-            job.result.details.CopyFrom(self._details(job))
-            await self.runtime.run_blocking(self.result_store.create_dirty, job.result)
+            canceled.details.CopyFrom(self._details(job))
+            job.record_result(canceled)
+            await self.runtime.run_blocking(self.result_store.create_dirty, canceled)
             await self._clean_up(job.job_id)
         return common_pb2.Empty()
 
@@ -572,6 +584,12 @@ class Dispatcher(DispatcherServicer):
         self, request: dispatcher_pb2.GetJobResultRequest, context: CallContext
     ) -> jobs_pb2.JobResult:
         job = self._job(request.job_id)
+        if request.wait_ms and job.result is None:
+            # A long poll: answered the moment the job ends (no polling interval in the
+            # latency of a short job), or when the wait is over.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(request.wait_ms, _MAX_RESULT_WAIT_MS) / 1000):
+                    await job.ended.wait()
         if not job.terminal or job.result is None:
             raise FailedPreconditionError(
                 f"job {short(job.job_id)} is {job.status.name}; its result is not ready"

@@ -214,3 +214,19 @@ def test_missing_pipeline_attribute_is_a_clear_error(
     )
     assert run.returncode == 2
     assert "defines no module attribute 'pipeline'" in run.stderr
+
+
+def test_the_result_is_long_polled_and_arrives_when_the_job_ends(
+    shared_cluster: RunningCluster,
+) -> None:
+    client = shared_cluster.client
+    job_id = client.submit(
+        noop_pipeline("long-poll", parallelism=2, vertices=2, sleep_s=1.0).build_job_graph()
+    )
+    assert client.result_within(job_id, 0.05) is None  # still running: answered after the wait
+    began = time.monotonic()
+    result = client.result_within(job_id, 50.0)
+    waited = time.monotonic() - began
+    assert result is not None and result.status == common_pb2.FINISHED, result
+    # Woken by the job's end (~2 s of work), not by the end of the 50 s wait.
+    assert waited < 30.0, waited
