@@ -59,20 +59,7 @@ class TaskDeployment:
             job_config=dict(self.job_config),
             job_master_epoch=self.job_master_epoch,
         )
-        for gate in self.inputs:
-            message = tdd.inputs.add(
-                dataset_id=gate.dataset_id,
-                pattern=cast(Any, common_pb2.DistributionPattern.Value(gate.pattern)),
-                partitioner=gate.partitioner,
-                producer_parallelism=gate.producer_parallelism,
-            )
-            for part in gate.partitions:
-                message.partitions.add(
-                    dataset_id=part.dataset_id,
-                    partition_number=part.partition_number,
-                    producer_attempt_id=part.producer_attempt_id,
-                    producer_resource_id=part.producer_resource_id,
-                )
+        tdd.inputs.extend(input_gate_to_proto(gate) for gate in self.inputs)
         return tdd
 
     @classmethod
@@ -112,3 +99,23 @@ class TaskDeployment:
             ),
             produced_dataset_ids=tuple(tdd.produced_dataset_ids),
         )
+
+
+def input_gate_to_proto(gate: InputGateInfo) -> task_executor_pb2.InputGate:
+    """The wire form of one input gate (the JobMaster caches it for a gate many consumers
+    share)."""
+    message = task_executor_pb2.InputGate(
+        dataset_id=gate.dataset_id,
+        pattern=cast(Any, common_pb2.DistributionPattern.Value(gate.pattern)),
+        partitioner=gate.partitioner,
+        producer_parallelism=gate.producer_parallelism,
+    )
+    add = message.partitions.add
+    for part in gate.partitions:
+        add(
+            dataset_id=part.dataset_id,
+            partition_number=part.partition_number,
+            producer_attempt_id=part.producer_attempt_id,
+            producer_resource_id=part.producer_resource_id,
+        )
+    return message

@@ -364,7 +364,7 @@ class ConsumedPartitionGroup:
     The partitions always form a contiguous range of the result's partitions.
     """
 
-    __slots__ = ("_num_finished", "consumer_vertex_group", "partitions", "result")
+    __slots__ = ("_num_finished", "consumer_vertex_group", "generation", "partitions", "result")
 
     def __init__(
         self, result: IntermediateResult, partitions: Sequence[IntermediateResultPartition]
@@ -374,6 +374,9 @@ class ConsumedPartitionGroup:
         self.result = result
         self.partitions: tuple[IntermediateResultPartition, ...] = tuple(partitions)
         self._num_finished = sum(1 for p in self.partitions if p.is_finished)
+        # Goes up whenever a partition becomes unfinished (its producer runs again): while the
+        # group stays consumable, who wrote its partitions cannot change (see InputGateCache).
+        self.generation = 0
         # Set right after construction by _link().
         self.consumer_vertex_group: ConsumerVertexGroup
 
@@ -399,6 +402,7 @@ class ConsumedPartitionGroup:
         if self._num_finished <= 0:
             raise IllegalStateBug(f"{self!r}: a partition unfinished while none was finished")
         self._num_finished -= 1
+        self.generation += 1
 
     def __len__(self) -> int:
         return len(self.partitions)

@@ -43,7 +43,10 @@ from sparkmill.common.v1 import (
     task_executor_pb2,
 )
 from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
-from sparkmill.services.jobmaster.deployment_descriptor import deployment_of
+from sparkmill.services.jobmaster.deployment_descriptor import (
+    InputGateCache,
+    deployment_proto_of,
+)
 from sparkmill.services.jobmaster.deployments import DeploymentTracker, is_live_state
 from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph
 from sparkmill.services.jobmaster.host import JobMasterHost
@@ -120,6 +123,7 @@ class JobMaster:
         self.results_lost_with_executor = config.get(opt.EXCHANGE_STORAGE) == "local"
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
         self.deployments = DeploymentTracker()
+        self.input_gates = InputGateCache()
         self.rm_leader: LeaderInfo | None = None
         self.rm_client: ResourceManagerClient | None = None
         self._rm_registration: asyncio.Task[None] | None = None
@@ -333,14 +337,15 @@ class JobMaster:
         try:
             await te.client.submit_task(
                 task_executor_pb2.SubmitTaskRequest(
-                    tdd=deployment_of(
+                    tdd=deployment_proto_of(
                         execution,
                         slot.allocation_id,
+                        self.input_gates,
                         job_id=self.job_id,
                         job_name=self.job_graph.name,
                         job_master_epoch=self.epoch_ms,
                         job_config=self.job_graph.config,
-                    ).to_proto(),
+                    ),
                     job_master_address=self.host.identity.address,
                 ),
                 timeout=self.settings.rpc_timeout_s,
