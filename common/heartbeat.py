@@ -12,15 +12,28 @@ declares it dead after ``rpc_failure_threshold`` consecutive failed heartbeat RP
 a killed process in a few intervals instead of a whole timeout (Flink's
 ``heartbeat.rpc-failure-threshold``). A threshold of 0 disables that fast path.
 
+A sender can also watch the target's connection (``monitor(..., watch=...)``, fed by
+:meth:`RpcClient.watch_connection <sparkmill.common.rpc.client.RpcClient.watch_connection>`). A
+closed TCP connection is only a hint - the heartbeat stays the proof: the sender probes at once,
+and a target whose connection is still down when that probe has had ``disconnect_probe_s`` to
+answer is declared dead. A killed process is found in well under a second that way; a live one
+is reconnected by ZeroMQ within ~100 ms and simply answers (a frozen one too accepts the TCP
+connection, so it is left to the failure threshold and the timeout).
+
+Heartbeats go out at a fixed rate (one ``interval`` after the previous one *started*), so a
+target whose heartbeat RPCs time out is written off after ``threshold`` intervals, not twice as
+many.
+
 All of this runs on the owning service's event loop; the timeout callback is called there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sparkmill.common.errors import RpcError
 
@@ -28,6 +41,12 @@ log = logging.getLogger(__name__)
 
 TimeoutListener = Callable[[str, str], None]
 """Called as ``listener(target_id, reason)`` when a target is considered dead."""
+
+ConnectionWatch = Callable[[Callable[[bool], None]], Callable[[], None]]
+"""``watch(listener)`` calls ``listener(False/True)`` as the target's connection goes down/up
+and returns a function that stops it."""
+
+DEFAULT_DISCONNECT_PROBE_S = 0.5
 
 
 @dataclass(slots=True)
@@ -37,6 +56,9 @@ class _Target:
     failures: int = 0
     task: asyncio.Task[None] | None = None
     timed_out: bool = False
+    connected: bool = True  # as far as the connection watch knows
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    unwatch: Callable[[], None] | None = None
 
 
 class HeartbeatManager:
@@ -48,6 +70,7 @@ class HeartbeatManager:
         timeout_s: float,
         rpc_failure_threshold: int,
         on_timeout: TimeoutListener,
+        disconnect_probe_s: float = DEFAULT_DISCONNECT_PROBE_S,
     ) -> None:
         if timeout_s <= interval_s:
             raise ValueError("heartbeat timeout must be larger than the interval")
@@ -55,6 +78,7 @@ class HeartbeatManager:
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.rpc_failure_threshold = rpc_failure_threshold
+        self.disconnect_probe_s = min(disconnect_probe_s, interval_s)
         self._on_timeout = on_timeout
         self._targets: dict[str, _Target] = {}
         self._checker: asyncio.Task[None] | None = None
@@ -74,13 +98,24 @@ class HeartbeatManager:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for target in self._targets.values():
+            _unwatch(target)
         self._targets.clear()
         self._checker = None
 
-    def monitor(self, target_id: str, sender: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Start watching ``target_id``; with ``sender``, this side sends the heartbeats."""
+    def monitor(
+        self,
+        target_id: str,
+        sender: Callable[[], Awaitable[None]] | None = None,
+        *,
+        watch: ConnectionWatch | None = None,
+    ) -> None:
+        """Start watching ``target_id``; with ``sender``, this side sends the heartbeats, and
+        with ``watch`` too, a closed connection makes it probe the target at once."""
         self.unmonitor(target_id)
         target = _Target(last_heard=self._loop_time(), sender=sender)
+        if sender is not None and watch is not None:
+            target.unwatch = watch(lambda up: self._connection_changed(target, up))
         if sender is not None:
             target.task = asyncio.create_task(
                 self._send_loop(target_id, target), name=f"{self.name}-hb-{target_id[:8]}"
@@ -89,8 +124,15 @@ class HeartbeatManager:
 
     def unmonitor(self, target_id: str) -> None:
         target = self._targets.pop(target_id, None)
-        if target is not None and target.task is not None:
-            target.task.cancel()
+        if target is not None:
+            _unwatch(target)
+            if target.task is not None:
+                target.task.cancel()
+
+    def _connection_changed(self, target: _Target, up: bool) -> None:
+        target.connected = up
+        if not up:
+            target.wake.set()  # probe now: a killed process's connection closes at once
 
     def is_monitored(self, target_id: str) -> bool:
         return target_id in self._targets
@@ -110,10 +152,15 @@ class HeartbeatManager:
     async def _send_loop(self, target_id: str, target: _Target) -> None:
         assert target.sender is not None
         while True:
+            started = self._loop_time()
+            target.wake.clear()
+            probing = not target.connected
+            # The RPC's own timeout is one interval: a reply slower than that is as good as
+            # none, and the next heartbeat goes out on time. A probe after a closed connection
+            # gets less: a live target is reconnected and answers within it.
+            timeout = self.disconnect_probe_s if probing else self.interval_s
             try:
-                # The RPC's own timeout is one interval: a reply slower than that is as good as
-                # none, and the next heartbeat goes out on time.
-                async with asyncio.timeout(self.interval_s):
+                async with asyncio.timeout(timeout):
                     await target.sender()
             except asyncio.CancelledError:
                 raise
@@ -126,6 +173,13 @@ class HeartbeatManager:
                     target.failures,
                     exc,
                 )
+                if probing and not target.connected:
+                    self._expire(
+                        target_id,
+                        f"its connection closed and it did not answer within {timeout:g}s "
+                        f"(last: {type(exc).__name__}: {exc})",
+                    )
+                    return
                 threshold = self.rpc_failure_threshold
                 if threshold and target.failures >= threshold:
                     self._expire(
@@ -140,7 +194,11 @@ class HeartbeatManager:
             else:
                 target.failures = 0
                 target.last_heard = self._loop_time()
-            await asyncio.sleep(self.interval_s)
+            delay = started + self.interval_s - self._loop_time()
+            if delay > 0 and not target.wake.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await target.wake.wait()
 
     async def _check_loop(self) -> None:
         period = min(self.interval_s, max(0.05, self.timeout_s / 10))
@@ -161,6 +219,7 @@ class HeartbeatManager:
         if target is None or target.timed_out:
             return
         target.timed_out = True
+        _unwatch(target)
         if target.task is not None and target.task is not asyncio.current_task():
             target.task.cancel()
         self.timeouts_total += 1
@@ -169,3 +228,9 @@ class HeartbeatManager:
             self._on_timeout(target_id, reason)
         except Exception:
             log.exception("%s: heartbeat timeout listener failed", self.name)
+
+
+def _unwatch(target: _Target) -> None:
+    if target.unwatch is not None:
+        target.unwatch()
+        target.unwatch = None

@@ -8,19 +8,25 @@ timeout; a reply that arrives later is dropped. Errors come back as the typed ex
 :class:`~common.errors.DeadlineExceededError`, whose message names the method and the target.
 
 ZeroMQ reconnects by itself, so a client outlives restarts of its target; whether a target is
-*gone* is decided above this layer (heartbeats, consecutive failures), not here.
+*gone* is decided above this layer (heartbeats, consecutive failures), not here. What this layer
+does offer is a hint: :meth:`RpcClient.watch_connection` reports when the TCP connection to the
+target closes and when it is made again (a ZeroMQ socket monitor). A killed process's connections
+close at once, so a heartbeat sender can probe right away instead of waiting out its interval.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import zmq
 import zmq.asyncio
 from google.protobuf.message import DecodeError, Message
+from zmq.utils.monitor import parse_monitor_message
 
 from sparkmill.common.errors import (
     DeadlineExceededError,
@@ -35,6 +41,9 @@ from sparkmill.common.rpc.security import TransportSecurity
 from sparkmill.common.v1 import envelope_pb2
 
 log = logging.getLogger(__name__)
+
+ConnectionListener = Callable[[bool], None]
+"""Called with ``False`` when the connection to the target closed, ``True`` when it is up."""
 
 
 class RpcClient:
@@ -57,6 +66,8 @@ class RpcClient:
         self._pending: dict[int, asyncio.Future[tuple[envelope_pb2.ResponseHeader, bytes]]] = {}
         self._ids = itertools.count(1)
         self._closed = False
+        self._connection_listeners: list[ConnectionListener] = []
+        self._monitor: asyncio.Task[None] | None = None
 
     def _ensure_connected(self) -> zmq.asyncio.Socket:
         if self._closed:
@@ -142,8 +153,51 @@ class RpcClient:
             if future is not None and not future.done():
                 future.set_result((header, payload))
 
+    def watch_connection(self, listener: ConnectionListener) -> Callable[[], None]:
+        """Call ``listener(False)`` whenever the TCP connection to the target closes and
+        ``listener(True)`` when one is made; returns a function that stops the calls."""
+        sock = self._ensure_connected()
+        self._connection_listeners.append(listener)
+        if self._monitor is None:
+            monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+            self._monitor = asyncio.create_task(self._monitor_loop(monitor))
+
+        def stop() -> None:
+            if listener in self._connection_listeners:
+                self._connection_listeners.remove(listener)
+
+        return stop
+
+    async def _monitor_loop(self, monitor: zmq.asyncio.Socket) -> None:
+        try:
+            while True:
+                try:
+                    frames = await monitor.recv_multipart()
+                    event = parse_monitor_message(frames)["event"]
+                except zmq.ZMQError:
+                    return
+                except (ValueError, KeyError, IndexError):
+                    continue  # not a monitor event this libzmq version speaks
+                if event not in (zmq.EVENT_CONNECTED, zmq.EVENT_DISCONNECTED):
+                    continue
+                up = event == zmq.EVENT_CONNECTED
+                for listener in list(self._connection_listeners):
+                    try:
+                        listener(up)
+                    except Exception:
+                        log.exception("connection listener for %s failed", self.address)
+        finally:
+            monitor.close(linger=0)
+
     async def close(self) -> None:
         self._closed = True
+        self._connection_listeners.clear()
+        if self._monitor is not None:
+            self._monitor.cancel()
+            await asyncio.gather(self._monitor, return_exceptions=True)
+            if self._socket is not None:
+                with contextlib.suppress(zmq.ZMQError):
+                    self._socket.disable_monitor()
         if self._receiver is not None:
             self._receiver.cancel()
             await asyncio.gather(self._receiver, return_exceptions=True)

@@ -427,7 +427,9 @@ class Dispatcher(DispatcherServicer):
                     "stop-orphan",
                 )
         self.heartbeats.monitor(
-            request.process_id, lambda: self._heartbeat_process(request.process_id)
+            request.process_id,
+            lambda: self._heartbeat_process(request.process_id),
+            watch=self.clients.get(request.address).watch_connection,
         )
         log.info(
             "job-master process %s registered from %s", short(request.process_id), request.address

@@ -491,7 +491,11 @@ class JobMaster:
             return
         client = TaskExecutorClient(self.clients.get(address), fencing_token=self.session_id)
         self.task_executors[rid] = _TaskExecutorConnection(rid, address, client)
-        self.heartbeats.monitor(rid, lambda: self._heartbeat_task_executor(rid))
+        self.heartbeats.monitor(
+            rid,
+            lambda: self._heartbeat_task_executor(rid),
+            watch=self.clients.get(address).watch_connection,
+        )
 
     async def _heartbeat_task_executor(self, resource_id: ResourceID) -> None:
         te = self.task_executors.get(resource_id)

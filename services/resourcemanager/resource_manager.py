@@ -205,7 +205,11 @@ class ResourceManager(ResourceManagerServicer):
             resource_id, instance_id, request.address, client, request, peer=context.peer
         )
         self._by_instance[instance_id] = resource_id
-        self.te_heartbeats.monitor(resource_id, lambda: self._heartbeat_task_executor(resource_id))
+        self.te_heartbeats.monitor(
+            resource_id,
+            lambda: self._heartbeat_task_executor(resource_id),
+            watch=self.clients.get(request.address).watch_connection,
+        )
         log.info(
             "task executor %s registered from %s with %d slots (instance %s)",
             short(resource_id),
@@ -363,7 +367,11 @@ class ResourceManager(ResourceManagerServicer):
         self.job_masters[job_id] = _JobMasterRecord(
             job_id, request.job_master_address, request.job_master_session_id, client
         )
-        self.jm_heartbeats.monitor(job_id, lambda: self._heartbeat_job_master(job_id))
+        self.jm_heartbeats.monitor(
+            job_id,
+            lambda: self._heartbeat_job_master(job_id),
+            watch=self.clients.get(request.job_master_address).watch_connection,
+        )
         log.info(
             "JobMaster of job %s registered from %s", short(job_id), request.job_master_address
         )
