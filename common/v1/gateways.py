@@ -360,6 +360,8 @@ RESOURCEMANAGERGATEWAY_METHODS: dict[str, MethodSpec] = {
     "DisconnectJobMaster": MethodSpec("DisconnectJobMaster", "disconnect_job_master", resource_manager_pb2.DisconnectJobMasterRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "RequestSlot": MethodSpec("RequestSlot", "request_slot", resource_manager_pb2.RequestSlotRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "CancelSlotRequest": MethodSpec("CancelSlotRequest", "cancel_slot_request", resource_manager_pb2.CancelSlotRequestRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "RequestSlots": MethodSpec("RequestSlots", "request_slots", resource_manager_pb2.RequestSlotsRequest, resource_manager_pb2.RequestSlotsResponse, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "CancelSlotRequests": MethodSpec("CancelSlotRequests", "cancel_slot_requests", resource_manager_pb2.CancelSlotRequestsRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "GetClusterStatus": MethodSpec("GetClusterStatus", "get_cluster_status", resource_manager_pb2.GetClusterStatusRequest, resource_manager_pb2.ClusterStatus, fenced=True, default_timeout_s=10.0, callers=('client', 'dispatcher'), large_request=False),
     "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
     "GetLeaderSession": MethodSpec("GetLeaderSession", "get_leader_session", common_pb2.GetLeaderSessionRequest, common_pb2.LeaderSession, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
@@ -452,6 +454,22 @@ class ResourceManagerClient:
         reply = await self._call(spec, request, timeout, fencing_token)
         return cast(common_pb2.Empty, reply)
 
+    async def request_slots(
+        self, request: resource_manager_pb2.RequestSlotsRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> resource_manager_pb2.RequestSlotsResponse:
+        spec = self.METHODS["RequestSlots"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(resource_manager_pb2.RequestSlotsResponse, reply)
+
+    async def cancel_slot_requests(
+        self, request: resource_manager_pb2.CancelSlotRequestsRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> common_pb2.Empty:
+        spec = self.METHODS["CancelSlotRequests"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(common_pb2.Empty, reply)
+
     async def get_cluster_status(
         self, request: resource_manager_pb2.GetClusterStatusRequest, *, timeout: float | None = None,
         fencing_token: str | None = None,
@@ -506,6 +524,12 @@ class ResourceManagerServicer(Servicer):
 
     async def cancel_slot_request(self, request: resource_manager_pb2.CancelSlotRequestRequest, context: CallContext) -> common_pb2.Empty:
         return await self._unimplemented("CancelSlotRequest")
+
+    async def request_slots(self, request: resource_manager_pb2.RequestSlotsRequest, context: CallContext) -> resource_manager_pb2.RequestSlotsResponse:
+        return await self._unimplemented("RequestSlots")
+
+    async def cancel_slot_requests(self, request: resource_manager_pb2.CancelSlotRequestsRequest, context: CallContext) -> common_pb2.Empty:
+        return await self._unimplemented("CancelSlotRequests")
 
     async def get_cluster_status(self, request: resource_manager_pb2.GetClusterStatusRequest, context: CallContext) -> resource_manager_pb2.ClusterStatus:
         return await self._unimplemented("GetClusterStatus")

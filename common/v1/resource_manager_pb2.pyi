@@ -112,6 +112,32 @@ class CancelSlotRequestRequest(_message.Message):
     allocation_id: str
     def __init__(self, allocation_id: _Optional[str] = ...) -> None: ...
 
+class RequestSlotsRequest(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[RequestSlotRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[RequestSlotRequest, _Mapping]]] = ...) -> None: ...
+
+class RefusedSlotRequest(_message.Message):
+    __slots__ = ("allocation_id", "error")
+    ALLOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    allocation_id: str
+    error: _common_pb2.ErrorInfo
+    def __init__(self, allocation_id: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ...) -> None: ...
+
+class RequestSlotsResponse(_message.Message):
+    __slots__ = ("refused",)
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    refused: _containers.RepeatedCompositeFieldContainer[RefusedSlotRequest]
+    def __init__(self, refused: _Optional[_Iterable[_Union[RefusedSlotRequest, _Mapping]]] = ...) -> None: ...
+
+class CancelSlotRequestsRequest(_message.Message):
+    __slots__ = ("allocation_ids",)
+    ALLOCATION_IDS_FIELD_NUMBER: _ClassVar[int]
+    allocation_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, allocation_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class GetClusterStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

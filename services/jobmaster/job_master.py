@@ -60,6 +60,7 @@ from sparkmill.services.jobmaster.slot_pool import (
     SlotPool,
     TaskExecutorInfo,
 )
+from sparkmill.services.jobmaster.slot_requests import SlotRequestBatcher
 
 log = logging.getLogger(__name__)
 # How long a suspended JobMaster keeps trying to hand its job back to the dispatcher.
@@ -124,6 +125,11 @@ class JobMaster:
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
         self.deployments = DeploymentTracker()
         self.input_gates = InputGateCache()
+        self.slot_requests = SlotRequestBatcher(
+            lambda: self.rm_client,
+            spawn=self.runtime.spawn,
+            on_refused=self.slot_pool.fail_allocation,
+        )
         self.rm_leader: LeaderInfo | None = None
         self.rm_client: ResourceManagerClient | None = None
         self._rm_registration: asyncio.Task[None] | None = None
@@ -373,41 +379,19 @@ class JobMaster:
     def request_slot_from_resource_manager(
         self, allocation_id: AllocationID, resource_profile: ResourceProfile
     ) -> None:
-        client = self.rm_client
-        if client is None:
-            return
-
-        async def request() -> None:
-            try:
-                await client.request_slot(
-                    resource_manager_pb2.RequestSlotRequest(
-                        job_id=self.job_id,
-                        allocation_id=allocation_id,
-                        resource_profile=profile_to_proto(resource_profile),
-                        job_master_address=self.host.identity.address,
-                        timeout_ms=int(self.config.get(opt.SLOT_REQUEST_TIMEOUT) * 1000),
-                        job_master_session_id=self.session_id,
-                    )
-                )
-            except RpcError as exc:
-                self.slot_pool.fail_allocation(allocation_id, exc)
-
-        self.runtime.spawn(request(), "request-slot")
+        self.slot_requests.request(
+            resource_manager_pb2.RequestSlotRequest(
+                job_id=self.job_id,
+                allocation_id=allocation_id,
+                resource_profile=profile_to_proto(resource_profile),
+                job_master_address=self.host.identity.address,
+                timeout_ms=int(self.config.get(opt.SLOT_REQUEST_TIMEOUT) * 1000),
+                job_master_session_id=self.session_id,
+            )
+        )
 
     def cancel_slot_request_at_resource_manager(self, allocation_id: AllocationID) -> None:
-        client = self.rm_client
-        if client is None:
-            return
-
-        async def cancel() -> None:
-            try:
-                await client.cancel_slot_request(
-                    resource_manager_pb2.CancelSlotRequestRequest(allocation_id=allocation_id)
-                )
-            except RpcError as exc:
-                log.debug("cancelling slot request %s failed: %s", short(allocation_id), exc)
-
-        self.runtime.spawn(cancel(), "cancel-slot-request")
+        self.slot_requests.cancel(allocation_id)
 
     def free_slot_at_task_executor(
         self, task_executor: TaskExecutorInfo, allocation_id: AllocationID, cause: str

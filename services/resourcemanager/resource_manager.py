@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from sparkmill.common.actor import ServiceRuntime
 from sparkmill.common.errors import (
@@ -482,6 +483,34 @@ class ResourceManager(ResourceManagerServicer):
         self, request: resource_manager_pb2.CancelSlotRequestRequest, context: CallContext
     ) -> common_pb2.Empty:
         self._slots().unregister_slot_request(AllocationID(request.allocation_id))
+        return common_pb2.Empty()
+
+    async def request_slots(
+        self, request: resource_manager_pb2.RequestSlotsRequest, context: CallContext
+    ) -> resource_manager_pb2.RequestSlotsResponse:
+        self._slots()  # not leading: the whole batch is refused, as one request would be
+        reply = resource_manager_pb2.RequestSlotsResponse()
+        for one in request.requests:
+            try:
+                await self.request_slot(one, context)
+            except RpcError as exc:
+                reply.refused.add(
+                    allocation_id=one.allocation_id,
+                    error=common_pb2.ErrorInfo(
+                        code=cast(Any, int(exc.code)),
+                        message=exc.message,
+                        exception_type=type(exc).__name__,
+                    ),
+                )
+        return reply
+
+    async def cancel_slot_requests(
+        self, request: resource_manager_pb2.CancelSlotRequestsRequest, context: CallContext
+    ) -> common_pb2.Empty:
+        for allocation_id in request.allocation_ids:
+            await self.cancel_slot_request(
+                resource_manager_pb2.CancelSlotRequestRequest(allocation_id=allocation_id), context
+            )
         return common_pb2.Empty()
 
     # ResourceActions (called by the SlotManager, on the loop) ------------------------------------

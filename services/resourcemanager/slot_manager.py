@@ -321,7 +321,7 @@ class SlotManager:
         entry = _Request(request, next(self._seq), self._timers.now() + self._timeout_of(request))
         self._requests[allocation_id] = entry
         if not self._try_place(entry, exclude=None):
-            log.info("slot request %s waits for a slot", short(allocation_id))
+            log.debug("slot request %s waits for a slot", short(allocation_id))
             self._enqueue(entry)
         return True
 

@@ -1,0 +1,97 @@
+"""SlotRequestBatcher: one RequestSlots / CancelSlotRequests per loop turn, in order."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sparkmill.common.errors import RpcError, UnavailableError
+from sparkmill.common.ids import AllocationID
+from sparkmill.common.v1 import common_pb2, resource_manager_pb2
+from sparkmill.services.jobmaster.slot_requests import SlotRequestBatcher
+
+
+class TestingResourceManager:
+    """Records what reaches it; refuses allocation ids it is told to."""
+
+    __test__ = False
+
+    def __init__(self, refuse: set[str] | None = None, down: bool = False) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+        self.refuse = refuse or set()
+        self.down = down
+
+    async def request_slots(self, request: Any) -> Any:
+        ids = [r.allocation_id for r in request.requests]
+        self.calls.append(("request", ids))
+        if self.down:
+            raise UnavailableError("resource manager unreachable")
+        reply = resource_manager_pb2.RequestSlotsResponse()
+        for aid in ids:
+            if aid in self.refuse:
+                reply.refused.add(
+                    allocation_id=aid,
+                    error=common_pb2.ErrorInfo(
+                        code=common_pb2.RESOURCE_EXHAUSTED, message="no such slot anywhere"
+                    ),
+                )
+        return reply
+
+    async def cancel_slot_requests(self, request: Any) -> Any:
+        self.calls.append(("cancel", list(request.allocation_ids)))
+        return common_pb2.Empty()
+
+
+def drive(rm: TestingResourceManager, script: Any) -> list[tuple[str, RpcError]]:
+    refused: list[tuple[str, RpcError]] = []
+
+    async def main() -> None:
+        tasks: list[asyncio.Task[None]] = []
+        batcher = SlotRequestBatcher(
+            lambda: rm,  # type: ignore[arg-type,return-value]
+            spawn=lambda coro, name: tasks.append(asyncio.create_task(coro)),
+            on_refused=lambda aid, exc: refused.append((aid, exc)),
+        )
+        await script(batcher)
+        await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    return refused
+
+
+def request(aid: str) -> resource_manager_pb2.RequestSlotRequest:
+    return resource_manager_pb2.RequestSlotRequest(job_id="j", allocation_id=aid)
+
+
+def test_one_turns_requests_go_out_as_one_rpc_and_a_withdrawn_one_never_leaves() -> None:
+    rm = TestingResourceManager()
+
+    async def script(batcher: SlotRequestBatcher) -> None:
+        for aid in ("a", "b", "c"):
+            batcher.request(request(aid))
+        batcher.cancel(AllocationID("b"))  # fulfilled by a reused slot within the same turn
+        await asyncio.sleep(0.01)
+        batcher.cancel(AllocationID("a"))  # sent already: cancelled at the RM
+        batcher.cancel(AllocationID("c"))
+        batcher.request(request("d"))
+
+    assert drive(rm, script) == []
+    assert rm.calls == [("request", ["a", "c"]), ("request", ["d"]), ("cancel", ["a", "c"])]
+
+
+def test_refusals_reach_their_own_requests_and_a_failed_rpc_fails_the_whole_batch() -> None:
+    rm = TestingResourceManager(refuse={"y"})
+
+    async def script(batcher: SlotRequestBatcher) -> None:
+        batcher.request(request("x"))
+        batcher.request(request("y"))
+
+    refused = drive(rm, script)
+    assert [(aid, type(exc).__name__) for aid, exc in refused] == [("y", "ResourceExhaustedError")]
+    assert "no such slot anywhere" in str(refused[0][1])
+
+    down = TestingResourceManager(down=True)
+    refused = drive(down, script)
+    assert [aid for aid, _ in refused] == ["x", "y"]
+    assert all(isinstance(exc, UnavailableError) for _, exc in refused)
