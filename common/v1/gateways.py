@@ -544,6 +544,7 @@ class ResourceManagerServicer(Servicer):
 TASKEXECUTORGATEWAY_METHODS: dict[str, MethodSpec] = {
     "RequestSlot": MethodSpec("RequestSlot", "request_slot", task_executor_pb2.TaskExecutorRequestSlotRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
     "SubmitTask": MethodSpec("SubmitTask", "submit_task", task_executor_pb2.SubmitTaskRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=True),
+    "SubmitTasks": MethodSpec("SubmitTasks", "submit_tasks", task_executor_pb2.SubmitTasksRequest, task_executor_pb2.SubmitTasksResponse, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=True),
     "CancelTask": MethodSpec("CancelTask", "cancel_task", task_executor_pb2.CancelTaskRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "FreeSlot": MethodSpec("FreeSlot", "free_slot", task_executor_pb2.FreeSlotRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "HeartbeatFromResourceManager": MethodSpec("HeartbeatFromResourceManager", "heartbeat_from_resource_manager", common_pb2.HeartbeatRequest, common_pb2.SlotReport, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
@@ -591,6 +592,14 @@ class TaskExecutorClient:
         spec = self.METHODS["SubmitTask"]
         reply = await self._call(spec, request, timeout, fencing_token)
         return cast(common_pb2.Empty, reply)
+
+    async def submit_tasks(
+        self, request: task_executor_pb2.SubmitTasksRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> task_executor_pb2.SubmitTasksResponse:
+        spec = self.METHODS["SubmitTasks"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(task_executor_pb2.SubmitTasksResponse, reply)
 
     async def cancel_task(
         self, request: task_executor_pb2.CancelTaskRequest, *, timeout: float | None = None,
@@ -660,6 +669,9 @@ class TaskExecutorServicer(Servicer):
 
     async def submit_task(self, request: task_executor_pb2.SubmitTaskRequest, context: CallContext) -> common_pb2.Empty:
         return await self._unimplemented("SubmitTask")
+
+    async def submit_tasks(self, request: task_executor_pb2.SubmitTasksRequest, context: CallContext) -> task_executor_pb2.SubmitTasksResponse:
+        return await self._unimplemented("SubmitTasks")
 
     async def cancel_task(self, request: task_executor_pb2.CancelTaskRequest, context: CallContext) -> common_pb2.Empty:
         return await self._unimplemented("CancelTask")

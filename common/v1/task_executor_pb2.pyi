@@ -101,6 +101,26 @@ class SubmitTaskRequest(_message.Message):
     job_master_address: str
     def __init__(self, tdd: _Optional[_Union[TaskDeploymentDescriptor, _Mapping]] = ..., job_master_address: _Optional[str] = ...) -> None: ...
 
+class SubmitTasksRequest(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[SubmitTaskRequest]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[SubmitTaskRequest, _Mapping]]] = ...) -> None: ...
+
+class RefusedTask(_message.Message):
+    __slots__ = ("attempt_id", "error")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    error: _common_pb2.ErrorInfo
+    def __init__(self, attempt_id: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ...) -> None: ...
+
+class SubmitTasksResponse(_message.Message):
+    __slots__ = ("refused",)
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    refused: _containers.RepeatedCompositeFieldContainer[RefusedTask]
+    def __init__(self, refused: _Optional[_Iterable[_Union[RefusedTask, _Mapping]]] = ...) -> None: ...
+
 class CancelTaskRequest(_message.Message):
     __slots__ = ("job_id", "attempt_id")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

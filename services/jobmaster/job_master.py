@@ -61,6 +61,7 @@ from sparkmill.services.jobmaster.slot_pool import (
     TaskExecutorInfo,
 )
 from sparkmill.services.jobmaster.slot_requests import SlotRequestBatcher
+from sparkmill.services.jobmaster.task_submissions import TaskSubmissionBatcher
 
 log = logging.getLogger(__name__)
 # How long a suspended JobMaster keeps trying to hand its job back to the dispatcher.
@@ -125,6 +126,9 @@ class JobMaster:
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
         self.deployments = DeploymentTracker()
         self.input_gates = InputGateCache()
+        self.task_submissions = TaskSubmissionBatcher(
+            spawn=self.runtime.spawn, timeout_s=settings.rpc_timeout_s
+        )
         self.slot_requests = SlotRequestBatcher(
             lambda: self.rm_client,
             spawn=self.runtime.spawn,
@@ -341,7 +345,9 @@ class JobMaster:
             )
         self.deployments.start_deployment(execution.attempt_id, te.resource_id)
         try:
-            await te.client.submit_task(
+            await self.task_submissions.submit(
+                te.resource_id,
+                te.client,
                 task_executor_pb2.SubmitTaskRequest(
                     tdd=deployment_proto_of(
                         execution,
@@ -354,7 +360,6 @@ class JobMaster:
                     ),
                     job_master_address=self.host.identity.address,
                 ),
-                timeout=self.settings.rpc_timeout_s,
             )
         except BaseException:
             self.deployments.stop(execution.attempt_id)

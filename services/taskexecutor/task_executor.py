@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from sparkmill.common.actor import ServiceRuntime
 from sparkmill.common.errors import (
@@ -446,6 +447,24 @@ class TaskExecutor(TaskExecutorServicer):
         self.tasks_started += 1
         task.start()
         return common_pb2.Empty()
+
+    async def submit_tasks(
+        self, request: task_executor_pb2.SubmitTasksRequest, context: CallContext
+    ) -> task_executor_pb2.SubmitTasksResponse:
+        reply = task_executor_pb2.SubmitTasksResponse()
+        for one in request.tasks:
+            try:
+                await self.submit_task(one, context)
+            except RpcError as exc:
+                reply.refused.add(
+                    attempt_id=one.tdd.attempt_id,
+                    error=common_pb2.ErrorInfo(
+                        code=cast(Any, int(exc.code)),
+                        message=exc.message,
+                        exception_type=type(exc).__name__,
+                    ),
+                )
+        return reply
 
     async def cancel_task(
         self, request: task_executor_pb2.CancelTaskRequest, context: CallContext
