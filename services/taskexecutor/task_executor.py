@@ -615,6 +615,14 @@ class _TableActions:
 def _job_id_of(request: object) -> JobID:
     if isinstance(request, task_executor_pb2.SubmitTaskRequest):
         return JobID(request.tdd.job_id)
+    if isinstance(request, task_executor_pb2.SubmitTasksRequest):
+        # One JobMaster's batch: fenced with that job's session, so every task must be its.
+        jobs = {task.tdd.job_id for task in request.tasks}
+        if len(jobs) != 1:
+            raise InvalidArgumentError(
+                f"SubmitTasks must carry tasks of exactly one job (got {len(jobs)})"
+            )
+        return JobID(jobs.pop())
     job_id = getattr(request, "job_id", "")
     if not job_id:
         raise InvalidArgumentError(f"{type(request).__name__} names no job")
