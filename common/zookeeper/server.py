@@ -36,10 +36,13 @@ def _free_port() -> int:
 
 
 class ZooKeeperServer:
-    def __init__(self, directory: Path, port: int = 0, tick_ms: int = 500) -> None:
+    def __init__(self, directory: Path, port: int = 0, tick_ms: int = 200) -> None:
         self.directory = directory
         self.port = port or _free_port()
-        self.tick_ms = tick_ms  # sessions are bounded below by 2 ticks
+        # Sessions are bounded below by 2 ticks, and ZooKeeper expires them at tick boundaries:
+        # a dead leader's session ends up to one tick after its timeout, which adds to every
+        # failover. 200 ms keeps that small for the short sessions of local clusters.
+        self.tick_ms = tick_ms
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
