@@ -1,0 +1,189 @@
+"""Checks every id and enum field of a request before any handler sees it.
+
+Ids become dictionary keys, file names and ZooKeeper node names, and an enum value outside its
+declaration breaks the state machine that reads it (protobuf's open enums accept any int). So
+the RPC server runs :func:`check_request` on every decoded request, before the fencing check and
+the handler: a bad value is answered ``INVALID_ARGUMENT`` naming the field, and nothing changed.
+
+The tables below are the one place that says which format each id field has. A field counts as
+an id when its name is ``id`` or ends with ``_id`` / ``_ids``; such a field not listed here is
+held to the strictest format (a generated id), and ``tests/unit/test_request_checks.py`` walks
+every request message of the protos and fails on one that is not listed, so a new RPC cannot
+forget its ids.
+
+The job graph (``sparkmill.v1.JobGraph``) is not walked here: it is validated as a whole, with
+every problem named, by :mod:`common.jobgraph_validation` at submission and at ``StartJob``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
+
+from sparkmill.common.errors import InvalidArgumentError
+from sparkmill.common.ids import is_valid_name_id
+
+__all__ = [
+    "GENERATED_ID_FIELDS",
+    "NAME_ID_FIELDS",
+    "check_request",
+    "is_id_field",
+]
+
+# Ids the services generate (``common/ids.py``): 32 lowercase hex digits. Keys are a field name
+# (any message) or ``Message.field``.
+GENERATED_ID_FIELDS = frozenset(
+    {
+        "job_id",
+        "attempt_id",
+        "allocation_id",
+        "instance_id",
+        "producer_attempt_id",
+        "hosted_attempt_ids",
+        "session_id",
+        "job_master_session_id",
+        "leader_session_id",
+    }
+)
+# Ids that may be chosen names (a task executor's ``taskmanager.resource-id``, the vertex and
+# data set ids of a job graph): safe path segments, see :func:`common.ids.is_valid_name_id`.
+NAME_ID_FIELDS = frozenset(
+    {
+        "vertex_id",
+        "dataset_id",
+        "source_dataset_id",
+        "produced_dataset_ids",
+        "resource_id",
+        "producer_resource_id",
+        "job_master_resource_id",
+        "resource_manager_id",
+        "dispatcher_id",
+        "process_id",
+        "job_master_process_id",
+        "sender_id",
+        "ServiceInfo.id",
+        "VertexDetails.subtask_task_executors",  # a resource id per subtask ("" while none)
+    }
+)
+# Must be present (an empty id would address nothing, or everything). Top-level fields with
+# these names are required in every request; ``Message.field`` entries wherever they occur.
+REQUIRED_TOP_LEVEL = frozenset({"job_id", "resource_id", "instance_id", "attempt_id"})
+REQUIRED_NESTED = frozenset(
+    {
+        "TaskExecutionState.attempt_id",
+        "SlotOffer.allocation_id",
+        "HostedJob.job_id",
+        "TaskDeploymentDescriptor.job_id",
+        "TaskDeploymentDescriptor.vertex_id",
+        "TaskDeploymentDescriptor.attempt_id",
+        "TaskDeploymentDescriptor.allocation_id",
+    }
+)
+# Validated as a whole elsewhere (see the module docstring).
+SKIPPED_MESSAGES = frozenset({"sparkmill.v1.JobGraph"})
+
+_HEX_ID = re.compile(r"[0-9a-f]{32}")
+_NAME_FORMAT = "letters, digits, '.', '_', '-'; at most 128 characters"
+
+
+def is_id_field(name: str) -> bool:
+    return name == "id" or name.endswith(("_id", "_ids"))
+
+
+def _is_generated_id(value: str) -> bool:
+    return _HEX_ID.fullmatch(value) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldCheck:
+    name: str
+    label: str  # "Message.field", for the tables
+    repeated: bool
+    required: bool
+    id_check: Callable[[str], bool] | None = None
+    id_format: str = ""
+    enum_values: frozenset[int] | None = None
+    enum_name: str = ""
+    message: Any = None  # a protobuf Descriptor (untyped in the stubs' union)
+
+
+_PLANS: dict[str, tuple[_FieldCheck, ...]] = {}
+
+
+def _plan(descriptor: Any, top_level: bool) -> tuple[_FieldCheck, ...]:
+    key = f"{descriptor.full_name}:{top_level}"
+    plan = _PLANS.get(key)
+    if plan is None:
+        _PLANS[key] = ()  # a recursive message type stops here
+        plan = tuple(c for f in descriptor.fields if (c := _field(descriptor, f, top_level)))
+        _PLANS[key] = plan
+    return plan
+
+
+def _field(owner: Any, field: Any, top_level: bool) -> _FieldCheck | None:
+    label = f"{owner.name}.{field.name}"
+    repeated = field.is_repeated
+    required = label in REQUIRED_NESTED or (top_level and field.name in REQUIRED_TOP_LEVEL)
+    if field.type == FieldDescriptor.TYPE_ENUM:
+        values = frozenset(v.number for v in field.enum_type.values)
+        return _FieldCheck(
+            field.name, label, repeated, False, enum_values=values, enum_name=field.enum_type.name
+        )
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        message = field.message_type
+        if message.full_name in SKIPPED_MESSAGES or message.GetOptions().map_entry:
+            return None  # maps here hold names, numbers and opaque bytes, never ids
+        if not _plan(message, False):
+            return None  # nothing to check inside (or a recursive type, none in our protos)
+        return _FieldCheck(field.name, label, repeated, False, message=message)
+    if field.type != FieldDescriptor.TYPE_STRING:
+        return None
+    if label in NAME_ID_FIELDS or field.name in NAME_ID_FIELDS:
+        return _FieldCheck(field.name, label, repeated, required, is_valid_name_id, _NAME_FORMAT)
+    if label in GENERATED_ID_FIELDS or field.name in GENERATED_ID_FIELDS or is_id_field(field.name):
+        return _FieldCheck(
+            field.name, label, repeated, required, _is_generated_id, "32 lowercase hex digits"
+        )
+    return None
+
+
+def check_request(method: str, request: Message) -> None:
+    """Raise :class:`InvalidArgumentError` naming the first bad id or enum field; else return."""
+    _check(method, request, _plan(request.DESCRIPTOR, True), request.DESCRIPTOR.name)
+
+
+def _check(method: str, message: Any, plan: tuple[_FieldCheck, ...], path: str) -> None:
+    for check in plan:
+        value = getattr(message, check.name)
+        if check.repeated:
+            for index, item in enumerate(value):
+                _check_value(method, check, item, f"{path}.{check.name}[{index}]")
+        elif check.message is not None:
+            if message.HasField(check.name):
+                _check_value(method, check, value, f"{path}.{check.name}")
+        else:
+            _check_value(method, check, value, f"{path}.{check.name}")
+
+
+def _check_value(method: str, check: _FieldCheck, value: Any, path: str) -> None:
+    if check.message is not None:
+        _check(method, value, _plan(check.message, False), path)
+    elif check.enum_values is not None:
+        if value not in check.enum_values:
+            raise InvalidArgumentError(
+                f"{method} refused: {path} is {value}, not a {check.enum_name} value"
+            )
+    elif check.id_check is not None:
+        if not value:
+            if check.required:
+                raise InvalidArgumentError(f"{method} refused: {path} is missing")
+        elif not check.id_check(value):
+            raise InvalidArgumentError(
+                f"{method} refused: {path} {value[:40]!r}{'...' if len(value) > 40 else ''} "
+                f"is not a valid id ({check.id_format})"
+            )
