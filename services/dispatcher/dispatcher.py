@@ -34,6 +34,7 @@ from sparkmill.common.ids import JobID, short
 from sparkmill.common.job_stores import JobGraphStore, JobResultStore, UnrecoverableJobGraph
 from sparkmill.common.jobgraph import KNOWN_OPERATOR_KINDS
 from sparkmill.common.jobgraph_codec import job_graph_from_proto
+from sparkmill.common.jobgraph_validation import validate_job_graph
 from sparkmill.common.leader import LeaderElectionService
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
@@ -49,7 +50,6 @@ from sparkmill.services.dispatcher.job_placement import (
     can_start,
     is_waiting_for_claim,
 )
-from sparkmill.services.dispatcher.validation import validate_job_graph
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,12 @@ class Dispatcher(DispatcherServicer):
         self, request: dispatcher_pb2.SubmitJobRequest, context: CallContext
     ) -> dispatcher_pb2.SubmitJobResponse:
         graph = job_graph_from_proto(request.job_graph)
-        validate_job_graph(graph, known_operator_kinds=KNOWN_OPERATOR_KINDS)
+        validate_job_graph(
+            graph,
+            known_operator_kinds=KNOWN_OPERATOR_KINDS,
+            limits=self.settings.job_graph_limits,
+            forbidden_sink_dirs=self.settings.protected_dirs,
+        )
         job_id = graph.job_id
         existing = self.jobs.get(job_id)
         if existing is not None:

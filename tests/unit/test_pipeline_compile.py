@@ -20,8 +20,8 @@ from sparkmill.common.exchange import layout
 from sparkmill.common.exchange.pointwise import pointwise_readers
 from sparkmill.common.jobgraph import DistributionPattern, JobGraph, JobVertex
 from sparkmill.common.jobgraph_codec import job_graph_from_proto, job_graph_to_proto
+from sparkmill.common.jobgraph_validation import validate_job_graph
 from sparkmill.common.resources import ResourceProfile
-from sparkmill.services.dispatcher.validation import validate_job_graph
 from sparkmill.services.taskexecutor.spark import errors, sinks, sources
 
 A2A = DistributionPattern.ALL_TO_ALL
