@@ -26,6 +26,7 @@ from sparkmill.common.actor import ServiceRuntime
 from sparkmill.common.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
+    InvalidArgumentError,
     NotFoundError,
     RpcError,
 )
@@ -187,20 +188,25 @@ class Dispatcher(DispatcherServicer):
         job = _Job(
             job_id, "(unreadable job graph)", common_pb2.JobGraph(job_id=job_id), time.time()
         )
+        self.jobs[job_id] = job
+        log.error("job %s FAILED on recovery: %s", short(job_id), message)
+        failure = common_pb2.ErrorInfo(
+            code=common_pb2.FAILED_PRECONDITION, message=message, exception_type="JobGraphLost"
+        )
+        await self._fail_for_good(job, failure)
+
+    async def _fail_for_good(self, job: _Job, failure: common_pb2.ErrorInfo) -> None:
+        """End ``job`` FAILED with ``failure`` without running it: recorded, then cleaned up."""
         job.status = JobStatus.FAILED
         job.ended_at = time.time()
         job.result = jobs_pb2.JobResult(
-            job_id=job_id,
-            status=cast(Any, JobStatus.FAILED.value),
-            failure=common_pb2.ErrorInfo(
-                code=common_pb2.FAILED_PRECONDITION, message=message, exception_type="JobGraphLost"
-            ),
+            job_id=job.job_id, status=cast(Any, JobStatus.FAILED.value), failure=failure
         )
         job.result.details.CopyFrom(self._details(job))
-        self.jobs[job_id] = job
-        log.error("job %s FAILED on recovery: %s", short(job_id), message)
+        if job.placement is not JobPlacement.ENDED:
+            job.move_to(JobPlacement.ENDED)
         await self.runtime.run_blocking(self.result_store.create_dirty, job.result)
-        await self._clean_up(job_id)
+        await self._clean_up(job.job_id)
 
     async def _clean_up(self, job_id: JobID) -> None:
         await self.runtime.run_blocking(self.job_store.remove, job_id)
@@ -309,6 +315,10 @@ class Dispatcher(DispatcherServicer):
             )
             process.jobs.discard(job.job_id)
             job.process_id = ""
+            if isinstance(exc, InvalidArgumentError) and not job.terminal:
+                # The JobMaster refused the graph or its configuration: no retry can help.
+                await self._refuse_job(job, exc)
+                return
             if can_be_released(job.placement):
                 job.move_to(JobPlacement.WAITING)
             if isinstance(exc, AlreadyExistsError):
@@ -329,6 +339,15 @@ class Dispatcher(DispatcherServicer):
             short(process.process_id),
             short(job.session_id),
         )
+
+    async def _refuse_job(self, job: _Job, exc: InvalidArgumentError) -> None:
+        log.error("job %s FAILED: the JobMaster refused to start it: %s", short(job.job_id), exc)
+        failure = common_pb2.ErrorInfo(
+            code=cast(Any, int(exc.code)),
+            message=f"the JobMaster refused to start the job: {exc.message}",
+            exception_type=type(exc).__name__,
+        )
+        await self._fail_for_good(job, failure)
 
     async def _retry_scheduling_later(self) -> None:
         await asyncio.sleep(1.0)
