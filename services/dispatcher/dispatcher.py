@@ -44,6 +44,7 @@ from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.states import JobStatus
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherServicer, JobMasterClient
+from sparkmill.services.dispatcher import job_listing
 from sparkmill.services.dispatcher.job_placement import (
     JOB_PLACEMENT_TRANSITIONS,
     JobPlacement,
@@ -508,8 +509,10 @@ class Dispatcher(DispatcherServicer):
     async def list_jobs(
         self, request: dispatcher_pb2.ListJobsRequest, context: CallContext
     ) -> dispatcher_pb2.ListJobsResponse:
-        reply = dispatcher_pb2.ListJobsResponse()
-        for job in sorted(self.jobs.values(), key=lambda j: j.submitted_at):
+        size = job_listing.page_size(request.page_size)
+        page, next_token = job_listing.select_page(self.jobs.values(), size, request.page_token)
+        reply = dispatcher_pb2.ListJobsResponse(next_page_token=next_token)
+        for job in page:
             summary = reply.jobs.add(
                 job_id=job.job_id,
                 name=job.name,
