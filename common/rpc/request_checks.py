@@ -1,4 +1,4 @@
-"""Checks every id and enum field of a request before any handler sees it.
+"""Checks every id, address and enum field of a request before any handler sees it.
 
 Ids become dictionary keys, file names and ZooKeeper node names, and an enum value outside its
 declaration breaks the state machine that reads it (protobuf's open enums accept any int). So
@@ -10,6 +10,9 @@ an id when its name is ``id`` or ends with ``_id`` / ``_ids``; such a field not 
 held to the strictest format (a generated id), and ``tests/unit/test_request_checks.py`` walks
 every request message of the protos and fails on one that is not listed, so a new RPC cannot
 forget its ids.
+
+Fields named ``address`` or ``*_address`` are addresses the service may dial back: they must
+be ``tcp://host:port`` (or empty).
 
 The job graph (``sparkmill.v1.JobGraph``) is not walked here: it is validated as a whole, with
 every problem named, by :mod:`common.jobgraph_validation` at submission and at ``StartJob``.
@@ -88,7 +91,17 @@ REQUIRED_NESTED = frozenset(
 SKIPPED_MESSAGES = frozenset({"sparkmill.v1.JobGraph"})
 
 _HEX_ID = re.compile(r"[0-9a-f]{32}")
+# Addresses a service dials back (a registering member's, a JobMaster's): tcp://host:port.
+_ADDRESS = re.compile(r"tcp://(\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}")
 _NAME_FORMAT = "letters, digits, '.', '_', '-'; at most 128 characters"
+
+
+def is_address_field(name: str) -> bool:
+    return name == "address" or name.endswith("_address")
+
+
+def _is_address(value: str) -> bool:
+    return _ADDRESS.fullmatch(value) is not None and int(value.rpartition(":")[2]) <= 65535
 
 
 def is_id_field(name: str) -> bool:
@@ -143,6 +156,8 @@ def _field(owner: Any, field: Any, top_level: bool) -> _FieldCheck | None:
         return _FieldCheck(field.name, label, repeated, False, message=message)
     if field.type != FieldDescriptor.TYPE_STRING:
         return None
+    if is_address_field(field.name):
+        return _FieldCheck(field.name, label, repeated, False, _is_address, "tcp://host:port")
     if label in NAME_ID_FIELDS or field.name in NAME_ID_FIELDS:
         return _FieldCheck(field.name, label, repeated, required, is_valid_name_id, _NAME_FORMAT)
     if label in GENERATED_ID_FIELDS or field.name in GENERATED_ID_FIELDS or is_id_field(field.name):
@@ -185,5 +200,5 @@ def _check_value(method: str, check: _FieldCheck, value: Any, path: str) -> None
         elif not check.id_check(value):
             raise InvalidArgumentError(
                 f"{method} refused: {path} {value[:40]!r}{'...' if len(value) > 40 else ''} "
-                f"is not a valid id ({check.id_format})"
+                f"is not valid ({check.id_format})"
             )

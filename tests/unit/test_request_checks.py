@@ -127,3 +127,13 @@ def test_a_job_graph_is_left_to_the_job_graph_validation() -> None:
     request = dispatcher_pb2.SubmitJobRequest()
     request.job_graph.job_id = "../../etc"
     check_request("SubmitJob", request)
+
+
+def test_addresses_a_service_dials_back_must_be_tcp_host_port() -> None:
+    request = job_master_pb2.OfferSlotsRequest(job_id=new_job_id(), resource_id="te-1")
+    for good in ("tcp://127.0.0.1:6123", "tcp://worker7.lab:1", "tcp://[::1]:65535", ""):
+        request.address = good
+        check_request("OfferSlots", request)
+    for bad in ("ipc:///tmp/x", "tcp://h:99999", "tcp://h", "x" * 300, "tcp://a b:1"):
+        request.address = bad
+        assert "OfferSlotsRequest.address" in refusal(request)

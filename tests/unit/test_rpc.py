@@ -371,7 +371,7 @@ def test_bad_ids_and_enums_are_refused_before_the_handler_runs() -> None:
             client = h.client()
             with pytest.raises(InvalidArgumentError) as caught:
                 await client.cancel_job(dispatcher_pb2.CancelJobRequest(job_id="../../etc"))
-            assert "CancelJobRequest.job_id '../../etc' is not a valid id" in caught.value.message
+            assert "CancelJobRequest.job_id '../../etc' is not valid" in caught.value.message
             report = dispatcher_pb2.JobStatusReport(job_id="0" * 32, status=77)  # type: ignore[arg-type]
             with pytest.raises(InvalidArgumentError) as caught:
                 await client.report_job_status(report)
