@@ -137,3 +137,12 @@ def test_addresses_a_service_dials_back_must_be_tcp_host_port() -> None:
     for bad in ("ipc:///tmp/x", "tcp://h:99999", "tcp://h", "x" * 300, "tcp://a b:1"):
         request.address = bad
         assert "OfferSlotsRequest.address" in refusal(request)
+
+
+def test_error_text_is_clipped_before_it_travels() -> None:
+    from sparkmill.common.proto_convert import MAX_ERROR_MESSAGE_CHARS, error_to_proto
+
+    info = error_to_proto(ValueError("z" * 10_000_000))
+    assert len(info.message) < MAX_ERROR_MESSAGE_CHARS + 100
+    assert info.message.endswith("(9983616 more characters cut)")
+    assert error_to_proto(ValueError("short")).message == "short"
