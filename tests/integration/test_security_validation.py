@@ -4,7 +4,10 @@ of being retried forever, and the job list is paged."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,6 +93,12 @@ def test_the_job_list_is_paged(checked_cluster: RunningCluster) -> None:
     assert len(listed) == len(set(listed))
     assert [j for j in listed if j in submitted] == submitted  # in submission order
     assert [j.job_id for j in client.list_jobs()] == listed
+    command = [sys.executable, "-m", "sparkmill", "--config", str(checked_cluster.config_path)]
+    cli = subprocess.run(
+        [*command, "jobs", "list", "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert [j["job_id"] for j in json.loads(cli.stdout)] == listed
     for job_id in submitted:
         assert client.wait(job_id, timeout=60).status == common_pb2.FINISHED
 
