@@ -44,7 +44,7 @@ from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import RunningCluster, start_local_cluster
 
-EXAMPLES_PER_RPC = int(os.environ.get("SPARKMILL_FUZZ_EXAMPLES", "10"))
+EXAMPLES_PER_RPC = int(os.environ.get("SPARKMILL_FUZZ_EXAMPLES", "20"))
 FRAME_EXAMPLES = 30
 CALL_TIMEOUT_S = 5.0
 # A service process (the Python side; Spark's JVM is a separate process) may grow this much.
@@ -96,15 +96,19 @@ def _strings(pool: list[str]) -> st.SearchStrategy[str]:
     )
 
 
-def _scalar(field: Any, pool: list[str]) -> st.SearchStrategy[Any]:
+def _scalar(field: Any, pool: list[str], clean: bool) -> st.SearchStrategy[Any]:
+    """Values for ``field``; ``clean``: ids, addresses and enums that pass the request checks
+    (the other values stay hostile), so that the handlers behind the checks are fuzzed too."""
     kind = field.type
     if kind == FieldDescriptor.TYPE_STRING and is_id_field(field.name):
         # Mostly ids that pass the checks (some of real jobs), so handlers get exercised too.
         good = st.one_of(st.sampled_from(pool), st.uuids().map(lambda u: u.hex), st.just("te-x"))
-        return st.one_of(good, good, good, _strings(pool))
+        return good if clean else st.one_of(good, good, good, _strings(pool))
     if kind == FieldDescriptor.TYPE_STRING and is_address_field(field.name):
         good = st.sampled_from(["tcp://127.0.0.1:1", "tcp://localhost:9", "tcp://[::1]:2"])
-        return st.one_of(good, good, _strings(pool))
+        return good if clean else st.one_of(good, good, _strings(pool))
+    if kind == FieldDescriptor.TYPE_ENUM and clean:
+        return st.sampled_from([v.number for v in field.enum_type.values])
     if kind == FieldDescriptor.TYPE_STRING:
         return _strings(pool)
     if kind == FieldDescriptor.TYPE_BYTES:
@@ -126,27 +130,29 @@ def _scalar(field: Any, pool: list[str]) -> st.SearchStrategy[Any]:
     return _ints(*_INT32)
 
 
-def messages(descriptor: Any, pool: list[str], depth: int = 0) -> st.SearchStrategy[Message]:
+def messages(
+    descriptor: Any, pool: list[str], clean: bool, depth: int = 0
+) -> st.SearchStrategy[Message]:
     """Messages of ``descriptor``'s type with hostile values in any subset of their fields."""
     fields: dict[str, st.SearchStrategy[Any]] = {}
     value: st.SearchStrategy[Any]
     for field in descriptor.fields:
         if field.type == FieldDescriptor.TYPE_MESSAGE:
             if field.message_type.GetOptions().map_entry:
-                key = _scalar(field.message_type.fields_by_name["key"], pool)
+                key = _scalar(field.message_type.fields_by_name["key"], pool, clean)
                 value_field = field.message_type.fields_by_name["value"]
                 if value_field.type == FieldDescriptor.TYPE_MESSAGE:
                     continue
-                value = st.dictionaries(key, _scalar(value_field, pool), max_size=2)
+                value = st.dictionaries(key, _scalar(value_field, pool, clean), max_size=2)
             elif depth >= 3:
                 continue
             else:
-                nested = messages(field.message_type, pool, depth + 1)
+                nested = messages(field.message_type, pool, clean, depth + 1)
                 value = st.lists(nested, max_size=3) if field.is_repeated else nested
         elif field.is_repeated:
-            value = st.lists(_scalar(field, pool), max_size=3)
+            value = st.lists(_scalar(field, pool, clean), max_size=3)
         else:
-            value = _scalar(field, pool)
+            value = _scalar(field, pool, clean)
         fields[field.name] = st.one_of(st.none(), value)
     return st.fixed_dictionaries(fields).map(lambda values: _build(descriptor, values))
 
@@ -264,6 +270,11 @@ def _leader_token(fuzzer: Fuzzer, target: str) -> str:
 def _fuzz_method(fuzzer: Fuzzer, target: str, spec: MethodSpec) -> None:
     known = fuzzer.tokens.get(target, "")
     tokens = st.sampled_from([known, known, known, "", "0" * 32]) if spec.fenced else st.just("")
+    descriptor = spec.request_type.DESCRIPTOR
+    requests = st.one_of(
+        messages(descriptor, fuzzer.pool, clean=True),
+        messages(descriptor, fuzzer.pool, clean=False),
+    )
 
     @settings(
         max_examples=EXAMPLES_PER_RPC,
@@ -272,7 +283,7 @@ def _fuzz_method(fuzzer: Fuzzer, target: str, spec: MethodSpec) -> None:
         database=None,
         suppress_health_check=list(HealthCheck),
     )
-    @given(request=messages(spec.request_type.DESCRIPTOR, fuzzer.pool), token=tokens)
+    @given(request=requests, token=tokens)
     def run(request: Message, token: str) -> None:
         fuzzer.send(target, spec, request, token)
 
