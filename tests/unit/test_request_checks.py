@@ -146,3 +146,13 @@ def test_error_text_is_clipped_before_it_travels() -> None:
     assert len(info.message) < MAX_ERROR_MESSAGE_CHARS + 100
     assert info.message.endswith("(9983616 more characters cut)")
     assert error_to_proto(ValueError("short")).message == "short"
+
+
+def test_the_fast_name_check_agrees_with_is_valid_name_id() -> None:
+    from sparkmill.common.ids import is_valid_name_id
+    from sparkmill.common.rpc.request_checks import _is_name_id
+
+    samples = ["a", "A1", "0", "w7.lab-te_0", "x" * 128, "x" * 129, "", ".a", "-a", "_a", "a/b"]
+    samples += ["a b", "é", "aé", "a\n", "..", "a..b", "\u0661", new_job_id()]
+    for sample in samples:
+        assert _is_name_id(sample) == is_valid_name_id(sample), sample
