@@ -86,6 +86,14 @@ REQUIRED_NESTED = frozenset(
         "TaskDeploymentDescriptor.allocation_id",
     }
 )
+# Every other string is length-limited: it may be stored and echoed to every caller of a listing
+# or a status (a 9 MB job name once broke `jobs list` for everyone). Errors are clipped well below
+# the general limit where they are made (common/proto_convert.py).
+MAX_STRING_CHARS = 256 * 1024
+SHORT_STRING_FIELDS = frozenset(
+    {"ServiceInfo.role", "ServiceInfo.hostname", "ServiceInfo.metrics_url", "ServiceInfo.rest_url"}
+)
+MAX_SHORT_STRING_CHARS = 1024
 # Validated as a whole elsewhere (see the module docstring).
 SKIPPED_MESSAGES = frozenset({"sparkmill.v1.JobGraph"})
 
@@ -100,6 +108,18 @@ _NAME_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 def _is_name_id(value: str) -> bool:
     return _NAME_ID.fullmatch(value) is not None
+
+
+_SHORT_TEXT = f"at most {MAX_SHORT_STRING_CHARS} characters"
+_HUGE_TEXT = f"at most {MAX_STRING_CHARS} characters"
+
+
+def _is_short(value: str) -> bool:
+    return len(value) <= MAX_SHORT_STRING_CHARS
+
+
+def _is_not_huge(value: str) -> bool:
+    return len(value) <= MAX_STRING_CHARS
 
 
 def is_address_field(name: str) -> bool:
@@ -124,7 +144,7 @@ class _FieldCheck:
     label: str  # "Message.field", for the tables
     repeated: bool
     required: bool
-    id_check: Callable[[str], bool] | None = None
+    id_check: Callable[[str], bool] | None = None  # for ids, addresses and plain strings
     id_format: str = ""
     enum_values: frozenset[int] | None = None
     enum_name: str = ""
@@ -172,7 +192,9 @@ def _field(owner: Any, field: Any, top_level: bool) -> _FieldCheck | None:
         return _FieldCheck(
             field.name, label, repeated, required, _is_generated_id, "32 lowercase hex digits"
         )
-    return None
+    if label in SHORT_STRING_FIELDS:
+        return _FieldCheck(field.name, label, repeated, False, _is_short, _SHORT_TEXT)
+    return _FieldCheck(field.name, label, repeated, False, _is_not_huge, _HUGE_TEXT)
 
 
 def check_request(method: str, request: Message) -> None:
@@ -222,7 +244,7 @@ def _check_value(check: _FieldCheck, value: Any, index: int) -> None:
             if check.required:
                 raise _BadField(_where(check, index), "is missing")
         elif not check.id_check(value):
-            shown = f"{value[:40]!r}{'...' if len(value) > 40 else ''}"
+            shown = repr(value) if len(value) <= 40 else f"{value[:40]!r}... ({len(value)} chars)"
             raise _BadField(_where(check, index), f"{shown} is not valid ({check.id_format})")
 
 

@@ -156,3 +156,18 @@ def test_the_fast_name_check_agrees_with_is_valid_name_id() -> None:
     samples += ["a b", "é", "aé", "a\n", "..", "a..b", "\u0661", new_job_id()]
     for sample in samples:
         assert _is_name_id(sample) == is_valid_name_id(sample), sample
+
+
+def test_strings_are_length_limited_short_ones_more() -> None:
+    request = resource_manager_pb2.RegisterTaskExecutorRequest(resource_id="te-1")
+    request.info.hostname = "h" * 2000
+    message = refusal(request)
+    assert "RegisterTaskExecutorRequest.info.hostname 'hhhh" in message
+    assert "(2000 chars) is not valid (at most 1024 characters)" in message
+    request.info.hostname = "worker7"
+    check_request("RegisterTaskExecutor", request)
+    cause = resource_manager_pb2.DisconnectTaskExecutorRequest(resource_id="te-1")
+    cause.cause = "c" * (256 * 1024)
+    check_request("DisconnectTaskExecutor", cause)
+    cause.cause += "c"
+    assert "is not valid (at most 262144 characters)" in refusal(cause)
