@@ -330,6 +330,31 @@ JOB_STORE_EXPIRATION_TIME = _option(
     "as in Flink.",
     min=0,
 )
+# Checked at submission and again at the JobMaster's StartJob, before anything is allocated.
+JOB_GRAPH_MAX_VERTICES = _option(
+    "jobmanager.job-graph.max-vertices", INT, 10_000, "Most vertices a job graph may have.", min=1
+)
+JOB_GRAPH_MAX_PARALLELISM = _option(
+    "jobmanager.job-graph.max-parallelism",
+    INT,
+    100_000,
+    "Largest parallelism of one vertex of a job graph (its max parallelism bounds it too).",
+    min=1,
+)
+JOB_GRAPH_MAX_SUBTASKS = _option(
+    "jobmanager.job-graph.max-subtasks",
+    INT,
+    1_000_000,
+    "Most subtasks (the sum of the vertices' parallelisms) a job graph may have.",
+    min=1,
+)
+JOB_GRAPH_MAX_EDGES = _option(
+    "jobmanager.job-graph.max-edges",
+    INT,
+    100_000,
+    "Most edges (vertex inputs) a job graph may have; one ALL_TO_ALL edge counts once.",
+    min=1,
+)
 FAILOVER_STRATEGY = _option(
     "jobmanager.execution.failover-strategy",
     STRING,

@@ -10,6 +10,8 @@ from sparkmill.common import config_options as opt
 from sparkmill.common.config import Configuration
 from sparkmill.common.errors import ConfigurationError
 from sparkmill.common.ha import HighAvailabilityServices, StandaloneHaServices
+from sparkmill.common.ids import is_valid_name_id
+from sparkmill.common.jobgraph_validation import JobGraphLimits
 from sparkmill.common.retry import RetryPolicy
 from sparkmill.common.settings import ClusterSettings
 
@@ -21,6 +23,14 @@ MIB = 1 << 20
 
 def settings_from_config(config: Configuration) -> ClusterSettings:
     threshold = config.get(opt.HEARTBEAT_RPC_FAILURE_THRESHOLD)
+    resource_id = config.get(opt.TASK_MANAGER_RESOURCE_ID)
+    if resource_id and not is_valid_name_id(resource_id):
+        # The resource manager would refuse every registration with it: say so at start.
+        raise ConfigurationError(
+            opt.TASK_MANAGER_RESOURCE_ID.key,
+            f"{resource_id[:80]!r} is not a valid resource id (letters, digits, '.', '_' and "
+            "'-', at most 128 characters, starting with a letter or digit)",
+        )
     return ClusterSettings(
         bind_host=config.get(opt.RPC_BIND_HOST),
         dispatcher_address=config.get(opt.DISPATCHER_RPC_ADDRESS),
@@ -53,6 +63,13 @@ def settings_from_config(config: Configuration) -> ClusterSettings:
         task_manager_idle_timeout_s=config.get(opt.RESOURCE_MANAGER_TASK_MANAGER_TIMEOUT),
         evenly_spread_out_slots=config.get(opt.CLUSTER_EVENLY_SPREAD_OUT_SLOTS),
         job_store_expiration_s=config.get(opt.JOB_STORE_EXPIRATION_TIME),
+        job_graph_limits=JobGraphLimits(
+            max_vertices=config.get(opt.JOB_GRAPH_MAX_VERTICES),
+            max_parallelism=config.get(opt.JOB_GRAPH_MAX_PARALLELISM),
+            max_subtasks=config.get(opt.JOB_GRAPH_MAX_SUBTASKS),
+            max_edges=config.get(opt.JOB_GRAPH_MAX_EDGES),
+        ),
+        ha_storage_dir=config.get(opt.HA_STORAGE_DIR),
         metrics_enabled=config.get(opt.METRICS_ENABLED),
         metrics_bind_host=config.get(opt.METRICS_BIND_HOST),
         metrics_port=config.get(opt.METRICS_PORT),

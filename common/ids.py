@@ -75,3 +75,25 @@ def is_valid_id(identifier: object) -> bool:
     wire, a znode, a file name) is checked with this before it is used to build a path.
     """
     return isinstance(identifier, str) and len(identifier) == 32 and set(identifier) <= _HEX
+
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+MAX_NAME_ID_LENGTH = 128
+
+
+def is_valid_name_id(identifier: object) -> bool:
+    """Whether ``identifier`` is a generated id or a chosen name that is safe as a path segment.
+
+    Some ids may be chosen rather than generated: a task executor's stable resource id
+    (``taskmanager.resource-id``, e.g. a host name) and the vertex and data set ids of a job
+    graph. They must be letters, digits, ``.``, ``_`` and ``-``, at most 128 characters,
+    starting with a letter or digit, so they are never a path, ``..``, a hidden file name or a
+    ZooKeeper path.
+    """
+    return (
+        isinstance(identifier, str)
+        and 0 < len(identifier) <= MAX_NAME_ID_LENGTH
+        and identifier[0].isascii()
+        and identifier[0].isalnum()
+        and set(identifier) <= _NAME_CHARS
+    )

@@ -5,7 +5,7 @@ A job graph is a DAG of :class:`JobVertex` objects. A vertex *produces* intermed
 with a :class:`DistributionPattern`. The wire form is ``sparkmill.v1.JobGraph``
 (see :mod:`common.jobgraph_codec`); this module is what the services reason about.
 
-Validation lives in :mod:`services.dispatcher.validation`; nothing here assumes the graph is
+Validation lives in :mod:`common.jobgraph_validation`; nothing here assumes the graph is
 valid except :meth:`JobGraph.topological_order`, which raises on a cycle.
 """
 
@@ -84,6 +84,8 @@ class JobVertex:
     slot_sharing_group: str = DEFAULT_SLOT_SHARING_GROUP
     produced: list[IntermediateDataSet] = field(default_factory=list)
     inputs: list[JobEdge] = field(default_factory=list)
+    # Where its sinks write, declared for the control plane's checks (the payload is opaque).
+    sink_paths: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ The wire form differs from the in-memory one in a few places, and this module br
 * enum numbers are the same on both sides; ``0`` is the proto's *unspecified* value.
 
 Decoding is lenient on purpose, so that the dispatcher's validator
-(:func:`services.dispatcher.validation.validate_job_graph`) can report *every* problem of a
+(:func:`common.jobgraph_validation.validate_job_graph`) can report *every* problem of a
 submitted graph in one message instead of the first one the decoder trips over:
 
 * an unspecified distribution pattern or result partition type decodes to ``None``, an unknown
@@ -180,6 +180,7 @@ def _vertex_to_proto(
                 )
                 for edge in vertex.inputs
             ],
+            sink_paths=vertex.sink_paths,
         )
     except (TypeError, ValueError) as e:  # e.g. a str field holding a non-str, or bad unicode
         problems.append(f"{label} cannot be encoded: {e}")
@@ -203,7 +204,7 @@ def job_graph_from_proto(message: common_pb2.JobGraph) -> JobGraph:
     """The in-memory form of ``message``; fills in producers, edge targets and defaults.
 
     Never raises. Invalid content (unspecified enums, negative resources, a bad structure) is
-    kept for :func:`services.dispatcher.validation.validate_job_graph` to report: validate the
+    kept for :func:`common.jobgraph_validation.validate_job_graph` to report: validate the
     result before using it.
     """
     return JobGraph(
@@ -241,6 +242,7 @@ def _vertex_from_proto(message: common_pb2.JobVertex) -> JobVertex:
             )
             for edge in message.inputs
         ],
+        sink_paths=list(message.sink_paths),
     )
 
 

@@ -75,6 +75,19 @@ def slot_report_from_proto(message: common_pb2.SlotReport) -> SlotReport:
     return SlotReport(tuple(slot_status_from_proto(s) for s in message.slots))
 
 
+# An error travels from a task to its JobMaster, the dispatcher, every status query and the
+# client: a task's exception text (say, the repr of a huge object) must not travel whole.
+MAX_ERROR_MESSAGE_CHARS = 16 * 1024
+MAX_ERROR_DETAILS_CHARS = 64 * 1024
+
+
+def clip_text(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and a note of how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters cut)"
+
+
 def error_to_proto(error: BaseException) -> common_pb2.ErrorInfo:
     code = error.code if isinstance(error, RpcError) else ErrorCode.INTERNAL
     details = error.details if isinstance(error, RpcError) else ""
@@ -82,8 +95,8 @@ def error_to_proto(error: BaseException) -> common_pb2.ErrorInfo:
         details = "".join(traceback.format_exception(error))
     return common_pb2.ErrorInfo(
         code=cast(Any, int(code)),
-        message=str(error),
-        details=details,
+        message=clip_text(str(error), MAX_ERROR_MESSAGE_CHARS),
+        details=clip_text(details, MAX_ERROR_DETAILS_CHARS),
         exception_type=type(error).__name__,
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sparkmill.common.jobgraph_validation import JobGraphLimits
 from sparkmill.common.retry import RetryPolicy
 
 
@@ -45,6 +46,9 @@ class ClusterSettings:
     evenly_spread_out_slots: bool = True
     # jobs
     job_store_expiration_s: float = 3600.0
+    job_graph_limits: JobGraphLimits = field(default_factory=JobGraphLimits)
+    # Where HA metadata lives ("" without HA): a sink must never write there.
+    ha_storage_dir: str = ""
     # metrics
     metrics_enabled: bool = True
     metrics_bind_host: str = "127.0.0.1"
@@ -55,3 +59,8 @@ class ClusterSettings:
     spark_session_start: str = "eager"
     spark_ui_enabled: bool = False
     spark_conf: dict[str, str] = field(default_factory=dict)  # the spark.conf.* keys
+
+    @property
+    def protected_dirs(self) -> tuple[str, ...]:
+        """The cluster's own directories, which no sink may write to, hold or lie inside."""
+        return tuple(d for d in (self.exchange_dir, self.ha_storage_dir) if d)

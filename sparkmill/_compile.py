@@ -317,6 +317,8 @@ def _build_graph(
                 JobEdge(done.id, commit.id, DistributionPattern.ALL_TO_ALL, NO_DATA_PARTITIONER)
             )
             if isinstance(root.op, S.SinkOutput):
+                entry.vertex.sink_paths.append(root.op.path)
+                commit.sink_paths.append(root.op.path)
                 sink_commits.append(
                     S.SinkCommit(root.op.path, root.op.format, root.op.mode, root.parallelism)
                 )

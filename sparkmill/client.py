@@ -191,8 +191,24 @@ class ClusterClient:
         return self._run(self._with_dispatcher(call, timeout))
 
     def list_jobs(self, *, timeout: float = 10.0) -> list[dispatcher_pb2.JobSummary]:
-        async def call(d: DispatcherClient, attempt: float) -> list[dispatcher_pb2.JobSummary]:
-            return list((await d.list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=attempt)).jobs)
+        """Every job the dispatcher knows, in submission order (walking the pages)."""
+        jobs: list[dispatcher_pb2.JobSummary] = []
+        token = ""
+        while True:
+            page = self.list_jobs_page(token, timeout=timeout)
+            jobs.extend(page.jobs)
+            token = page.next_page_token
+            if not token:
+                return jobs
+
+    def list_jobs_page(
+        self, page_token: str = "", *, page_size: int = 0, timeout: float = 10.0
+    ) -> dispatcher_pb2.ListJobsResponse:
+        """One page of the job list (``page_size`` 0: the dispatcher's default)."""
+        request = dispatcher_pb2.ListJobsRequest(page_size=page_size, page_token=page_token)
+
+        async def call(d: DispatcherClient, attempt: float) -> dispatcher_pb2.ListJobsResponse:
+            return await d.list_jobs(request, timeout=attempt)
 
         return self._run(self._with_dispatcher(call, timeout))
 

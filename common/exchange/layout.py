@@ -27,7 +27,7 @@ import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from sparkmill.common.errors import InvalidArgumentError
@@ -102,6 +102,38 @@ def local_path(path: str) -> Path:
             "protocol renames directories"
         )
     return Path(path)
+
+
+def sink_path_problem(path: str, protected_dirs: Collection[str]) -> str | None:
+    """Why a sink may not write to ``path`` (``None`` if it may).
+
+    Publishing a sink with ``mode='overwrite'`` deletes what the directory held, and its
+    temporary files live under it: so a sink must never be ``/``, nor equal, contain or lie
+    inside one of ``protected_dirs`` (the exchange directory, the HA storage directory).
+    Symbolic links are resolved as far as the path exists on this host.
+    """
+    try:
+        target = os.path.realpath(local_path(path))
+    except ValueError as exc:
+        return str(exc)
+    if target == os.path.sep:
+        return f"the sink path {path!r} is the file system root"
+    for directory in protected_dirs:
+        try:
+            protected = os.path.realpath(local_path(directory)) if directory else ""
+        except ValueError:
+            continue  # not on a local file system: no sink can reach it
+        if not protected:
+            continue
+        if target == protected or _is_inside(protected, target):
+            return f"the sink path {path!r} holds the cluster's directory {directory}"
+        if _is_inside(target, protected):
+            return f"the sink path {path!r} lies inside the cluster's directory {directory}"
+    return None
+
+
+def _is_inside(path: str, directory: str) -> bool:
+    return path.startswith(directory.rstrip(os.path.sep) + os.path.sep)
 
 
 def sink_temporary_dir(path: str, job_id: str) -> Path:

@@ -14,10 +14,15 @@ Before the handler runs, the server
    servicer expects (its leader session id): a stale leader's message is refused with
    ``FENCING_MISMATCH``, never obeyed.
 
+Between decoding and the fencing check, every id and enum field of the request is checked
+(:mod:`common.rpc.request_checks`): a bad one is answered ``INVALID_ARGUMENT`` naming the field,
+before any state is touched.
+
 Handlers run as tasks on the event loop, so a slow handler does not stop others; they must not
 block (blocking work goes to an executor, see :mod:`common.actor`). A handler's
 :class:`~common.errors.RpcError` crosses the wire as its code; any other exception is a bug in
-the service and is answered with ``INTERNAL`` (and logged with its traceback).
+the service and is answered with ``INTERNAL``: a short message with an error id for the caller,
+the traceback only in the service log.
 
 Malformed input never stops the server: it is counted, logged (rate-limited) and answered with
 ``INVALID_ARGUMENT`` when a request id can be recovered, dropped otherwise.
@@ -27,8 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
-import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -48,6 +53,7 @@ from sparkmill.common.errors import (
 )
 from sparkmill.common.rpc import framing
 from sparkmill.common.rpc.framing import FrameError, MethodSpec
+from sparkmill.common.rpc.request_checks import check_request
 from sparkmill.common.rpc.security import INSECURE_WARNING, TransportSecurity, ZapHandler, authorize
 from sparkmill.common.v1 import envelope_pb2
 
@@ -101,6 +107,9 @@ class Servicer:
 
     SERVICE: ClassVar[str] = ""
     METHODS: ClassVar[dict[str, MethodSpec]] = {}
+    # Every service keeps this on; only the RPC layer's own tests turn it off, for a fake whose
+    # made-up ids encode what it should do.
+    CHECK_REQUESTS: ClassVar[bool] = True
 
     def expected_fencing_token(self, spec: MethodSpec, request: Any) -> str:
         """The token a fenced request must carry (normally this leader's session id).
@@ -321,13 +330,20 @@ class RpcServer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug in the handler: answer, log loudly, keep serving
+            # The traceback stays in this service's log: it shows internals (paths, code, data)
+            # a caller has no business seeing. The error id ties the reply to the log line.
+            error_id = secrets.token_hex(6)
             log.exception(
-                "%s: %s.%s failed unexpectedly", self._name, header.service, header.method
+                "%s: %s.%s failed unexpectedly (error id %s)",
+                self._name,
+                header.service,
+                header.method,
+                error_id,
             )
             code = "INTERNAL"
             error = InternalError(
-                f"{header.method} failed inside {self._name}: {type(exc).__name__}: {exc}",
-                details=traceback.format_exc(),
+                f"{header.method[:64]} failed inside {self._name}: {type(exc).__name__} "
+                f"(a bug; error id {error_id}, see the service log)"
             )
             reply = framing.encode_error(header.request_id, error)
         # Only declared services and methods get a series of their own: garbage method names
@@ -380,6 +396,8 @@ class RpcServer:
         if asyncio.get_running_loop().time() > context.deadline:
             raise _Expired  # the caller has given up already; doing the work would be wasted
         request = framing.decode_payload(payload, spec.request_type, header.request_id)
+        if servicer.CHECK_REQUESTS:
+            check_request(spec.name, request)  # ids and enums, before anything looks at them
         if spec.fenced:
             expected = servicer.expected_fencing_token(spec, request)
             if not expected or header.fencing_token != expected:

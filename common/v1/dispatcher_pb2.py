@@ -27,7 +27,7 @@ from sparkmill.common.v1 import jobs_pb2 as sparkmill_dot_v1_dot_jobs__pb2
 from sparkmill.common.v1 import options_pb2 as sparkmill_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dsparkmill/v1/dispatcher.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\x1a\x17sparkmill/v1/jobs.proto\x1a\x1asparkmill/v1/options.proto\"=\n\x10SubmitJobRequest\x12)\n\tjob_graph\x18\x01 \x01(\x0b\x32\x16.sparkmill.v1.JobGraph\"#\n\x11SubmitJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x11\n\x0fListJobsRequest\"\xba\x01\n\nJobSummary\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\'\n\x06status\x18\x03 \x01(\x0e\x32\x17.sparkmill.v1.JobStatus\x12\x14\n\x0csubmitted_at\x18\x04 \x01(\x01\x12\x10\n\x08\x65nded_at\x18\x05 \x01(\x01\x12\x13\n\x0btotal_tasks\x18\x06 \x01(\x05\x12\x16\n\x0e\x66inished_tasks\x18\x07 \x01(\x05\x12\x10\n\x08restarts\x18\x08 \x01(\x05\":\n\x10ListJobsResponse\x12&\n\x04jobs\x18\x01 \x03(\x0b\x32\x18.sparkmill.v1.JobSummary\"%\n\x13GetJobStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"6\n\x13GetJobResultRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07wait_ms\x18\x02 \x01(\r\"\x96\x01\n\x1fRegisterJobMasterProcessRequest\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\'\n\x04info\x18\x03 \x01(\x0b\x32\x19.sparkmill.v1.ServiceInfo\x12%\n\x04jobs\x18\x04 \x03(\x0b\x32\x17.sparkmill.v1.HostedJob\"9\n RegisterJobMasterProcessResponse\x12\x15\n\rdispatcher_id\x18\x01 \x01(\t\"\xf8\x01\n\x0fJobStatusReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.sparkmill.v1.JobStatus\x12\x1d\n\x15job_master_session_id\x18\x03 \x01(\t\x12)\n\x07\x64\x65tails\x18\x04 \x01(\x0b\x32\x18.sparkmill.v1.JobDetails\x12\'\n\x06result\x18\x05 \x01(\x0b\x32\x17.sparkmill.v1.JobResult\x12\x1d\n\x15job_master_process_id\x18\x06 \x01(\t\x12\x1a\n\x12job_master_address\x18\x07 \x01(\t\"\x1b\n\x19GetClusterServicesRequest\"y\n\x0f\x43lusterServices\x12-\n\ndispatcher\x18\x01 \x01(\x0b\x32\x19.sparkmill.v1.ServiceInfo\x12\x37\n\x14job_master_processes\x18\x02 \x03(\x0b\x32\x19.sparkmill.v1.ServiceInfo2\xf2\x07\n\x11\x44ispatcherGateway\x12\x66\n\tSubmitJob\x12\x1e.sparkmill.v1.SubmitJobRequest\x1a\x1f.sparkmill.v1.SubmitJobResponse\"\x18\x88\xb5\x18\x01\x90\xb5\x18\xb0\xea\x01\x9a\xb5\x18\x06\x63lient\xa0\xb5\x18\x01\x12Y\n\x08ListJobs\x12\x1d.sparkmill.v1.ListJobsRequest\x1a\x1e.sparkmill.v1.ListJobsResponse\"\x0e\x88\xb5\x18\x01\x9a\xb5\x18\x06\x63lient\x12[\n\x0cGetJobStatus\x12!.sparkmill.v1.GetJobStatusRequest\x1a\x18.sparkmill.v1.JobDetails\"\x0e\x88\xb5\x18\x01\x9a\xb5\x18\x06\x63lient\x12P\n\tCancelJob\x12\x1e.sparkmill.v1.CancelJobRequest\x1a\x13.sparkmill.v1.Empty\"\x0e\x88\xb5\x18\x01\x9a\xb5\x18\x06\x63lient\x12Z\n\x0cGetJobResult\x12!.sparkmill.v1.GetJobResultRequest\x1a\x17.sparkmill.v1.JobResult\"\x0e\x88\xb5\x18\x01\x9a\xb5\x18\x06\x63lient\x12\x8d\x01\n\x18RegisterJobMasterProcess\x12-.sparkmill.v1.RegisterJobMasterProcessRequest\x1a..sparkmill.v1.RegisterJobMasterProcessResponse\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12Y\n\x0fReportJobStatus\x12\x1d.sparkmill.v1.JobStatusReport\x1a\x13.sparkmill.v1.Empty\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12l\n\x12GetClusterServices\x12\'.sparkmill.v1.GetClusterServicesRequest\x1a\x1d.sparkmill.v1.ClusterServices\"\x0e\x88\xb5\x18\x01\x9a\xb5\x18\x06\x63lient\x12W\n\x0eGetServiceInfo\x12#.sparkmill.v1.GetServiceInfoRequest\x1a\x19.sparkmill.v1.ServiceInfo\"\x05\x9a\xb5\x18\x01*\x12]\n\x10GetLeaderSession\x12%.sparkmill.v1.GetLeaderSessionRequest\x1a\x1b.sparkmill.v1.LeaderSession\"\x05\x9a\xb5\x18\x01*b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dsparkmill/v1/dispatcher.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\x1a\x17sparkmill/v1/jobs.proto\x1a\x1asparkmill/v1/options.proto\"=\n\x10SubmitJobRequest\x12)\n\tjob_graph\x18\x01 \x01(\x0b\x32\x16.sparkmill.v1.JobGraph\"#\n\x11SubmitJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"8\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\xba\x01\n\nJobSummary\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\'\n\x06status\x18\x03 \x01(\x0e\x32\x17.sparkmill.v1.JobStatus\x12\x14\n\x0csubmitted_at\x18\x04 \x01(\x01\x12\x10\n\x08\x65nded_at\x18\x05 \x01(\x01\x12\x13\n\x0btotal_tasks\x18\x06 \x01(\x05\x12\x16\n\x0e\x66inished_tasks\x18\x07 \x01(\x05\x12\x10\n\x08restarts\x18\x08 \x01(\x05\"S\n\x10ListJobsResponse\x12&\n\x04jobs\x18\x01 \x03(\x0b\x32\x18.sparkmill.v1.JobSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"%\n\x13GetJobStatusRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"6\n\x13GetJobResultRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07wait_ms\x18\x02 \x01(\r\"\x96\x01\n\x1fRegisterJobMasterProcessRequest\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\'\n\x04info\x18\x03 \x01(\x0b\x32\x19.sparkmill.v1.ServiceInfo\x12%\n\x04jobs\x18\x04 \x03(\x0b\x32\x17.sparkmill.v1.HostedJob\"9\n RegisterJobMasterProcessResponse\x12\x15\n\rdispatcher_id\x18\x01 \x01(\t\"\xf8\x01\n\x0fJobStatusReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.sparkmill.v1.JobStatus\x12\x1d\n\x15job_master_session_id\x18\x03 \x01(\t\x12)\n\x07\x64\x65tails\x18\x04 \x01(\x0b\x32\x18.sparkmill.v1.JobDetails\x12\'\n\x06result\x18\x05 \x01(\x0b\x32\x17.sparkmill.v1.JobResult\x12\x1d\n\x15job_master_process_id\x18\x06 \x01(\t\x12\x1a\n\x12job_master_address\x18\x07 \x01(\t\"\x1b\n\x19GetClusterServicesRequest\"y\n\x0f\x43lusterServices\x12-\n\ndispatcher\x18\x01 \x01(\x0b\x32\x19.sparkmill.v1.ServiceInfo\x12\x37\n\x14job_master_processes\x18\x02 \x03(\x0b\x32\x19.sparkmill.v1.ServiceInfo2\xf2\x07\n\x11\x44ispatcherGateway\x12\x66\n\tSubmitJob\x12\x1e.sparkmill.v1.SubmitJobRequest\x1a\x1f.sparkmill.v1.SubmitJobResponse\"\x18\x88\xb5\x18\x01\x90\xb5\x18\xb0\xea\x01\x9a\xb5\x18\x06\x63lient\xa0\xb5\x18\x01\x12Y\n\x08ListJobs\x12\x1d.sparkmill.v1.ListJobsRequest\x1a\x1e.sparkmill.v1.ListJobsResponse\"\x0e\x88\xb5\x18\x01\x9a\xb5\x18\x06\x63lient\x12[\n\x0cGetJobStatus\x12!.sparkmill.v1.GetJobStatusRequest\x1a\x18.sparkmill.v1.JobDetails\"\x0e\x88\xb5\x18\x01\x9a\xb5\x18\x06\x63lient\x12P\n\tCancelJob\x12\x1e.sparkmill.v1.CancelJobRequest\x1a\x13.sparkmill.v1.Empty\"\x0e\x88\xb5\x18\x01\x9a\xb5\x18\x06\x63lient\x12Z\n\x0cGetJobResult\x12!.sparkmill.v1.GetJobResultRequest\x1a\x17.sparkmill.v1.JobResult\"\x0e\x88\xb5\x18\x01\x9a\xb5\x18\x06\x63lient\x12\x8d\x01\n\x18RegisterJobMasterProcess\x12-.sparkmill.v1.RegisterJobMasterProcessRequest\x1a..sparkmill.v1.RegisterJobMasterProcessResponse\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12Y\n\x0fReportJobStatus\x12\x1d.sparkmill.v1.JobStatusReport\x1a\x13.sparkmill.v1.Empty\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12l\n\x12GetClusterServices\x12\'.sparkmill.v1.GetClusterServicesRequest\x1a\x1d.sparkmill.v1.ClusterServices\"\x0e\x88\xb5\x18\x01\x9a\xb5\x18\x06\x63lient\x12W\n\x0eGetServiceInfo\x12#.sparkmill.v1.GetServiceInfoRequest\x1a\x19.sparkmill.v1.ServiceInfo\"\x05\x9a\xb5\x18\x01*\x12]\n\x10GetLeaderSession\x12%.sparkmill.v1.GetLeaderSessionRequest\x1a\x1b.sparkmill.v1.LeaderSession\"\x05\x9a\xb5\x18\x01*b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -59,27 +59,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBMITJOBRESPONSE']._serialized_start=190
   _globals['_SUBMITJOBRESPONSE']._serialized_end=225
   _globals['_LISTJOBSREQUEST']._serialized_start=227
-  _globals['_LISTJOBSREQUEST']._serialized_end=244
-  _globals['_JOBSUMMARY']._serialized_start=247
-  _globals['_JOBSUMMARY']._serialized_end=433
-  _globals['_LISTJOBSRESPONSE']._serialized_start=435
-  _globals['_LISTJOBSRESPONSE']._serialized_end=493
-  _globals['_GETJOBSTATUSREQUEST']._serialized_start=495
-  _globals['_GETJOBSTATUSREQUEST']._serialized_end=532
-  _globals['_CANCELJOBREQUEST']._serialized_start=534
-  _globals['_CANCELJOBREQUEST']._serialized_end=568
-  _globals['_GETJOBRESULTREQUEST']._serialized_start=570
-  _globals['_GETJOBRESULTREQUEST']._serialized_end=624
-  _globals['_REGISTERJOBMASTERPROCESSREQUEST']._serialized_start=627
-  _globals['_REGISTERJOBMASTERPROCESSREQUEST']._serialized_end=777
-  _globals['_REGISTERJOBMASTERPROCESSRESPONSE']._serialized_start=779
-  _globals['_REGISTERJOBMASTERPROCESSRESPONSE']._serialized_end=836
-  _globals['_JOBSTATUSREPORT']._serialized_start=839
-  _globals['_JOBSTATUSREPORT']._serialized_end=1087
-  _globals['_GETCLUSTERSERVICESREQUEST']._serialized_start=1089
-  _globals['_GETCLUSTERSERVICESREQUEST']._serialized_end=1116
-  _globals['_CLUSTERSERVICES']._serialized_start=1118
-  _globals['_CLUSTERSERVICES']._serialized_end=1239
-  _globals['_DISPATCHERGATEWAY']._serialized_start=1242
-  _globals['_DISPATCHERGATEWAY']._serialized_end=2252
+  _globals['_LISTJOBSREQUEST']._serialized_end=283
+  _globals['_JOBSUMMARY']._serialized_start=286
+  _globals['_JOBSUMMARY']._serialized_end=472
+  _globals['_LISTJOBSRESPONSE']._serialized_start=474
+  _globals['_LISTJOBSRESPONSE']._serialized_end=557
+  _globals['_GETJOBSTATUSREQUEST']._serialized_start=559
+  _globals['_GETJOBSTATUSREQUEST']._serialized_end=596
+  _globals['_CANCELJOBREQUEST']._serialized_start=598
+  _globals['_CANCELJOBREQUEST']._serialized_end=632
+  _globals['_GETJOBRESULTREQUEST']._serialized_start=634
+  _globals['_GETJOBRESULTREQUEST']._serialized_end=688
+  _globals['_REGISTERJOBMASTERPROCESSREQUEST']._serialized_start=691
+  _globals['_REGISTERJOBMASTERPROCESSREQUEST']._serialized_end=841
+  _globals['_REGISTERJOBMASTERPROCESSRESPONSE']._serialized_start=843
+  _globals['_REGISTERJOBMASTERPROCESSRESPONSE']._serialized_end=900
+  _globals['_JOBSTATUSREPORT']._serialized_start=903
+  _globals['_JOBSTATUSREPORT']._serialized_end=1151
+  _globals['_GETCLUSTERSERVICESREQUEST']._serialized_start=1153
+  _globals['_GETCLUSTERSERVICESREQUEST']._serialized_end=1180
+  _globals['_CLUSTERSERVICES']._serialized_start=1182
+  _globals['_CLUSTERSERVICES']._serialized_end=1303
+  _globals['_DISPATCHERGATEWAY']._serialized_start=1306
+  _globals['_DISPATCHERGATEWAY']._serialized_end=2316
 # @@protoc_insertion_point(module_scope)

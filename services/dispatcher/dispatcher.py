@@ -27,6 +27,7 @@ from sparkmill.common.actor import ServiceRuntime
 from sparkmill.common.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
+    InvalidArgumentError,
     NotFoundError,
     RpcError,
 )
@@ -35,6 +36,7 @@ from sparkmill.common.ids import JobID, short
 from sparkmill.common.job_stores import JobGraphStore, JobResultStore, UnrecoverableJobGraph
 from sparkmill.common.jobgraph import KNOWN_OPERATOR_KINDS
 from sparkmill.common.jobgraph_codec import job_graph_from_proto
+from sparkmill.common.jobgraph_validation import validate_job_graph
 from sparkmill.common.leader import LeaderElectionService
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
@@ -43,6 +45,7 @@ from sparkmill.common.settings import ClusterSettings
 from sparkmill.common.states import JobStatus
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherServicer, JobMasterClient
+from sparkmill.services.dispatcher import job_listing
 from sparkmill.services.dispatcher.job_placement import (
     JOB_PLACEMENT_TRANSITIONS,
     JobPlacement,
@@ -50,7 +53,6 @@ from sparkmill.services.dispatcher.job_placement import (
     can_start,
     is_waiting_for_claim,
 )
-from sparkmill.services.dispatcher.validation import validate_job_graph
 
 log = logging.getLogger(__name__)
 # The longest a GetJobResult call may wait for its job to end (its RPC deadline must be longer).
@@ -197,21 +199,26 @@ class Dispatcher(DispatcherServicer):
         job = _Job(
             job_id, "(unreadable job graph)", common_pb2.JobGraph(job_id=job_id), time.time()
         )
+        self.jobs[job_id] = job
+        log.error("job %s FAILED on recovery: %s", short(job_id), message)
+        failure = common_pb2.ErrorInfo(
+            code=common_pb2.FAILED_PRECONDITION, message=message, exception_type="JobGraphLost"
+        )
+        await self._fail_for_good(job, failure)
+
+    async def _fail_for_good(self, job: _Job, failure: common_pb2.ErrorInfo) -> None:
+        """End ``job`` FAILED with ``failure`` without running it: recorded, then cleaned up."""
         job.status = JobStatus.FAILED
         job.ended_at = time.time()
         result = jobs_pb2.JobResult(
-            job_id=job_id,
-            status=cast(Any, JobStatus.FAILED.value),
-            failure=common_pb2.ErrorInfo(
-                code=common_pb2.FAILED_PRECONDITION, message=message, exception_type="JobGraphLost"
-            ),
+            job_id=job.job_id, status=cast(Any, JobStatus.FAILED.value), failure=failure
         )
         result.details.CopyFrom(self._details(job))
         job.record_result(result)
-        self.jobs[job_id] = job
-        log.error("job %s FAILED on recovery: %s", short(job_id), message)
-        await self.runtime.run_blocking(self.result_store.create_dirty, job.result)
-        await self._clean_up(job_id)
+        if job.placement is not JobPlacement.ENDED:
+            job.move_to(JobPlacement.ENDED)
+        await self.runtime.run_blocking(self.result_store.create_dirty, result)
+        await self._clean_up(job.job_id)
 
     async def _clean_up(self, job_id: JobID) -> None:
         await self.runtime.run_blocking(self.job_store.remove, job_id)
@@ -241,7 +248,12 @@ class Dispatcher(DispatcherServicer):
         self, request: dispatcher_pb2.SubmitJobRequest, context: CallContext
     ) -> dispatcher_pb2.SubmitJobResponse:
         graph = job_graph_from_proto(request.job_graph)
-        validate_job_graph(graph, known_operator_kinds=KNOWN_OPERATOR_KINDS)
+        validate_job_graph(
+            graph,
+            known_operator_kinds=KNOWN_OPERATOR_KINDS,
+            limits=self.settings.job_graph_limits,
+            forbidden_sink_dirs=self.settings.protected_dirs,
+        )
         job_id = graph.job_id
         existing = self.jobs.get(job_id)
         if existing is not None:
@@ -315,6 +327,10 @@ class Dispatcher(DispatcherServicer):
             )
             process.jobs.discard(job.job_id)
             job.process_id = ""
+            if isinstance(exc, InvalidArgumentError) and not job.terminal:
+                # The JobMaster refused the graph or its configuration: no retry can help.
+                await self._refuse_job(job, exc)
+                return
             if can_be_released(job.placement):
                 job.move_to(JobPlacement.WAITING)
             if isinstance(exc, AlreadyExistsError):
@@ -335,6 +351,15 @@ class Dispatcher(DispatcherServicer):
             short(process.process_id),
             short(job.session_id),
         )
+
+    async def _refuse_job(self, job: _Job, exc: InvalidArgumentError) -> None:
+        log.error("job %s FAILED: the JobMaster refused to start it: %s", short(job.job_id), exc)
+        failure = common_pb2.ErrorInfo(
+            code=cast(Any, int(exc.code)),
+            message=f"the JobMaster refused to start the job: {exc.message}",
+            exception_type=type(exc).__name__,
+        )
+        await self._fail_for_good(job, failure)
 
     async def _retry_scheduling_later(self) -> None:
         await asyncio.sleep(1.0)
@@ -497,8 +522,10 @@ class Dispatcher(DispatcherServicer):
     async def list_jobs(
         self, request: dispatcher_pb2.ListJobsRequest, context: CallContext
     ) -> dispatcher_pb2.ListJobsResponse:
-        reply = dispatcher_pb2.ListJobsResponse()
-        for job in sorted(self.jobs.values(), key=lambda j: j.submitted_at):
+        size = job_listing.page_size(request.page_size)
+        page, next_token = job_listing.select_page(self.jobs.values(), size, request.page_token)
+        reply = dispatcher_pb2.ListJobsResponse(next_page_token=next_token)
+        for job in page:
             summary = reply.jobs.add(
                 job_id=job.job_id,
                 name=job.name,

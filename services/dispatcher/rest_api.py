@@ -47,6 +47,7 @@ from sparkmill.services.dispatcher.http_server import (
     HttpResponse,
     StaticFiles,
 )
+from sparkmill.services.dispatcher.job_listing import MAX_PAGE_SIZE
 
 API_VERSION = "v1"
 CALL_TIMEOUT_S = 30.0
@@ -267,8 +268,19 @@ class RestApi:
         )
 
     async def _list_jobs(self) -> list[dispatcher_pb2.JobSummary]:
-        reply = await self.gateway.list_jobs(dispatcher_pb2.ListJobsRequest(), self._context())
-        return list(reply.jobs)
+        """Every job (for the overview's counts), page by page."""
+        jobs: list[dispatcher_pb2.JobSummary] = []
+        token = ""
+        while True:
+            page = await self._jobs_page(MAX_PAGE_SIZE, token)
+            jobs.extend(page.jobs)
+            token = page.next_page_token
+            if not token:
+                return jobs
+
+    async def _jobs_page(self, size: int, token: str) -> dispatcher_pb2.ListJobsResponse:
+        request = dispatcher_pb2.ListJobsRequest(page_size=size, page_token=token)
+        return await self.gateway.list_jobs(request, self._context())
 
     async def _overview(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         jobs = await self._list_jobs()
@@ -309,9 +321,15 @@ class RestApi:
     # -- jobs ------------------------------------------------------------------------------------
 
     async def _jobs(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        raw = request.query.get("limit", str(MAX_PAGE_SIZE))
+        if not raw.isdigit() or not 0 < int(raw) <= MAX_PAGE_SIZE:
+            raise HttpError(400, f"limit={raw[:40]!r} is not a number from 1 to {MAX_PAGE_SIZE}")
+        page = await self._jobs_page(int(raw), request.query.get("after", ""))
         now = time.time()
-        jobs = [rest_json.job_summary_json(j, now) for j in await self._list_jobs()]
-        return HttpResponse.json(200, {"jobs": jobs})
+        body: dict[str, object] = {"jobs": [rest_json.job_summary_json(j, now) for j in page.jobs]}
+        if page.next_page_token:  # pass it as ?after= for the next page
+            body["next"] = page.next_page_token
+        return HttpResponse.json(200, body)
 
     async def _details(self, job_id: str) -> jobs_pb2.JobDetails:
         return await self.gateway.get_job_status(

@@ -28,7 +28,9 @@ from sparkmill.common.errors import (
 )
 from sparkmill.common.ha import HighAvailabilityServices
 from sparkmill.common.ids import JobID, short
+from sparkmill.common.jobgraph import KNOWN_OPERATOR_KINDS
 from sparkmill.common.jobgraph_codec import job_graph_from_proto
+from sparkmill.common.jobgraph_validation import validate_job_graph
 from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.retry import Backoff, retry_registration, retry_with_backoff
 from sparkmill.common.rpc.client import RpcClientPool
@@ -187,6 +189,14 @@ class JobMasterProcess(JobMasterServicer):
         self, request: job_master_pb2.StartJobRequest, context: CallContext
     ) -> job_master_pb2.StartJobResponse:
         graph = job_graph_from_proto(request.job_graph)
+        # Again, not only at submission: a StartJob may come from anyone holding a dispatcher
+        # key, and an unchecked graph (parallelism 10^6) would block this loop building it.
+        validate_job_graph(
+            graph,
+            known_operator_kinds=KNOWN_OPERATOR_KINDS,
+            limits=self.settings.job_graph_limits,
+            forbidden_sink_dirs=self.settings.protected_dirs,
+        )
         existing = self.job_masters.get(graph.job_id)
         if existing is not None and not existing.status.is_terminal:
             raise AlreadyExistsError(f"job {short(graph.job_id)} already runs in this process")

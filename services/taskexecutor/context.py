@@ -38,6 +38,8 @@ class TaskContext:
     allocation_id: str = ""
     slot_index: int | None = None
     exchange_dir: str = ""
+    # The cluster's own directories (exchange, HA storage): no sink may write there.
+    protected_dirs: tuple[str, ...] = ()
     services: dict[str, object] = field(default_factory=dict)  # e.g. the SparkSession manager
 
 

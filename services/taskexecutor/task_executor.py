@@ -439,6 +439,7 @@ class TaskExecutor(TaskExecutorServicer):
         slot = self._table().slot_info(AllocationID(tdd.allocation_id))
         task.context.slot_index = slot.index if slot is not None else None
         task.context.exchange_dir = self.settings.exchange_dir
+        task.context.protected_dirs = self.settings.protected_dirs
         task.context.services = self.task_services
         # Raises SlotNotFoundError / SlotNotActiveError: a task is never run in a slot that is
         # missing, inactive or another job's (Flink's TaskSlotTable#addTask contract).

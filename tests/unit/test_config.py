@@ -571,3 +571,14 @@ def test_doc_check_fails_when_stale(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "stale" in result.stderr
+
+
+def test_a_resource_id_that_is_not_a_safe_name_is_refused_at_start() -> None:
+    from sparkmill.common.ha_factory import settings_from_config
+
+    for bad in ("my worker", "../te", ".hidden", "x" * 129):
+        config = Configuration.from_mapping({"taskmanager.resource-id": bad})
+        with pytest.raises(ConfigurationError, match="is not a valid resource id"):
+            settings_from_config(config)
+    good = Configuration.from_mapping({"taskmanager.resource-id": "worker7.lab-te-0"})
+    assert settings_from_config(good).task_executor_resource_id == "worker7.lab-te-0"

@@ -67,7 +67,7 @@ def test_common_importing_a_service_is_refused(scratch: Path) -> None:
 
 def test_one_service_importing_another_is_refused_even_inside_a_function(scratch: Path) -> None:
     append(
-        scratch / "services" / "dispatcher" / "validation.py",
+        scratch / "services" / "dispatcher" / "job_placement.py",
         "\n\ndef _late() -> None:\n    from sparkmill.services.jobmaster import scheduler\n",
     )
     result = run_check(scratch)

@@ -25,10 +25,10 @@ from sparkmill.common.jobgraph_codec import (
     job_graph_from_proto,
     job_graph_to_proto,
 )
+from sparkmill.common.jobgraph_validation import validate_job_graph
 from sparkmill.common.proto_convert import profile_from_proto, profile_to_proto
 from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
 from sparkmill.common.v1 import common_pb2
-from sparkmill.services.dispatcher.validation import validate_job_graph
 
 V_SRC, V_MAP, V_SINK = JobVertexID("v-source"), JobVertexID("v-map"), JobVertexID("v-sink")
 DS_SRC, DS_MAP = IntermediateDataSetID("ds-source"), IntermediateDataSetID("ds-map")

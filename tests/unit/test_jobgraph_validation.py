@@ -1,6 +1,10 @@
-"""Unit tests of services/dispatcher/validation.py: one test per check, and all problems at once."""
+"""Unit tests of common/jobgraph_validation.py: one test per check, and all problems at once."""
 
 from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,12 +20,13 @@ from sparkmill.common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from sparkmill.common.resources import ResourceProfile
-from sparkmill.services.dispatcher.validation import (
+from sparkmill.common.jobgraph_validation import (
     MAX_LISTED_CYCLE_VERTICES,
     MAX_LISTED_PROBLEMS,
+    JobGraphLimits,
     validate_job_graph,
 )
+from sparkmill.common.resources import ResourceProfile
 
 
 def vid(name: str) -> JobVertexID:
@@ -70,11 +75,11 @@ def diamond() -> JobGraph:
     )
 
 
-def validate(graph: JobGraph, **kwargs: int) -> None:
+def validate(graph: JobGraph, **kwargs: Any) -> None:
     validate_job_graph(graph, known_operator_kinds=KNOWN_OPERATOR_KINDS, **kwargs)
 
 
-def problems_of(graph: JobGraph, **kwargs: int) -> list[str]:
+def problems_of(graph: JobGraph, **kwargs: Any) -> list[str]:
     """The problem lines of the error (asserting the summary line counts them)."""
     with pytest.raises(InvalidJobGraphError) as info:
         validate(graph, **kwargs)
@@ -171,7 +176,10 @@ def test_empty_graph() -> None:
 
 def test_too_many_vertices() -> None:
     problems = problems_of(diamond(), max_vertices=4)
-    assert problems == ["the job graph has 5 vertices, more than the maximum of 4"]
+    assert problems == [
+        "the job graph has 5 vertices, more than the maximum of 4 "
+        "(jobmanager.job-graph.max-vertices)"
+    ]
 
 
 def test_duplicate_vertex_ids() -> None:
@@ -452,3 +460,79 @@ def test_the_listing_is_capped_but_the_count_is_not() -> None:
     assert lines[0] == f"job graph 'big' is invalid: {MAX_LISTED_PROBLEMS + 5} problems"
     assert len(lines) == 1 + MAX_LISTED_PROBLEMS + 1
     assert lines[-1] == "  ... and 5 more"
+
+
+# -- limits, lengths and sink paths ------------------------------------------------------------
+
+
+def test_a_graph_over_the_limits_is_refused_before_the_full_walk() -> None:
+    huge = graph_of(vertex("a", parallelism=1_000_000), vertex("b", reads=("a",), parallelism=3))
+    started = time.monotonic()
+    problems = problems_of(huge, limits=JobGraphLimits(max_parallelism=100_000))
+    assert time.monotonic() - started < 0.5
+    assert problems == [
+        "vertex 'a' (position 0) has parallelism 1000000, more than the maximum of 100000 "
+        "(jobmanager.job-graph.max-parallelism)",
+        "the job graph has 1000003 subtasks in all, more than the maximum of 1000000 "
+        "(jobmanager.job-graph.max-subtasks)",
+    ]
+    # Only the limits are reported: parallelism above max parallelism is not walked to.
+    edges = problems_of(diamond(), limits=JobGraphLimits(max_edges=3))
+    assert edges == [
+        "the job graph has 5 edges, more than the maximum of 3 (jobmanager.job-graph.max-edges)"
+    ]
+
+
+def test_a_ten_thousand_by_ten_thousand_all_to_all_graph_is_within_the_default_limits() -> None:
+    graph = graph_of(
+        vertex("left", parallelism=10_000), vertex("right", reads=("left",), parallelism=10_000)
+    )
+    for v in graph.vertices:
+        v.max_parallelism = 10_000
+    validate(graph, limits=JobGraphLimits())
+
+
+def test_long_names_and_config_entries_are_refused_with_their_length() -> None:
+    graph = graph_of(vertex("source"), name="n" * 9_000_000)
+    graph.vertices[0].name = "v" * 2000
+    graph.config["k" * 300] = "1"
+    graph.config["restart-strategy.type"] = "x" * 20_000
+    with pytest.raises(InvalidJobGraphError) as info:
+        validate(graph)
+    summary, *problems = str(info.value).split("\n")
+    assert summary == f"job graph '{'n' * 80}...' is invalid: 4 problems"
+    problems = [p.removeprefix("  - ") for p in problems]
+    assert "the job name has 9000000 characters, more than the maximum of 1000" in problems
+    assert any("has a name of 2000 characters" in p for p in problems)
+    assert any("has 300 characters, more than the maximum of 256" in p for p in problems)
+    assert any("'restart-strategy.type' has 20000 characters" in p for p in problems)
+    assert all(len(p) < 400 for p in problems)  # nothing huge is echoed back
+
+
+def test_vertex_and_data_set_ids_that_are_paths_are_refused() -> None:
+    graph = graph_of(vertex("source"))
+    graph.vertices[0].id = JobVertexID("../../etc")
+    graph.vertices[0].produced[0] = IntermediateDataSet(
+        IntermediateDataSetID("/tmp/x"), graph.vertices[0].id
+    )
+    problems = problems_of(graph)
+    assert any("(../../etc) has an id that is not a safe name" in p for p in problems)
+    assert any("data set '/tmp/x'" in p and "not a safe name" in p for p in problems)
+
+
+@pytest.mark.parametrize("mode_dir", ["exchange", "ha"])
+def test_sink_paths_on_root_or_the_cluster_directories_are_refused(
+    tmp_path: Path, mode_dir: str
+) -> None:
+    exchange, ha = tmp_path / "exchange", tmp_path / "ha"
+    protected = (str(exchange), str(ha))
+    chosen = exchange if mode_dir == "exchange" else ha
+    bad = ["/", "file:///", str(chosen), str(chosen / "inside"), str(tmp_path), f"{chosen}/../"]
+    for path in bad:
+        graph = graph_of(vertex("sink"))
+        graph.vertices[0].sink_paths = [path]
+        (problem,) = problems_of(graph, forbidden_sink_dirs=protected)
+        assert "writes a sink where it may not" in problem, path
+    fine = graph_of(vertex("sink"))
+    fine.vertices[0].sink_paths = [str(tmp_path / "out"), str(tmp_path / "exchange-results")]
+    validate(fine, forbidden_sink_dirs=protected)

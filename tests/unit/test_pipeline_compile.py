@@ -15,13 +15,13 @@ import sparkmill as sm
 from sparkmill import functions as F
 from sparkmill._compile import split_aggregates
 from sparkmill.common import plan as S
-from sparkmill.common.errors import CommitError, PipelineError
+from sparkmill.common.errors import CommitError, InvalidJobGraphError, PipelineError
 from sparkmill.common.exchange import layout
 from sparkmill.common.exchange.pointwise import pointwise_readers
 from sparkmill.common.jobgraph import DistributionPattern, JobGraph, JobVertex
 from sparkmill.common.jobgraph_codec import job_graph_from_proto, job_graph_to_proto
+from sparkmill.common.jobgraph_validation import validate_job_graph
 from sparkmill.common.resources import ResourceProfile
-from sparkmill.services.dispatcher.validation import validate_job_graph
 from sparkmill.services.taskexecutor.spark import errors, sinks, sources
 
 A2A = DistributionPattern.ALL_TO_ALL
@@ -255,6 +255,13 @@ def test_every_sink_and_collect_feeds_a_final_commit_vertex(tmp_path: Path) -> N
     assert {e.pattern for e in commit.inputs} == {A2A}
     spec = S.decode_spec(commit.operator.payload)
     assert spec == S.CommitSpec((S.SinkCommit(str(tmp_path / "p"), "parquet", "overwrite", 3),))
+    # Declared outside the opaque payloads, for the control plane's sink path checks.
+    assert commit.sink_paths == [str(tmp_path / "p")]
+    writers = [v for v in graph.vertices[:-1] if v.sink_paths]
+    assert [v.sink_paths for v in writers] == [[str(tmp_path / "p")]]
+    exchange = str(tmp_path / "p" / "exchange")  # the sink would overwrite it
+    with pytest.raises(InvalidJobGraphError, match="holds the cluster's directory"):
+        validate_job_graph(graph, known_operator_kinds={"spark"}, forbidden_sink_dirs=[exchange])
 
 
 def test_pipeline_errors(tmp_path: Path) -> None:
@@ -506,3 +513,19 @@ def test_commit_job_fails_rather_than_publish_incomplete_output(tmp_path: Path) 
     with pytest.raises(CommitError, match="vanished"):
         sinks.commit_job(commit, JOB)
     assert not (Path(out) / "_SUCCESS").exists()
+
+
+def test_the_commit_task_refuses_a_sink_over_a_cluster_directory(tmp_path: Path) -> None:
+    """A payload whose sink the graph did not declare is still checked where it runs."""
+    from sparkmill.services.taskexecutor.context import TaskContext
+    from sparkmill.services.taskexecutor.spark.runner import run_commit
+
+    exchange = tmp_path / "exchange"
+    (exchange / "keep").mkdir(parents=True)
+    context = TaskContext(JOB, "j", "v", "commit", 0, 1, "a" * 32, 0, b"")
+    context.exchange_dir, context.protected_dirs = str(exchange), (str(exchange),)
+    for path in (str(tmp_path), str(exchange)):
+        spec = S.CommitSpec((S.SinkCommit(path, "csv", "overwrite", 1),))
+        with pytest.raises(CommitError, match="refusing to write this sink"):
+            run_commit(spec, context)
+    assert (exchange / "keep").is_dir()

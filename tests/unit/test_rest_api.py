@@ -43,6 +43,7 @@ class TestingGateway:
         self.cancelled: list[str] = []
         self.submitted: list[common_pb2.JobGraph] = []
         self.status = common_pb2.RUNNING
+        self.list_requests: list[dispatcher_pb2.ListJobsRequest] = []
 
     def _check(self, job_id: str) -> None:
         if job_id != JOB:
@@ -57,8 +58,11 @@ class TestingGateway:
     async def list_jobs(
         self, request: dispatcher_pb2.ListJobsRequest, context: CallContext
     ) -> dispatcher_pb2.ListJobsResponse:
+        self.list_requests.append(request)
         reply = dispatcher_pb2.ListJobsResponse()
         reply.jobs.add(job_id=JOB, name="demo", status=self.status, submitted_at=100.0)
+        if request.page_size == 1 and not request.page_token:  # a second page follows
+            reply.next_page_token = "second-page"
         return reply
 
     async def get_job_status(
@@ -320,6 +324,19 @@ def test_a_failing_handler_gets_a_500_not_a_crash() -> None:
 
 
 # -- routing -------------------------------------------------------------------------------------
+
+
+def test_the_jobs_list_is_paged_with_limit_and_after() -> None:
+    api, gateway = _api()
+    response, document = _call(api, "GET", "/v1/jobs?limit=1")
+    assert response.status == 200 and document["next"] == "second-page"
+    response, document = _call(api, "GET", "/v1/jobs?limit=1&after=second-page")
+    assert response.status == 200 and "next" not in document
+    asked = [(r.page_size, r.page_token) for r in gateway.list_requests]
+    assert asked == [(1, ""), (1, "second-page")]
+    for bad in ("0", "1001", "x", "-1"):
+        response, _ = _call(api, "GET", f"/v1/jobs?limit={bad}")
+        assert response.status == 400
 
 
 def test_jobs_list_and_details_in_flink_shapes() -> None:

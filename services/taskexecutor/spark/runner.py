@@ -22,7 +22,12 @@ from sparkmill.common.errors import (
     SparkJobError,
     TaskCancelledError,
 )
-from sparkmill.common.exchange.layout import cleanup_job, missing_partitions, partition_dir
+from sparkmill.common.exchange.layout import (
+    cleanup_job,
+    missing_partitions,
+    partition_dir,
+    sink_path_problem,
+)
 from sparkmill.common.expressions import resolve
 from sparkmill.common.ids import short
 from sparkmill.common.io_counters import NO_IO, IOCounters
@@ -171,6 +176,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
                         root, output, target, context.subtask_index, context.parallelism
                     )
                 elif isinstance(output, S.SinkOutput):
+                    _check_sink_path(output.path, context)
                     path = sinks.write_attempt(
                         root,
                         output,
@@ -235,11 +241,20 @@ def _collect(df: Any, output: S.CollectOutput, subtask: int) -> tuple[bytes, int
     return blob, len(rows)
 
 
+def _check_sink_path(path: str, context: TaskContext) -> None:
+    # The submission checked the sink paths the graph declares; the payload is what runs, so
+    # its paths are checked again here, before anything is written or deleted.
+    problem = sink_path_problem(path, context.protected_dirs)
+    if problem:
+        raise CommitError(f"refusing to write this sink: {problem}")
+
+
 def run_commit(spec: S.CommitSpec, context: TaskContext) -> TaskOutcome:
     """The final vertex: publish every sink, then drop the job's exchange data."""
     files = 0
     for sink in spec.sinks:
         check_cancelled(context.cancelled)
+        _check_sink_path(sink.path, context)
         files += sinks.commit_job(sink, context.job_id)
         log.info("job %s: committed %s (%d files)", context.job_id, sink.path, files)
     cleanup_job(context.exchange_dir, context.job_id)

@@ -25,8 +25,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from sparkmill.common.errors import ConfigurationError, InvalidJobGraphError
+from sparkmill.common.exchange.layout import sink_path_problem
 from sparkmill.common.graphs import strongly_connected_components
-from sparkmill.common.ids import is_valid_id
+from sparkmill.common.ids import is_valid_id, is_valid_name_id
 from sparkmill.common.job_config import normalize_job_config
 from sparkmill.common.jobgraph import (
     DistributionPattern,
@@ -46,21 +47,96 @@ MAX_LISTED_PROBLEMS = 100
 MAX_LISTED_CYCLE_VERTICES = 20
 """A cycle longer than this is shown by its first vertices only."""
 
+# Names and strings are echoed in every listing, status and log line: a 9 MB job name made
+# `jobs list` fail for everyone.
+MAX_NAME_LENGTH = 1000
+MAX_SHORT_STRING_LENGTH = 256  # operator kinds, partitioners, slot sharing groups, config keys
+MAX_CONFIG_VALUE_LENGTH = 16 * 1024
+MAX_PATH_LENGTH = 4096
+# Vertex and data set ids name directories of the exchange (see common.ids.is_valid_name_id).
+_NAME_ID_FORMAT = "a safe name (letters, digits, '.', '_', '-'; at most 128 characters)"
+
+
+@dataclass(frozen=True, slots=True)
+class JobGraphLimits:
+    """How large a job graph the cluster accepts (the ``jobmanager.job-graph.*`` options).
+
+    Checked before anything else, so an oversized graph is refused in time proportional to its
+    number of vertices and edges, before an execution graph (one object per subtask) is built.
+    """
+
+    max_vertices: int = 10_000
+    max_parallelism: int = 100_000
+    max_subtasks: int = 1_000_000
+    max_edges: int = 100_000
+
 
 def validate_job_graph(
-    graph: JobGraph, *, known_operator_kinds: Collection[str], max_vertices: int = 10_000
+    graph: JobGraph,
+    *,
+    known_operator_kinds: Collection[str],
+    max_vertices: int | None = None,
+    limits: JobGraphLimits | None = None,
+    forbidden_sink_dirs: Collection[str] = (),
 ) -> None:
     """Raise :class:`InvalidJobGraphError` naming every problem of ``graph``; else return.
 
-    ``known_operator_kinds`` are the operator kinds task executors can run; ``max_vertices``
-    bounds the size of a graph the cluster accepts.
+    ``known_operator_kinds`` are the operator kinds task executors can run; ``limits`` bound the
+    size of a graph the cluster accepts (``max_vertices`` overrides its vertex limit); a sink
+    path that is ``/`` or equals, contains or lies inside one of ``forbidden_sink_dirs`` (the
+    exchange and HA storage directories) is refused.
 
     The error message's first line is ``job graph '<name>' is invalid: <N> problems``, followed
     by one line per problem (at most :data:`MAX_LISTED_PROBLEMS` of them).
     """
-    problems = _Checker(graph, known_operator_kinds, max_vertices).run()
+    limits = limits or JobGraphLimits()
+    if max_vertices is not None:
+        limits = JobGraphLimits(max_vertices, *_rest_of(limits))
+    problems = _oversized(graph, limits)
+    if not problems:  # only a graph within the limits is worth walking in full
+        checker = _Checker(graph, known_operator_kinds, limits.max_vertices, forbidden_sink_dirs)
+        problems = checker.run()
     if problems:
-        raise InvalidJobGraphError(_format(graph.name, problems))
+        name = graph.name if len(graph.name) <= MAX_NAME_LENGTH else f"{graph.name[:80]}..."
+        raise InvalidJobGraphError(_format(name, problems))
+
+
+def _rest_of(limits: JobGraphLimits) -> tuple[int, int, int]:
+    return limits.max_parallelism, limits.max_subtasks, limits.max_edges
+
+
+def _oversized(graph: JobGraph, limits: JobGraphLimits) -> list[str]:
+    problems = []
+    vertices = len(graph.vertices)
+    if vertices > limits.max_vertices:
+        problems.append(
+            f"the job graph has {vertices} vertices, more than the maximum of "
+            f"{limits.max_vertices} (jobmanager.job-graph.max-vertices)"
+        )
+    edges = sum(len(v.inputs) for v in graph.vertices)
+    if edges > limits.max_edges:
+        problems.append(
+            f"the job graph has {edges} edges, more than the maximum of {limits.max_edges} "
+            "(jobmanager.job-graph.max-edges)"
+        )
+    subtasks = 0
+    for position, vertex in enumerate(graph.vertices):
+        parallelism = vertex.parallelism if isinstance(vertex.parallelism, int) else 0
+        subtasks += max(0, parallelism)
+        if parallelism > limits.max_parallelism:
+            problems.append(
+                f"vertex {vertex.name[:80]!r} (position {position}) has parallelism "
+                f"{parallelism}, more than the maximum of {limits.max_parallelism} "
+                "(jobmanager.job-graph.max-parallelism)"
+            )
+            if len(problems) > MAX_LISTED_PROBLEMS:
+                break
+    if subtasks > limits.max_subtasks:
+        problems.append(
+            f"the job graph has {subtasks} subtasks in all, more than the maximum of "
+            f"{limits.max_subtasks} (jobmanager.job-graph.max-subtasks)"
+        )
+    return problems
 
 
 def _format(graph_name: str, problems: list[str]) -> str:
@@ -86,6 +162,7 @@ class _Checker:
     graph: JobGraph
     known_operator_kinds: Collection[str]
     max_vertices: int
+    forbidden_sink_dirs: Collection[str] = ()
     problems: list[str] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)  # vertex position -> "vertex 'x' (id)"
 
@@ -107,8 +184,8 @@ class _Checker:
 
     @staticmethod
     def _label(position: int, vertex: JobVertex) -> str:
-        name = repr(vertex.name) if vertex.name else "<unnamed>"
-        vertex_id = vertex.id if vertex.id else f"no id, position {position}"
+        name = repr(vertex.name[:80]) if vertex.name else "<unnamed>"
+        vertex_id = vertex.id[:80] if vertex.id else f"no id, position {position}"
         return f"vertex {name} ({vertex_id})"
 
     def _check_job(self) -> None:
@@ -121,19 +198,35 @@ class _Checker:
             self.problems.append(f"the job id {graph.job_id[:80]!r} is not 32 lowercase hex digits")
         if not graph.name.strip():
             self.problems.append("the job name is missing")
-        try:
-            # A bad job-level option would otherwise only surface when the JobMaster starts
-            # the job, long after the user was told "submitted".
-            normalize_job_config(graph.config)
-        except ConfigurationError as exc:
-            self.problems.append(f"the job configuration is invalid: {exc}")
+        elif len(graph.name) > MAX_NAME_LENGTH:
+            self.problems.append(
+                f"the job name has {len(graph.name)} characters, more than the maximum of "
+                f"{MAX_NAME_LENGTH}"
+            )
+        if self._config_lengths_ok():  # else its error would echo the oversized entries
+            try:
+                # A bad job-level option would otherwise only surface when the JobMaster starts
+                # the job, long after the user was told "submitted".
+                normalize_job_config(graph.config)
+            except ConfigurationError as exc:
+                self.problems.append(f"the job configuration is invalid: {exc}")
         if not graph.vertices:
             self.problems.append("the job graph has no vertices")
-        elif len(graph.vertices) > self.max_vertices:
-            self.problems.append(
-                f"the job graph has {len(graph.vertices)} vertices, more than the maximum of "
-                f"{self.max_vertices}"
-            )
+
+    def _config_lengths_ok(self) -> bool:
+        before = len(self.problems)
+        for key, value in self.graph.config.items():
+            if len(key) > MAX_SHORT_STRING_LENGTH:
+                self.problems.append(
+                    f"the job configuration key {key[:80]!r}... has {len(key)} characters, more "
+                    f"than the maximum of {MAX_SHORT_STRING_LENGTH}"
+                )
+            elif len(value) > MAX_CONFIG_VALUE_LENGTH:
+                self.problems.append(
+                    f"the job configuration value of {key!r} has {len(value)} characters, more "
+                    f"than the maximum of {MAX_CONFIG_VALUE_LENGTH}"
+                )
+        return len(self.problems) == before
 
     def _check_ids(self) -> dict[str, int]:
         """Report missing and duplicate vertex / data set ids; map data set id -> producer."""
@@ -174,6 +267,22 @@ class _Checker:
         problems = self.problems
         if not vertex.name.strip():
             problems.append(f"{label} has no name")
+        elif len(vertex.name) > MAX_NAME_LENGTH:
+            problems.append(
+                f"{label} has a name of {len(vertex.name)} characters, more than the maximum "
+                f"of {MAX_NAME_LENGTH}"
+            )
+        if vertex.id and not is_valid_name_id(vertex.id):
+            problems.append(f"{label} has an id that is not {_NAME_ID_FORMAT}")
+        for what, text in (
+            ("operator kind", vertex.operator.kind),
+            ("slot sharing group", vertex.slot_sharing_group),
+        ):
+            if len(text) > MAX_SHORT_STRING_LENGTH:
+                problems.append(
+                    f"{label} has a {what} of {len(text)} characters, more than the maximum "
+                    f"of {MAX_SHORT_STRING_LENGTH}"
+                )
         parallelism, max_parallelism = vertex.parallelism, vertex.max_parallelism
         if parallelism <= 0:
             problems.append(f"{label} has parallelism {parallelism}; it must be at least 1")
@@ -192,6 +301,12 @@ class _Checker:
             problems.append(f"{label} has no operator kind ({known_kinds})")
         elif kind not in self.known_operator_kinds:
             problems.append(f"{label} runs unknown operator kind {kind!r} ({known_kinds})")
+        for path in vertex.sink_paths:
+            problem = sink_path_problem(path[:MAX_PATH_LENGTH], self.forbidden_sink_dirs)
+            if len(path) > MAX_PATH_LENGTH:
+                problem = f"a sink path of {len(path)} characters is longer than {MAX_PATH_LENGTH}"
+            if problem:
+                problems.append(f"{label} writes a sink where it may not: {problem}")
         cpu, memory = vertex.resource_profile.cpu_cores, vertex.resource_profile.memory_mb
         if not (math.isfinite(cpu) and cpu >= 0 and memory >= 0):
             problems.append(
@@ -203,6 +318,10 @@ class _Checker:
         self, position: int, vertex: JobVertex, dataset: IntermediateDataSet
     ) -> None:
         label = self.labels[position]
+        if dataset.id and not is_valid_name_id(dataset.id):
+            self.problems.append(
+                f"data set {dataset.id[:80]!r} of {label} has an id that is not {_NAME_ID_FORMAT}"
+            )
         if dataset.producer != vertex.id:
             self.problems.append(
                 f"data set {dataset.id} is listed by {label} but names {dataset.producer!r} as "
@@ -231,6 +350,11 @@ class _Checker:
             label = f"edge from data set {edge.source} to {self.labels[position]} (input #{number})"
             if edge.source not in producer_of:
                 problems.append(f"{label} reads an unknown data set: no vertex produces it")
+        if len(edge.partitioner) > MAX_SHORT_STRING_LENGTH:
+            problems.append(
+                f"{label} has a partitioner of {len(edge.partitioner)} characters, more than "
+                f"the maximum of {MAX_SHORT_STRING_LENGTH}"
+            )
         if edge.target != vertex.id:
             problems.append(
                 f"{label} names {edge.target!r} as its target; an edge must be listed by the "
