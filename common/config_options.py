@@ -65,12 +65,19 @@ def _option(
 
 
 # --------------------------------------------------------------------------------------------
-_group("RPC and addresses", "How the services find and talk to each other over ZeroMQ.")
+_group(
+    "RPC and addresses",
+    "How the services find and talk to each other over ZeroMQ. Each role's rpc-address is the "
+    "address it *advertises* (what others dial: in ZooKeeper, registrations, deployments); "
+    "rpc.bind-host is where it listens (Flink's rpc.address vs rpc.bind-address).",
+)
 RPC_BIND_HOST = _option(
     "rpc.bind-host",
     STRING,
-    "127.0.0.1",
-    "Host or interface the RPC servers of this process bind to ('0.0.0.0' for all).",
+    "",
+    "Host or interface the RPC server of this process binds to: '0.0.0.0' (or '::') for all "
+    "interfaces, or one interface's address; the port is the role's rpc-address's.",
+    default_text="the host of this role's rpc-address",
 )
 RPC_ASK_TIMEOUT = _option(
     "rpc.ask-timeout",
@@ -106,26 +113,29 @@ DISPATCHER_RPC_ADDRESS = _option(
     "dispatcher.rpc-address",
     ADDRESS,
     "tcp://127.0.0.1:6123",
-    "Where the dispatcher listens; clients submit jobs here when high availability is off.",
+    "The dispatcher's advertised address; clients submit jobs here when high availability is "
+    "off. It binds its port on rpc.bind-host. Never a wildcard (0.0.0.0, *): start-up refuses it.",
 )
 RESOURCE_MANAGER_RPC_ADDRESS = _option(
     "resourcemanager.rpc-address",
     ADDRESS,
     "tcp://127.0.0.1:6124",
-    "Where the resource manager listens; task executors and job masters register here "
-    "when high availability is off.",
+    "The resource manager's advertised address; task executors and job masters register here "
+    "when high availability is off. It binds its port on rpc.bind-host.",
 )
 JOB_MASTER_RPC_ADDRESS = _option(
     "jobmaster.rpc-address",
     ADDRESS,
     "tcp://127.0.0.1:0",
-    "Bind address of job masters; port 0 picks a free port, which is then advertised.",
+    "Advertised address of a job master (this host's name or address as others reach it); it "
+    "binds the port on rpc.bind-host, port 0 picking a free one, which is then advertised.",
 )
 TASK_MANAGER_RPC_ADDRESS = _option(
     "taskmanager.rpc-address",
     ADDRESS,
     "tcp://127.0.0.1:0",
-    "Bind address of a task executor; port 0 picks a free port, which is then advertised.",
+    "Advertised address of a task executor (this host's name or address as others reach it); "
+    "it binds the port on rpc.bind-host, port 0 picking a free one, which is then advertised.",
 )
 
 # --------------------------------------------------------------------------------------------
@@ -548,7 +558,15 @@ METRICS_BIND_HOST = _option(
     "metrics.bind-host",
     STRING,
     "127.0.0.1",
-    "Host or interface the metrics HTTP endpoint binds to.",
+    "Host or interface the metrics HTTP endpoint binds to ('0.0.0.0' for all).",
+)
+METRICS_ADDRESS = _option(
+    "metrics.address",
+    STRING,
+    "",
+    "Host name or address put in the metrics URL this process publishes (its ServiceInfo, "
+    "Prometheus discovery).",
+    default_text="metrics.bind-host, or this host's name when that is a wildcard",
 )
 METRICS_PORT = _option(
     "metrics.port",

@@ -32,8 +32,8 @@ class TaskDeployment:
     operator_kind: str
     operator_payload: bytes
     vertex_version: int = 0
-    # When the deploying JobMaster became the job's leader: (epoch, attempt number) orders the
-    # attempts of successive JobMasters.
+    # The deploying JobMaster's leader epoch (from its election, never a clock): (epoch,
+    # attempt number) orders the attempts of successive JobMasters.
     job_master_epoch: int = 0
     job_config: Mapping[str, str] = field(default_factory=dict)
     # What to read: each gate names the finished producer attempts whose partitions it reads.

@@ -32,7 +32,7 @@ def settings_from_config(config: Configuration) -> ClusterSettings:
             "'-', at most 128 characters, starting with a letter or digit)",
         )
     return ClusterSettings(
-        bind_host=config.get(opt.RPC_BIND_HOST),
+        bind_host=config.get(opt.RPC_BIND_HOST).strip(),
         dispatcher_address=config.get(opt.DISPATCHER_RPC_ADDRESS),
         resource_manager_address=config.get(opt.RESOURCE_MANAGER_RPC_ADDRESS),
         job_master_bind_address=config.get(opt.JOB_MASTER_RPC_ADDRESS),
@@ -72,6 +72,7 @@ def settings_from_config(config: Configuration) -> ClusterSettings:
         ha_storage_dir=config.get(opt.HA_STORAGE_DIR),
         metrics_enabled=config.get(opt.METRICS_ENABLED),
         metrics_bind_host=config.get(opt.METRICS_BIND_HOST),
+        metrics_address=config.get(opt.METRICS_ADDRESS).strip(),
         metrics_port=config.get(opt.METRICS_PORT),
         exchange_dir=config.get(opt.EXCHANGE_DIR),
         spark_master=config.get(opt.SPARK_MASTER),

@@ -1,20 +1,30 @@
 """The job progress store: which subtasks of a running job have finished, for the next JobMaster.
 
 Flink restarts a batch job from scratch when its JobMaster fails over (until FLIP-383). Here
-the leading JobMaster appends an event to the job's progress log whenever an attempt FINISHES
-and whenever finished attempts become void (their region is restarted). A JobMaster that takes
-the job over replays the log and keeps the finished attempts whose results are still readable,
-so only the rest runs again.
+the leading JobMaster records an event whenever an attempt FINISHES and whenever finished
+attempts become void (their region is restarted). A JobMaster that takes the job over replays
+what its predecessors recorded and keeps the finished attempts whose results are still
+readable, so only the rest runs again.
 
-The log is a file of JSON lines per job under ``{high-availability.storageDir}/job-progress``,
-appended with one ``write`` per batch. Each JobMaster starts its stretch of the log with a
-``leader`` event carrying its leader session id - written and flushed before it reads the log -
-and replay ignores events of any other session that come after it. A deposed JobMaster that has
-not noticed yet may still append, but its late events never override the new leader's view.
-(Appends rely on ``O_APPEND`` writes not interleaving, true of local file systems; on NFS,
-which has no atomic append, a torn or interleaved line is skipped: a lost ``finished`` event
-costs re-running that subtask; a lost ``invalidated`` one can bring back an attempt a restart
-had voided - a complete output of its subtask, restored only if still readable.)
+**One log per JobMaster session.** The logs live on ``high-availability.storageDir``, which may
+be NFS, where appends are not atomic and two hosts appending to one file can interleave. So no
+two writers ever share a file: each JobMaster writes only its own log,
+``job-progress/{job}/{epoch}-{session}.log``, named by its leader epoch (from ZooKeeper,
+strictly increasing across the job's JobMasters - never a clock) and its leader session id.
+
+**Every record is written whole and checked**: a line is ``{length} {crc32} {json}`` and the
+JSON carries the record's sequence number in its log (1, 2, ...). A reader trusts a log's
+records up to the first one that is missing, torn or corrupt (a torn tail, a hole NFS shows
+as zeros, bytes of two writes mixed); a duplicate (a batch written again after a failed
+write) is skipped. Losing records costs re-running subtasks, never correctness.
+
+**A deposed JobMaster can never add to what its successors trust.** A JobMaster taking over
+writes ``leader``, reads every earlier log, and records in an ``adopted`` event exactly how far
+it trusts each of them (the ``trusted`` map: log name -> last sequence number), before it
+records anything else. Replay starts from the latest log that has such an event: the logs it
+adopted, each up to its mark, then that log itself. Whatever a deposed JobMaster appends after
+its successor read its log is past the mark and ignored forever; a JobMaster that was deposed
+before it adopted anything did nothing a successor must keep, and its log is ignored.
 
 Without HA there is no second JobMaster to hand over to, and :class:`NoJobProgressStore` keeps
 nothing.
@@ -26,6 +36,8 @@ import base64
 import json
 import logging
 import os
+import shutil
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,8 +47,10 @@ from sparkmill.common.io_counters import NO_IO, IOCounters
 log = logging.getLogger(__name__)
 
 LEADER = "leader"
+ADOPTED = "adopted"
 FINISHED = "finished"
 INVALIDATED = "invalidated"
+_KINDS = (LEADER, ADOPTED, FINISHED, INVALIDATED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +68,16 @@ class FinishedAttempt:
 
 @dataclass(frozen=True, slots=True)
 class ProgressEvent:
-    kind: str  # LEADER | FINISHED | INVALIDATED
+    kind: str  # LEADER | ADOPTED | FINISHED | INVALIDATED
     session_id: str
     attempt: FinishedAttempt | None = None  # FINISHED
     subtasks: tuple[tuple[str, int], ...] = field(default=())  # INVALIDATED: (vertex, subtask)
+    # ADOPTED: (log name, last trusted sequence number) of every earlier log this one builds on
+    trusted: tuple[tuple[str, int], ...] = field(default=())
+    seq: int = 0  # position in its session's log, from 1 (given by the writer)
 
     def to_json(self) -> str:
-        record: dict[str, Any] = {"kind": self.kind, "session": self.session_id}
+        record: dict[str, Any] = {"kind": self.kind, "session": self.session_id, "seq": self.seq}
         if self.attempt is not None:
             a = self.attempt
             record.update(
@@ -75,6 +92,8 @@ class ProgressEvent:
                 record["acc"] = base64.b64encode(a.accumulator).decode("ascii")
         if self.subtasks:
             record["subtasks"] = [list(s) for s in self.subtasks]
+        if self.kind == ADOPTED:
+            record["trusted"] = dict(self.trusted)
         return json.dumps(record, separators=(",", ":"))
 
     @staticmethod
@@ -82,7 +101,7 @@ class ProgressEvent:
         """Raises ``ValueError`` (or ``KeyError``/``TypeError``) for a line that is not one."""
         record = json.loads(line)
         kind = record["kind"]
-        if kind not in (LEADER, FINISHED, INVALIDATED):
+        if kind not in _KINDS:
             raise ValueError(f"unknown progress event kind {kind!r}")
         attempt = None
         if kind == FINISHED:
@@ -99,39 +118,108 @@ class ProgressEvent:
                 IOCounters(*io),
             )
         subtasks = tuple((str(v), int(i)) for v, i in record.get("subtasks", ()))
-        return ProgressEvent(kind, str(record["session"]), attempt, subtasks)
+        trusted = tuple(sorted((str(k), int(n)) for k, n in record.get("trusted", {}).items()))
+        return ProgressEvent(
+            kind, str(record["session"]), attempt, subtasks, trusted, int(record["seq"])
+        )
+
+    def to_record(self) -> bytes:
+        """One line of a log: ``{length} {crc32} {json}\\n``, checkable on its own."""
+        payload = self.to_json().encode("utf-8")
+        return b"%d %08x %s\n" % (len(payload), zlib.crc32(payload), payload)
+
+    @staticmethod
+    def from_record(line: bytes) -> ProgressEvent:
+        """Raises ``ValueError`` (or ``KeyError``/``TypeError``) unless ``line`` (without its
+        newline) is one whole, intact record."""
+        length, crc, payload = line.split(b" ", 2)
+        if len(payload) != int(length) or zlib.crc32(payload) != int(crc, 16):
+            raise ValueError("torn or corrupt record (length or checksum does not match)")
+        return ProgressEvent.from_json(payload.decode("utf-8"))
 
 
-def replay(events: list[ProgressEvent]) -> dict[tuple[str, int], FinishedAttempt]:
-    """The finished attempts that are still valid, by (vertex id, subtask index).
+@dataclass(frozen=True, slots=True)
+class LogId:
+    """One JobMaster session's log: ordered by the leader epoch, named by epoch and session."""
 
-    Events of a session other than the one that wrote the latest ``leader`` event before them
-    are stale (a deposed JobMaster) and ignored.
-    """
-    current: str | None = None
+    epoch: int
+    session_id: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.epoch:020d}-{self.session_id}"
+
+    @staticmethod
+    def parse(name: str) -> LogId | None:
+        epoch, _, session = name.partition("-")
+        return LogId(int(epoch), session) if epoch.isdigit() and session else None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLog:
+    """What one JobMaster session wrote, as read (in file order, possibly with gaps)."""
+
+    id: LogId
+    events: list[ProgressEvent]
+
+
+def trusted_prefix(log: SessionLog) -> list[ProgressEvent]:
+    """The log's records up to the first missing one: sequence numbers 1, 2, ... without a
+    gap, duplicates skipped, records naming another session (misplaced) ignored."""
+    prefix: list[ProgressEvent] = []
+    for event in log.events:
+        if event.session_id != log.id.session_id or event.seq <= len(prefix):
+            continue
+        if event.seq != len(prefix) + 1:
+            break  # a record is missing here: nothing after it can be trusted
+        prefix.append(event)
+    return prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What a JobMaster taking over builds on: the valid finished attempts, and how far it
+    trusts each earlier log (recorded in its ``adopted`` event)."""
+
+    finished: dict[tuple[str, int], FinishedAttempt]
+    trusted: dict[str, int]
+
+
+def replay(logs: list[SessionLog], own: LogId | None = None) -> Recovered:
+    """The finished attempts that are still valid, by (vertex id, subtask index), as the logs
+    of every JobMaster before ``own`` left them (see the module docstring)."""
+    earlier = sorted(
+        (log for log in logs if own is None or (log.id.epoch, log.id.name) < (own.epoch, own.name)),
+        key=lambda log: (log.id.epoch, log.id.name),
+    )
+    prefixes = {log.id.name: trusted_prefix(log) for log in earlier}
+    trusted: dict[str, int] = {}
+    for log in reversed(earlier):
+        prefix = prefixes[log.id.name]
+        adopted = next((e for e in prefix if e.kind == ADOPTED), None)
+        if adopted is not None:
+            trusted = {name: last for name, last in adopted.trusted if name in prefixes}
+            trusted[log.id.name] = len(prefix)
+            break
     finished: dict[tuple[str, int], FinishedAttempt] = {}
-    for event in events:
-        if event.kind == LEADER:
-            current = event.session_id
-            continue
-        if event.session_id != current:
-            continue
-        if event.kind == FINISHED and event.attempt is not None:
-            a = event.attempt
-            finished[(a.vertex_id, a.subtask_index)] = a
-        elif event.kind == INVALIDATED:
-            for key in event.subtasks:
-                finished.pop(key, None)
-    return finished
+    for log in earlier:
+        for event in prefixes[log.id.name][: trusted.get(log.id.name, 0)]:
+            if event.kind == FINISHED and event.attempt is not None:
+                a = event.attempt
+                finished[(a.vertex_id, a.subtask_index)] = a
+            elif event.kind == INVALIDATED:
+                for key in event.subtasks:
+                    finished.pop(key, None)
+    return Recovered(finished, trusted)
 
 
 class JobProgressStore(Protocol):
-    def load(self, job_id: str) -> list[ProgressEvent]:
-        """Every event of the job's log, oldest first (empty when there is none). Blocking."""
+    def load(self, job_id: str) -> list[SessionLog]:
+        """Every session log of the job as it reads now (empty when there is none). Blocking."""
         ...
 
-    def append(self, job_id: str, events: list[ProgressEvent]) -> None:
-        """Append ``events`` in order. Blocking; raises ``OSError``."""
+    def append(self, job_id: str, log: LogId, events: list[ProgressEvent]) -> None:
+        """Append ``events`` to the session's own log, in order. Blocking; raises ``OSError``."""
         ...
 
     def remove(self, job_id: str) -> None:
@@ -142,10 +230,10 @@ class JobProgressStore(Protocol):
 class NoJobProgressStore:
     """Keeps nothing (standalone mode: no JobMaster ever takes a job over)."""
 
-    def load(self, job_id: str) -> list[ProgressEvent]:
+    def load(self, job_id: str) -> list[SessionLog]:
         return []
 
-    def append(self, job_id: str, events: list[ProgressEvent]) -> None:
+    def append(self, job_id: str, log: LogId, events: list[ProgressEvent]) -> None:
         pass
 
     def remove(self, job_id: str) -> None:
@@ -153,69 +241,77 @@ class NoJobProgressStore:
 
 
 class InMemoryJobProgressStore:
-    """For tests: the log in a dict, shared by every JobMaster given the same instance."""
+    """For tests: the logs in a dict, shared by every JobMaster given the same instance."""
 
     def __init__(self) -> None:
-        self.logs: dict[str, list[ProgressEvent]] = {}
+        self.logs: dict[str, dict[LogId, list[ProgressEvent]]] = {}
 
-    def load(self, job_id: str) -> list[ProgressEvent]:
-        return list(self.logs.get(job_id, ()))
+    def load(self, job_id: str) -> list[SessionLog]:
+        logs = self.logs.get(job_id, {})
+        return [SessionLog(log, list(logs[log])) for log in sorted(logs, key=lambda i: i.name)]
 
-    def append(self, job_id: str, events: list[ProgressEvent]) -> None:
-        self.logs.setdefault(job_id, []).extend(events)
+    def events(self, job_id: str) -> list[ProgressEvent]:
+        """Every event of the job, log after log (for assertions)."""
+        return [event for log in self.load(job_id) for event in log.events]
+
+    def append(self, job_id: str, log: LogId, events: list[ProgressEvent]) -> None:
+        self.logs.setdefault(job_id, {}).setdefault(log, []).extend(events)
 
     def remove(self, job_id: str) -> None:
         self.logs.pop(job_id, None)
 
 
 class FileJobProgressStore:
-    """One JSON-lines file per job under ``directory`` (on the HA storage directory)."""
+    """A directory per job under ``directory`` (on the HA storage directory), one file per
+    JobMaster session in it: ``{job}/{epoch}-{session}.log``."""
+
+    SUFFIX = ".log"
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def _path(self, job_id: str) -> Path:
-        if not job_id or "/" in job_id or job_id.startswith("."):
+    def _job_dir(self, job_id: str) -> Path:
+        if not _safe_name(job_id):
             raise ValueError(f"invalid job id {job_id!r}")
-        return self.directory / f"{job_id}.jsonl"
+        return self.directory / job_id
 
-    def load(self, job_id: str) -> list[ProgressEvent]:
-        path = self._path(job_id)
+    def _path(self, job_id: str, log: LogId) -> Path:
+        if not _safe_name(log.session_id):
+            raise ValueError(f"invalid leader session id {log.session_id!r}")
+        return self._job_dir(job_id) / f"{log.name}{self.SUFFIX}"
+
+    def load(self, job_id: str) -> list[SessionLog]:
         try:
-            text = path.read_text(encoding="utf-8")
+            paths = sorted(self._job_dir(job_id).iterdir())
         except FileNotFoundError:
             return []
-        events: list[ProgressEvent] = []
-        lines = text.split("\n")
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
+        logs: list[SessionLog] = []
+        for path in paths:
+            log_id = LogId.parse(path.name.removesuffix(self.SUFFIX))
+            if path.suffix != self.SUFFIX or log_id is None:
                 continue
             try:
-                events.append(ProgressEvent.from_json(line))
-            except (ValueError, KeyError, TypeError) as exc:
-                # A torn last line (the writer died mid-append) loses only that batch's tail;
-                # anything else is worth a warning but must not stop the recovery.
-                if number < len(lines):
-                    log.warning(
-                        "%s:%d: skipping an unreadable progress event: %s", path, number, exc
-                    )
-        return events
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            logs.append(SessionLog(log_id, _records(path, data)))
+        return logs
 
-    def append(self, job_id: str, events: list[ProgressEvent]) -> None:
+    def append(self, job_id: str, log: LogId, events: list[ProgressEvent]) -> None:
         if not events:
             return
-        path = self._path(job_id)
+        path = self._path(job_id, log)
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = "".join(event.to_json() + "\n" for event in events).encode("utf-8")
+        data = b"".join(event.to_record() for event in events)
+        # Only this session ever writes this file, so writes never interleave; O_APPEND
+        # is not relied upon for anything more.
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             size = os.fstat(fd).st_size
             if size and os.pread(fd, 1, size - 1) != b"\n":
-                # A torn last line (a writer died, a disk ran full): end it, or our first
-                # event would be glued to it and lost with it.
+                # A torn last record (a failed write): end it, or our first record would be
+                # glued to it and lost with it.
                 data = b"\n" + data
-            # One write per batch: concurrent appenders (a deposed JobMaster) never interleave
-            # within a line on a local file system.
             written = os.write(fd, data)
             if written != len(data):
                 raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
@@ -224,7 +320,31 @@ class FileJobProgressStore:
             os.close(fd)
 
     def remove(self, job_id: str) -> None:
-        self._path(job_id).unlink(missing_ok=True)
+        job_dir = self._job_dir(job_id)
+        shutil.rmtree(job_dir, ignore_errors=True)
+        # The single-file log of earlier versions.
+        (self.directory / f"{job_id}.jsonl").unlink(missing_ok=True)
+
+
+def _safe_name(name: str) -> bool:
+    return bool(name) and "/" not in name and not name.startswith(".")
+
+
+def _records(path: Path, data: bytes) -> list[ProgressEvent]:
+    """The intact records of a log, in file order; torn or corrupt lines are skipped."""
+    events: list[ProgressEvent] = []
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip(b"\0 \t\r"):
+            continue
+        try:
+            events.append(ProgressEvent.from_record(line))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            # A torn last line (the writer died mid-append) is expected; anything else is
+            # worth a warning but must not stop the recovery.
+            if number < len(lines):
+                log.warning("%s:%d: skipping an unreadable progress record: %s", path, number, exc)
+    return events
 
 
 __all__ = [
@@ -232,7 +352,11 @@ __all__ = [
     "FinishedAttempt",
     "InMemoryJobProgressStore",
     "JobProgressStore",
+    "LogId",
     "NoJobProgressStore",
     "ProgressEvent",
+    "Recovered",
+    "SessionLog",
     "replay",
+    "trusted_prefix",
 ]

@@ -17,6 +17,7 @@ implements the same interfaces with kazoo.
 from __future__ import annotations
 
 import abc
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -53,8 +54,14 @@ class LeaderElectionService(abc.ABC):
     async def stop(self) -> None: ...
 
     @abc.abstractmethod
-    async def confirm_leadership(self, session_id: str, address: str) -> None:
-        """Publish ``address`` as the leader's for ``session_id`` (ignored if stale)."""
+    async def confirm_leadership(self, session_id: str, address: str) -> int | None:
+        """Publish ``address`` as the leader's for ``session_id``; returns this leader's
+        **epoch**, or ``None`` when ``session_id`` is stale (nothing is published then).
+
+        Epochs are strictly increasing across the successive leaders of one election and come
+        from the coordination service, never from a clock: a successor whose host's clock is
+        behind still gets a greater epoch. The JobMaster orders sink commits and its progress
+        log by it."""
 
     @abc.abstractmethod
     def has_leadership(self, session_id: str) -> bool: ...
@@ -69,6 +76,9 @@ class LeaderRetrievalService(abc.ABC):
 
     @abc.abstractmethod
     def current(self) -> LeaderInfo | None: ...
+
+
+_STANDALONE_EPOCHS = itertools.count(1)
 
 
 class StandaloneLeaderElectionService(LeaderElectionService):
@@ -88,9 +98,12 @@ class StandaloneLeaderElectionService(LeaderElectionService):
             contender, self._contender = self._contender, None
             await contender.revoke_leadership()
 
-    async def confirm_leadership(self, session_id: str, address: str) -> None:
-        if session_id == self._session_id:
-            self.confirmed_address = address
+    async def confirm_leadership(self, session_id: str, address: str) -> int | None:
+        if session_id != self._session_id:
+            return None
+        self.confirmed_address = address
+        # Nobody takes a job over without HA, so an order within this process is enough.
+        return next(_STANDALONE_EPOCHS)
 
     def has_leadership(self, session_id: str) -> bool:
         return self._contender is not None and session_id == self._session_id

@@ -382,10 +382,14 @@ _RENDER = b"(rendered off the event loop)"  # marker: _respond leaves the render
 class MetricsHttpServer:
     """A minimal HTTP/1.1 endpoint on the service's event loop: ``GET /metrics``."""
 
-    def __init__(self, render: Callable[[], bytes], host: str, port: int) -> None:
+    def __init__(
+        self, render: Callable[[], bytes], host: str, port: int, *, advertised_host: str = ""
+    ) -> None:
         self._render = render
         self._host = host
         self._port = port
+        # The host others are told (metrics.address); empty: the bound host.
+        self._advertised_host = advertised_host
         self._server: asyncio.Server | None = None
         self._render_lock: asyncio.Lock | None = None
         self.port = 0
@@ -393,7 +397,7 @@ class MetricsHttpServer:
 
     @property
     def url(self) -> str:
-        host = self._host
+        host = self._advertised_host or self._host
         if host in ("", "0.0.0.0", "::"):
             host = socket.getfqdn()
         if ":" in host:

@@ -15,8 +15,9 @@ from sparkmill.common.retry import RetryPolicy
 
 @dataclass(frozen=True, slots=True)
 class ClusterSettings:
-    # addresses
-    bind_host: str = "127.0.0.1"
+    # addresses: each role's is the one it advertises; its RPC server binds on bind_host
+    # ("" = the advertised host)
+    bind_host: str = ""
     dispatcher_address: str = "tcp://127.0.0.1:6123"
     resource_manager_address: str = "tcp://127.0.0.1:6124"
     job_master_bind_address: str = "tcp://127.0.0.1:0"
@@ -52,6 +53,7 @@ class ClusterSettings:
     # metrics
     metrics_enabled: bool = True
     metrics_bind_host: str = "127.0.0.1"
+    metrics_address: str = ""  # the host in the published URL ("" = the bind host)
     metrics_port: int = 0
     # data plane
     exchange_dir: str = "/tmp/sparkmill-exchange"

@@ -23,6 +23,7 @@ from sparkmill.common.ha import HighAvailabilityServices
 from sparkmill.common.ha_factory import create_ha_services, settings_from_config
 from sparkmill.common.ids import new_resource_id
 from sparkmill.common.metrics import MetricsHttpServer, ProcessMetrics
+from sparkmill.common.rpc.addresses import RpcEndpoints, rpc_endpoints
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.security import INSECURE_WARNING, security_from_config
 from sparkmill.common.rpc.server import RpcServer
@@ -86,13 +87,16 @@ def _run_loop(role: str, settings: ClusterSettings, config: Configuration) -> in
         profiler.dump_stats(Path(profile_dir) / f"{role}-{os.getpid()}.prof")
 
 
-def _bind_address(role: str, settings: ClusterSettings) -> str:
-    return {
-        "dispatcher": settings.dispatcher_address,
-        "resource-manager": settings.resource_manager_address,
-        "job-master": settings.job_master_bind_address,
-        "task-executor": settings.task_executor_bind_address,
+def rpc_endpoints_of(role: str, settings: ClusterSettings) -> RpcEndpoints:
+    """Where ``role``'s RPC server binds and what it advertises; a wildcard advertised address
+    is a configuration error (raised before anything starts)."""
+    option, advertised = {
+        "dispatcher": (opt.DISPATCHER_RPC_ADDRESS, settings.dispatcher_address),
+        "resource-manager": (opt.RESOURCE_MANAGER_RPC_ADDRESS, settings.resource_manager_address),
+        "job-master": (opt.JOB_MASTER_RPC_ADDRESS, settings.job_master_bind_address),
+        "task-executor": (opt.TASK_MANAGER_RPC_ADDRESS, settings.task_executor_bind_address),
     }[role]
+    return rpc_endpoints(option.key, advertised, settings.bind_host)
 
 
 def _build(
@@ -169,7 +173,12 @@ async def _start_metrics_endpoint(
     URL). A port that cannot be bound is logged as an error; the service runs on without it."""
     if not settings.metrics_enabled:
         return None
-    server = MetricsHttpServer(metrics.render, settings.metrics_bind_host, settings.metrics_port)
+    server = MetricsHttpServer(
+        metrics.render,
+        settings.metrics_bind_host,
+        settings.metrics_port,
+        advertised_host=settings.metrics_address,
+    )
     try:
         identity.metrics_url = await server.start()
     except OSError as exc:
@@ -191,6 +200,7 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
         new_resource_id()
     )
     identity = ServiceIdentity(role, identity_id)
+    endpoints = rpc_endpoints_of(role, settings)
     # Keys first: a missing or world-readable key file ends the process before it binds a port.
     security = security_from_config(config, role, serves=True)
     if not security.enabled:
@@ -205,7 +215,8 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     await ha.start()
     metrics = _process_metrics(identity, runtime, config)
     server = RpcServer(
-        _bind_address(role, settings),
+        endpoints.bind,
+        advertised_address=endpoints.advertised,
         name=role,
         max_message_bytes=settings.rpc_max_message_bytes,
         max_control_message_bytes=settings.rpc_max_control_message_bytes,

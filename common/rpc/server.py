@@ -52,6 +52,7 @@ from sparkmill.common.errors import (
     UnimplementedError,
 )
 from sparkmill.common.rpc import framing
+from sparkmill.common.rpc.addresses import with_bound_port
 from sparkmill.common.rpc.framing import FrameError, MethodSpec
 from sparkmill.common.rpc.request_checks import check_request
 from sparkmill.common.rpc.security import INSECURE_WARNING, TransportSecurity, ZapHandler, authorize
@@ -140,6 +141,7 @@ class RpcServer:
         self,
         bind_address: str,
         *,
+        advertised_address: str = "",
         name: str = "rpc",
         max_message_bytes: int = framing.DEFAULT_MAX_MESSAGE_BYTES,
         max_control_message_bytes: int = framing.DEFAULT_MAX_CONTROL_MESSAGE_BYTES,
@@ -149,6 +151,8 @@ class RpcServer:
         security: TransportSecurity | None = None,
     ) -> None:
         self._bind_address = bind_address
+        # What others are told (``address``); empty: the bound address itself.
+        self._advertised_address = advertised_address
         self._name = name
         self._max_bytes = max_message_bytes
         self._max_control_bytes = min(max_control_message_bytes, max_message_bytes)
@@ -166,6 +170,7 @@ class RpcServer:
         self._handlers: set[asyncio.Task[None]] = set()
         self._last_malformed_log = 0.0
         self.address = ""
+        self.bound_address = ""
         self.stats = ServerStats()
 
     def add_servicer(self, servicer: Servicer) -> None:
@@ -174,7 +179,8 @@ class RpcServer:
         self._servicers[servicer.SERVICE] = servicer
 
     async def start(self) -> str:
-        """Bind and start serving; returns the bound address (resolving port 0)."""
+        """Bind and start serving; returns the address to advertise (the advertised address
+        if one was given, else the bound one; port 0 resolved to the bound port)."""
         sock = self._context.socket(zmq.ROUTER)
         if self._security.enabled:
             ZapHandler.for_context(self._context).add_domain(
@@ -190,15 +196,28 @@ class RpcServer:
         sock.setsockopt(zmq.RCVHWM, 100_000)
         sock.setsockopt(zmq.SNDHWM, 100_000)
         host, _, port = self._bind_address.rpartition(":")
+        if "[" in host:  # an IPv6 address or "::" (all interfaces, both families)
+            sock.setsockopt(zmq.IPV6, 1)
         if port in ("0", "*"):
             bound = sock.bind_to_random_port(host)
-            self.address = f"{host}:{bound}"
+            self.bound_address = f"{host}:{bound}"
         else:
             sock.bind(self._bind_address)
-            self.address = self._bind_address
+            self.bound_address = self._bind_address
+        self.address = (
+            with_bound_port(self._advertised_address, self.bound_address)
+            if self._advertised_address
+            else self.bound_address
+        )
         self._socket = sock
         self._receiver = asyncio.create_task(self._receive_loop(), name=f"{self._name}-rpc-recv")
-        log.info("%s serving %s on %s", self._name, sorted(self._servicers), self.address)
+        log.info(
+            "%s serving %s on %s%s",
+            self._name,
+            sorted(self._servicers),
+            self.bound_address,
+            f" as {self.address}" if self.address != self.bound_address else "",
+        )
         return self.address
 
     async def stop(self) -> None:

@@ -4,10 +4,15 @@ Layout under a role's path (e.g. ``<root>/leader/dispatcher``)::
 
     latch/n_0000000007      EPHEMERAL_SEQUENTIAL, one per contender; the lowest leads
     connection_info         EPHEMERAL, {"address": ..., "session_id": ...} of the leader
+    epoch                   PERSISTENT, rewritten by every leader as it publishes itself
 
 A contender that becomes first in the latch is granted leadership with a *fresh* leader session
 id; it publishes its address with :meth:`confirm_leadership`, atomically checked against its own
-latch node, so a contender that already lost the latch can never publish. Connection states
+latch node, so a contender that already lost the latch can never publish. The same transaction
+rewrites ``epoch``: the zxid of that write (its ``mzxid``) is the leader's **epoch**. Zxids are
+ZooKeeper's total order of writes across the whole ensemble, so every successor's epoch is
+greater than its predecessor's whatever the hosts' clocks say, and a deposed contender cannot
+obtain one at all (its transaction fails on the latch check). Connection states
 (Flink's semantics): on SUSPENDED the leader stops acting as leader unless
 ``tolerate-suspended-connections`` is set; on LOST its ephemeral nodes are gone, so it gives up
 leadership and contends again once reconnected.
@@ -83,6 +88,10 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
     @property
     def info_path(self) -> str:
         return f"{self.path}/connection_info"
+
+    @property
+    def epoch_path(self) -> str:
+        return f"{self.path}/epoch"
 
     async def start(self, contender: LeaderContender) -> None:
         self._contender = contender
@@ -188,31 +197,41 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         if self._contender is not None:
             await self._contender.revoke_leadership()
 
-    async def confirm_leadership(self, session_id: str, address: str) -> None:
+    async def confirm_leadership(self, session_id: str, address: str) -> int | None:
         if session_id != self._session_id or self._node is None:
-            return
+            return None
         client = self.zk.client
         assert client is not None
         data = json.dumps({"address": address, "session_id": session_id}).encode()
         node = self._node
 
-        def publish() -> bool:
-            client.ensure_path(self.path)
+        def publish() -> int | None:
+            client.ensure_path(self.epoch_path)
             for _ in range(3):
                 transaction = client.transaction()
                 transaction.check(node, 0)  # still ours: the latch node was never modified
                 if client.exists(self.info_path) is not None:
                     transaction.delete(self.info_path)
                 transaction.create(self.info_path, data, ephemeral=True)
+                transaction.set_data(self.epoch_path, session_id.encode())
                 results = transaction.commit()
                 if not any(isinstance(r, Exception) for r in results):
-                    return True
+                    # The set_data's stat: its mzxid is this transaction's zxid.
+                    return int(results[-1].mzxid)
                 if any(isinstance(r, NoNodeError) for r in results[:1]):
-                    return False  # our latch node is gone: we are not the leader any more
-            return False
+                    return None  # our latch node is gone: we are not the leader any more
+            return None
 
-        if await self.zk.call(publish):
-            log.info("%s: published leader %s (session %s)", self.name, address, short(session_id))
+        epoch = await self.zk.call(publish)
+        if epoch is not None:
+            log.info(
+                "%s: published leader %s (session %s, epoch %d)",
+                self.name,
+                address,
+                short(session_id),
+                epoch,
+            )
+        return epoch
 
     def has_leadership(self, session_id: str) -> bool:
         return self._session_id == session_id and (self.zk.connected or self.tolerate_suspended)

@@ -97,7 +97,10 @@ class JobMaster:
         self.clients = clients
         self.submitted_at = submitted_at or time.time()
         self.session_id = ""
-        self.epoch_ms = 0  # when this JobMaster became leader: orders attempts across takeovers
+        # This JobMaster's leader epoch (from the job's election, never a clock): greater than
+        # every earlier JobMaster's of the job, so (epoch, attempt number) orders sink commits
+        # and progress logs across takeovers. 0 until leadership is confirmed.
+        self.epoch = 0
         self.status = JobStatus.INITIALIZING
         # Job-level keys override the cluster's (restart strategy, failover, slot timeout).
         self.config = config.with_overrides(graph.config, job_scope=True)
@@ -170,8 +173,13 @@ class JobMaster:
             self.host.job_master_done(self)
             return
         self.session_id = session_id
-        self.epoch_ms = int(time.time() * 1000)
-        await self.election.confirm_leadership(session_id, self.host.identity.address)
+        epoch = await self.election.confirm_leadership(session_id, self.host.identity.address)
+        if epoch is None:
+            # Deposed before we could publish ourselves (the latch node is gone): never deploy
+            # or record anything under a session nobody can fence against us any more.
+            await self.suspend("leadership was lost before it could be confirmed")
+            return
+        self.epoch = epoch
         # Before anything is scheduled: what an earlier JobMaster finished and is still
         # readable is not run again.
         await recover_finished_subtasks(
@@ -181,6 +189,7 @@ class JobMaster:
             self.runtime,
             self.settings.exchange_dir,
             session_id,
+            self.epoch,
         )
         self.status = JobStatus.CREATED
         self._report_status(JobStatus.CREATED, "")
@@ -355,7 +364,7 @@ class JobMaster:
                         self.input_gates,
                         job_id=self.job_id,
                         job_name=self.job_graph.name,
-                        job_master_epoch=self.epoch_ms,
+                        job_master_epoch=self.epoch,
                         job_config=self.job_graph.config,
                     ),
                     job_master_address=self.host.identity.address,

@@ -2,9 +2,9 @@
 
 The leading JobMaster records progress through :class:`ProgressRecorder` (a
 :class:`~services.jobmaster.scheduler.ProgressListener`): every finished attempt, and every
-finished attempt that a restart made void, goes to the job's progress log
+finished attempt that a restart made void, goes to this JobMaster session's own progress log
 (:mod:`common.job_progress`) in the order the scheduler saw them - one writer, batched, off
-the event loop.
+the event loop, each record numbered.
 
 A JobMaster that takes the job over calls :func:`recover_finished_subtasks` before it
 schedules anything. A recorded attempt is restored as FINISHED - its consumers read its
@@ -22,6 +22,7 @@ correctness: a subtask without a valid record simply runs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 
@@ -31,11 +32,13 @@ from sparkmill.common.exchange.partitions import InputPartitionInfo
 from sparkmill.common.ids import ExecutionAttemptID, JobVertexID, short
 from sparkmill.common.io_counters import NO_IO, IOCounters
 from sparkmill.common.job_progress import (
+    ADOPTED,
     FINISHED,
     INVALIDATED,
     LEADER,
     FinishedAttempt,
     JobProgressStore,
+    LogId,
     NoJobProgressStore,
     ProgressEvent,
     replay,
@@ -49,25 +52,36 @@ SubtaskKey = tuple[str, int]
 
 
 class ProgressRecorder:
-    """Appends the scheduler's progress to the job's log, in order, in batches."""
+    """Appends the scheduler's progress to this session's log, in order, in batches."""
 
     def __init__(self, store: JobProgressStore, job_id: str, runtime: ServiceRuntime) -> None:
         self.store = store
         self.job_id = job_id
         self.runtime = runtime
         self.session_id = ""
+        self.log: LogId | None = None
+        self._seq = 0
         self._pending: list[ProgressEvent] = []
         self._writer: asyncio.Task[None] | None = None
         self.failed_writes = 0
         # Without HA nothing is kept: skip the work (and the thread hop per batch) entirely.
         self.enabled = not isinstance(store, NoJobProgressStore)
 
-    def start(self, session_id: str) -> None:
-        """Open this leader's stretch of the log."""
+    def start(self, session_id: str, epoch: int) -> None:
+        """Open this leader's own log (named by its epoch, so successors read it in order)."""
         if not self.enabled:
             return
         self.session_id = session_id
+        self.log = LogId(epoch, session_id)
         self._enqueue(ProgressEvent(LEADER, session_id))
+
+    def adopt(self, trusted: dict[str, int]) -> None:
+        """Record how far this JobMaster trusts each earlier log - before anything else it
+        records, so a successor never trusts what a deposed predecessor appended later."""
+        if self.session_id:
+            self._enqueue(
+                ProgressEvent(ADOPTED, self.session_id, trusted=tuple(sorted(trusted.items())))
+            )
 
     def invalidate(self, subtasks: Iterable[SubtaskKey]) -> None:
         """Records of earlier JobMasters that this one does not use."""
@@ -112,26 +126,33 @@ class ProgressRecorder:
         return not self._pending and (self._writer is None or self._writer.done())
 
     def _enqueue(self, event: ProgressEvent) -> None:
-        self._pending.append(event)
+        self._seq += 1
+        self._pending.append(dataclasses.replace(event, seq=self._seq))
         if self._writer is None or self._writer.done():
             self._writer = self.runtime.spawn(self._write(), "progress-log")
 
     async def _write(self) -> None:
+        log_id = self.log
+        assert log_id is not None, "progress recorded before the recorder was started"
         while self._pending:
             batch, self._pending = self._pending, []
             try:
-                await self.runtime.run_blocking(self.store.append, self.job_id, batch)
+                await self.runtime.run_blocking(self.store.append, self.job_id, log_id, batch)
             except OSError as exc:
-                # Progress is an optimisation: without these records a JobMaster taking
-                # over runs those subtasks again.
+                # Readers trust a log only up to its first missing record, so the batch is
+                # written again with the next one (a part that did land is then a duplicate,
+                # which readers skip). Until then, a JobMaster taking over would run those
+                # subtasks again: progress is an optimisation.
                 self.failed_writes += 1
+                self._pending = batch + self._pending
                 log.warning(
-                    "job %s: %d progress events not recorded (%s); a JobMaster taking "
-                    "over would run those subtasks again",
+                    "job %s: %d progress events not recorded yet (%s); a JobMaster taking "
+                    "over now would run those subtasks again",
                     short(self.job_id),
                     len(batch),
                     exc,
                 )
+                return
 
 
 def _data_partitions(
@@ -195,25 +216,29 @@ async def recover_finished_subtasks(
     runtime: ServiceRuntime,
     exchange_dir: str,
     session_id: str,
+    epoch: int,
 ) -> int:
     """Restore what an earlier JobMaster finished; returns how many subtasks were restored.
-    Always opens ``recorder`` for ``session_id`` (also when nothing could be read)."""
+    Always opens ``recorder`` for ``session_id`` at ``epoch`` (also when nothing could be
+    read)."""
     job_id = graph.job_id
     if not recorder.enabled:
         return 0
-    # Our ``leader`` event goes in first and is on disk before we read: whatever a deposed
-    # JobMaster appends from now on comes after it and is ignored by every later replay, so
-    # what we restore is exactly what any successor of ours will see as before our time.
-    recorder.start(session_id)
-    await recorder.flush()
+    recorder.start(session_id, epoch)
+    assert recorder.log is not None
     try:
-        events = await runtime.run_blocking(recorder.store.load, job_id)
+        logs = await runtime.run_blocking(recorder.store.load, job_id)
     except OSError as exc:
         log.warning(
             "job %s: progress log unreadable (%s); running it from the start", short(job_id), exc
         )
-        events = []
-    finished = replay(events)
+        logs = []
+    recovered = replay(logs, recorder.log)
+    # What we build on, recorded (and on disk) before we act: whatever a deposed JobMaster
+    # appends from now on is past these marks, so no successor of ours will ever trust it.
+    recorder.adopt(recovered.trusted)
+    await recorder.flush()
+    finished = recovered.finished
     if not finished:
         return 0
     # The file checks run off the loop; the graph is only read here, on the loop.

@@ -136,3 +136,71 @@ def test_the_host_forgets_only_the_job_master_it_hosts_for_that_job() -> None:
     assert process.job_masters == {JobID("job-1"): current}
     process.job_master_done(current)
     assert process.job_masters == {}
+
+
+class TestingLeaderElection(StandaloneLeaderElectionService):
+    """Grants at once, like the standalone election, but confirms with the epoch the test
+    chooses (what ZooKeeper would hand out), or refuses (``None``: deposed meanwhile)."""
+
+    __test__ = False
+
+    def __init__(self, session_id: str, epoch: int | None) -> None:
+        super().__init__(session_id)
+        self.epoch = epoch
+
+    async def confirm_leadership(self, session_id: str, address: str) -> int | None:
+        await super().confirm_leadership(session_id, address)
+        return self.epoch
+
+
+def _job_master_with(
+    host: TestingJobMasterHost, runtime: ServiceRuntime, election: TestingLeaderElection
+) -> JobMaster:
+    jm = _job_master(host, runtime)
+    jm.election = election
+    return jm
+
+
+def test_the_epoch_is_the_one_the_election_confirms_not_a_clock() -> None:
+    host = TestingJobMasterHost()
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _job_master_with(host, runtime, TestingLeaderElection("session-1", 7))
+        await jm.start()
+        await _settle()
+        assert jm.epoch == 7
+        await jm.progress.flush()
+        # Its progress log is named by that epoch, so successors read the logs in order.
+        assert [log.id.epoch for log in host.progress_store.load(jm.job_id)] == [7]
+        await jm.suspend("test over", tell_dispatcher=False)
+
+    _run(scenario)
+
+
+def test_a_job_master_deposed_before_it_confirmed_never_starts_the_job() -> None:
+    host = TestingJobMasterHost()
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _job_master_with(host, runtime, TestingLeaderElection("session-1", None))
+        await jm.start()
+        await _settle()
+        assert jm.status is JobStatus.SUSPENDED and jm.epoch == 0
+        assert "CREATED" not in host.reported_statuses()
+        assert host.progress_store.load(jm.job_id) == []  # nothing recorded under it
+
+    _run(scenario)
+
+
+def test_standalone_epochs_increase_within_a_process() -> None:
+    async def confirm() -> list[int | None]:
+        first = StandaloneLeaderElectionService("a")
+        second = StandaloneLeaderElectionService("b")
+        return [
+            await first.confirm_leadership("a", "tcp://x:1"),
+            await second.confirm_leadership("b", "tcp://x:2"),
+            await second.confirm_leadership("stale", "tcp://x:2"),
+        ]
+
+    one, two, stale = asyncio.run(confirm())
+    assert one is not None and two is not None and two > one > 0
+    assert stale is None

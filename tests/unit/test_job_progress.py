@@ -8,24 +8,31 @@ readable results, restored producers, whole regions.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from sparkmill.common.exchange.layout import missing_partitions, partition_dir
 from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.ids import new_attempt_id
 from sparkmill.common.io_counters import IOCounters
 from sparkmill.common.job_progress import (
+    ADOPTED,
     FINISHED,
     INVALIDATED,
     LEADER,
     FileJobProgressStore,
     FinishedAttempt,
     InMemoryJobProgressStore,
+    LogId,
     NoJobProgressStore,
     ProgressEvent,
+    SessionLog,
     replay,
+    trusted_prefix,
 )
 from sparkmill.common.states import ExecutionState
 from sparkmill.services.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex
@@ -41,8 +48,29 @@ def attempt(vertex: str, subtask: int, number: int = 0, acc: bytes = b"") -> Fin
     )
 
 
-def finished(session: str, a: FinishedAttempt) -> ProgressEvent:
-    return ProgressEvent(FINISHED, session, a)
+def finished(session: str, a: FinishedAttempt, seq: int = 0) -> ProgressEvent:
+    return ProgressEvent(FINISHED, session, a, seq=seq)
+
+
+def numbered(events: list[ProgressEvent]) -> list[ProgressEvent]:
+    """``events`` as a writer numbers them in its log: 1, 2, ..."""
+    return [dataclasses.replace(e, seq=i) for i, e in enumerate(events, 1)]
+
+
+def session_log(epoch: int, session: str, events: list[ProgressEvent]) -> SessionLog:
+    return SessionLog(LogId(epoch, session), events)
+
+
+def opened(session: str, trusted: dict[str, int] | None = None) -> list[ProgressEvent]:
+    """The first two records of a JobMaster's log: leader, then what it adopted."""
+    return [
+        ProgressEvent(LEADER, session),
+        ProgressEvent(ADOPTED, session, trusted=tuple(sorted((trusted or {}).items()))),
+    ]
+
+
+def name(epoch: int, session: str) -> str:
+    return LogId(epoch, session).name
 
 
 # ------------------------------------------------------------------------------------ replay
@@ -50,76 +78,149 @@ def finished(session: str, a: FinishedAttempt) -> ProgressEvent:
 
 def test_replay_keeps_the_latest_finished_attempt_and_drops_voided_ones() -> None:
     a0, b0, b0_again = attempt("a", 0), attempt("b", 0), attempt("b", 0, number=1)
-    events = [
-        ProgressEvent(LEADER, "s1"),
-        finished("s1", a0),
-        finished("s1", b0),
-        ProgressEvent(INVALIDATED, "s1", subtasks=(("b", 0),)),
-        finished("s1", b0_again),
-        ProgressEvent(INVALIDATED, "s1", subtasks=(("a", 0),)),
-    ]
-    assert replay(events) == {("b", 0): b0_again}
+    events = numbered(
+        [
+            *opened("s1"),
+            finished("s1", a0),
+            finished("s1", b0),
+            ProgressEvent(INVALIDATED, "s1", subtasks=(("b", 0),)),
+            finished("s1", b0_again),
+            ProgressEvent(INVALIDATED, "s1", subtasks=(("a", 0),)),
+        ]
+    )
+    recovered = replay([session_log(7, "s1", events)], LogId(9, "s2"))
+    assert recovered.finished == {("b", 0): b0_again}
+    assert recovered.trusted == {name(7, "s1"): 7}
 
 
-def test_replay_ignores_a_deposed_leader_writing_after_its_successor_started() -> None:
+def test_a_deposed_leader_writing_after_its_successor_adopted_its_log_is_ignored() -> None:
     a0, late = attempt("a", 0), attempt("a", 1)
-    events = [
-        ProgressEvent(LEADER, "old"),
-        finished("old", a0),
-        ProgressEvent(LEADER, "new"),
-        finished("old", late),  # the old JobMaster had not noticed yet
-        ProgressEvent(INVALIDATED, "old", subtasks=(("a", 0),)),
-    ]
-    assert replay(events) == {("a", 0): a0}
+    new = numbered(opened("new", {name(1, "old"): 3}))  # "new" read three records of "old"
+    # ... and the old JobMaster, which had not noticed yet, appended two more afterwards.
+    old = numbered(
+        [
+            *opened("old"),
+            finished("old", a0),
+            finished("old", late),
+            ProgressEvent(INVALIDATED, "old", subtasks=(("a", 0),)),
+        ]
+    )
+    logs = [session_log(1, "old", old), session_log(2, "new", new)]
+    recovered = replay(logs, LogId(3, "next"))
+    assert recovered.finished == {("a", 0): a0}
+    assert recovered.trusted == {name(1, "old"): 3, name(2, "new"): 2}
 
 
-def test_events_without_a_leader_are_ignored() -> None:
-    assert replay([finished("s1", attempt("a", 0))]) == {}
+def test_a_job_master_deposed_before_it_adopted_anything_is_ignored() -> None:
+    a0 = attempt("a", 0)
+    first = numbered([*opened("s1"), finished("s1", a0)])
+    # s2 wrote its leader record, then lost the job before it adopted (and did) anything.
+    stillborn = numbered([ProgressEvent(LEADER, "s2")])
+    logs = [session_log(1, "s1", first), session_log(2, "s2", stillborn)]
+    recovered = replay(logs, LogId(3, "s3"))
+    assert recovered.finished == {("a", 0): a0}
+    assert recovered.trusted == {name(1, "s1"): 3}
 
 
-def test_events_survive_json_including_accumulators() -> None:
-    event = finished("s1", attempt("a", 3, number=2, acc=b"\x00\xffrows"))
+def test_logs_of_later_epochs_than_the_reader_are_not_read() -> None:
+    newer = numbered([*opened("s9"), finished("s9", attempt("a", 0))])
+    assert replay([session_log(9, "s9", newer)], LogId(5, "s5")).finished == {}
+
+
+def test_records_without_an_adoption_are_ignored() -> None:
+    logs = [session_log(1, "s1", numbered([finished("s1", attempt("a", 0))]))]
+    assert replay(logs).finished == {}
+
+
+def test_duplicated_records_count_once_and_a_missing_one_ends_the_trusted_prefix() -> None:
+    a0, b0, c0 = attempt("a", 0), attempt("b", 0), attempt("c", 0)
+    records = numbered([*opened("s1"), finished("s1", a0), finished("s1", b0), finished("s1", c0)])
+    # A batch written again after a failed write (3, 4 twice), then record 5 lost, 6 intact.
+    events = records[:4] + records[2:4] + records[5:]
+    assert trusted_prefix(session_log(1, "s1", events)) == records[:4]
+    recovered = replay([session_log(1, "s1", events)], LogId(2, "s2"))
+    assert recovered.finished == {("a", 0): a0, ("b", 0): b0}
+    assert recovered.trusted == {name(1, "s1"): 4}
+    # A record of another session in this log (misplaced) is never trusted.
+    stray = dataclasses.replace(records[4], session_id="s0")
+    assert trusted_prefix(session_log(1, "s1", [*records[:4], stray])) == records[:4]
+
+
+def test_events_survive_json_and_records_including_accumulators() -> None:
+    event = finished("s1", attempt("a", 3, number=2, acc=b"\x00\xffrows"), seq=4)
     assert ProgressEvent.from_json(event.to_json()) == event
-    invalidated = ProgressEvent(INVALIDATED, "s1", subtasks=(("a", 1), ("b", 0)))
+    assert ProgressEvent.from_record(event.to_record()[:-1]) == event
+    invalidated = ProgressEvent(INVALIDATED, "s1", subtasks=(("a", 1), ("b", 0)), seq=5)
     assert ProgressEvent.from_json(invalidated.to_json()) == invalidated
+    adopted = ProgressEvent(ADOPTED, "s1", trusted=(("x", 3), ("y", 1)), seq=2)
+    assert ProgressEvent.from_record(adopted.to_record()[:-1]) == adopted
+
+
+def test_a_record_that_is_torn_or_corrupt_is_refused() -> None:
+    record = finished("s1", attempt("a", 0), seq=1).to_record()[:-1]
+    for bad in (record[:-5], record.replace(b'"a"', b'"b"'), b"\0" * 8, b"12 0000 {}"):
+        with pytest.raises(ValueError):
+            ProgressEvent.from_record(bad)
 
 
 # ------------------------------------------------------------------------------------ file store
+
+S1, S2 = LogId(1, "s1"), LogId(2, "s2")
 
 
 def test_file_store_appends_loads_and_removes(tmp_path: Path) -> None:
     store = FileJobProgressStore(tmp_path / "progress")
     assert store.load("job-1") == []
-    first = [ProgressEvent(LEADER, "s1"), finished("s1", attempt("a", 0))]
-    second = [finished("s1", attempt("a", 1))]
-    store.append("job-1", first)
-    store.append("job-1", second)
-    assert store.load("job-1") == first + second
+    first = numbered([*opened("s1"), finished("s1", attempt("a", 0))])
+    second = numbered([*opened("s2"), finished("s2", attempt("a", 1))])
+    store.append("job-1", S2, second[:1])
+    store.append("job-1", S1, first)
+    store.append("job-1", S2, second[1:])
+    assert store.load("job-1") == [SessionLog(S1, first), SessionLog(S2, second)]
     assert store.load("job-2") == []
+    assert (tmp_path / "progress" / "job-1" / f"{S1.name}.log").is_file()
     store.remove("job-1")
     store.remove("job-1")  # idempotent
     assert store.load("job-1") == []
 
 
-def test_a_torn_last_line_loses_only_that_event(tmp_path: Path) -> None:
+def test_a_torn_last_record_loses_only_that_record(tmp_path: Path) -> None:
     store = FileJobProgressStore(tmp_path)
-    events = [ProgressEvent(LEADER, "s1"), finished("s1", attempt("a", 0))]
-    store.append("job-1", events)
-    with (tmp_path / "job-1.jsonl").open("a") as f:
-        f.write('{"kind":"finished","session":"s1","vert')  # the writer died mid-line
-    assert store.load("job-1") == events
+    events = numbered([*opened("s1"), finished("s1", attempt("a", 0))])
+    store.append("job-1", S1, events)
+    torn = finished("s1", attempt("b", 0), seq=4).to_record()
+    with (tmp_path / "job-1" / f"{S1.name}.log").open("ab") as f:
+        f.write(torn[: len(torn) // 2])  # the writer died mid-record
+    assert store.load("job-1") == [SessionLog(S1, events)]
 
 
-def test_an_append_after_a_torn_line_starts_on_a_line_of_its_own(tmp_path: Path) -> None:
+def test_interleaved_and_zeroed_bytes_are_skipped_and_end_the_trusted_prefix(
+    tmp_path: Path,
+) -> None:
+    # What a network file system can show: two writes mixed within one record, a hole of
+    # zeros where a write had not landed yet.
     store = FileJobProgressStore(tmp_path)
-    first = [ProgressEvent(LEADER, "s1"), finished("s1", attempt("a", 0))]
-    store.append("job-1", first)
-    with (tmp_path / "job-1.jsonl").open("a") as f:
-        f.write('{"kind":"finished","sess')  # s1 died mid-line
-    second = [ProgressEvent(LEADER, "s2"), ProgressEvent(INVALIDATED, "s2", subtasks=(("a", 0),))]
-    store.append("job-1", second)
-    assert store.load("job-1") == first + second
-    assert replay(store.load("job-1")) == {}
+    events = numbered([*opened("s1"), *(finished("s1", attempt("a", i)) for i in range(4))])
+    records = [e.to_record() for e in events]
+    mixed = records[2][:20] + records[3][20:]
+    path = tmp_path / "job-1" / f"{S1.name}.log"
+    path.parent.mkdir()
+    path.write_bytes(records[0] + records[1] + mixed + b"\0" * 64 + b"\n" + records[4] + records[5])
+    loaded = store.load("job-1")
+    assert loaded == [SessionLog(S1, [events[0], events[1], events[4], events[5]])]
+    assert trusted_prefix(loaded[0]) == events[:2]  # records 3 and 4 are missing
+
+
+def test_an_append_after_a_torn_record_starts_on_a_line_of_its_own(tmp_path: Path) -> None:
+    store = FileJobProgressStore(tmp_path)
+    first = numbered([*opened("s1"), finished("s1", attempt("a", 0))])
+    store.append("job-1", S1, first[:2])
+    with (tmp_path / "job-1" / f"{S1.name}.log").open("ab") as f:
+        f.write(first[2].to_record()[:15])  # a failed write of record 3
+    store.append("job-1", S1, first[2:])  # written again
+    (loaded,) = store.load("job-1")
+    assert loaded.events == first
+    assert replay([loaded], S2).finished == {("a", 0): first[2].attempt}
 
 
 def test_a_bad_job_id_never_escapes_the_directory(tmp_path: Path) -> None:
@@ -218,7 +319,8 @@ def test_the_recorder_writes_in_order_and_only_while_leading() -> None:
         recorder = ProgressRecorder(store, "job-1", _Runtime())  # type: ignore[arg-type]
         a0 = v(graph, "a", 0)
         recorder.attempt_finished(a0.current_execution, b"", None)  # not leading yet: dropped
-        recorder.start("s1")
+        recorder.start("s1", 42)
+        recorder.adopt({name(7, "s0"): 3})
         recorder.invalidate([("x", 0)])
         recorder.attempt_finished(a0.current_execution, b"acc", None)
         recorder.attempts_invalidated([a0])
@@ -228,15 +330,54 @@ def test_the_recorder_writes_in_order_and_only_while_leading() -> None:
         assert recorder.idle
 
     asyncio.run(main())
-    kinds = [(e.kind, e.session_id) for e in store.logs["job-1"]]
-    assert kinds == [
-        (LEADER, "s1"),
-        (INVALIDATED, "s1"),
-        (FINISHED, "s1"),
-        (INVALIDATED, "s1"),
+    events = store.logs["job-1"][LogId(42, "s1")]
+    assert [(e.kind, e.session_id, e.seq) for e in events] == [
+        (LEADER, "s1", 1),
+        (ADOPTED, "s1", 2),
+        (INVALIDATED, "s1", 3),
+        (FINISHED, "s1", 4),
+        (INVALIDATED, "s1", 5),
     ]
-    assert store.logs["job-1"][2].attempt is not None
-    assert store.logs["job-1"][2].attempt.accumulator == b"acc"
+    assert events[1].trusted == ((name(7, "s0"), 3),)
+    assert events[3].attempt is not None
+    assert events[3].attempt.accumulator == b"acc"
+
+
+class _FailingOnceStore(InMemoryJobProgressStore):
+    """Fails the first append, after half of its records landed (a short write)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed = False
+
+    def append(self, job_id: str, log: LogId, events: list[ProgressEvent]) -> None:
+        if not self.failed:
+            self.failed = True
+            super().append(job_id, log, events[: len(events) // 2])
+            raise OSError("short write")
+        super().append(job_id, log, events)
+
+
+def test_a_failed_write_is_written_again_and_readers_skip_what_landed_twice() -> None:
+    graph = chain3()
+    store = _FailingOnceStore()
+
+    async def main() -> None:
+        recorder = ProgressRecorder(store, "job-1", _Runtime())  # type: ignore[arg-type]
+        recorder.start("s1", 1)
+        recorder.adopt({})
+        recorder.attempt_finished(v(graph, "a", 0).current_execution, b"", None)
+        await recorder.flush()
+        assert recorder.failed_writes == 1 and not recorder.idle
+        recorder.attempt_finished(v(graph, "a", 1).current_execution, b"", None)
+        await recorder.flush()
+        assert recorder.idle
+
+    asyncio.run(main())
+    (log,) = store.load("job-1")
+    assert [e.seq for e in log.events] == [1, 1, 2, 3, 4]
+    a = v(graph, "a", 0).job_vertex.id
+    assert set(replay([log], LogId(2, "s2")).finished) == {(a, 0), (a, 1)}
 
 
 # ------------------------------------------------------------------------------------ exchange
@@ -265,7 +406,7 @@ def test_without_ha_the_recorder_keeps_nothing() -> None:
 
     async def main() -> None:
         recorder = ProgressRecorder(NoJobProgressStore(), "job-1", _Runtime())  # type: ignore[arg-type]
-        recorder.start("s1")
+        recorder.start("s1", 1)
         recorder.attempt_finished(v(graph, "a", 0).current_execution, b"", None)
         assert recorder.idle and not recorder.enabled
 

@@ -501,6 +501,42 @@ def test_an_attempt_of_a_later_job_master_replaces_a_higher_numbered_commit(
     assert (Path(out) / "part-00000-000.csv").read_text() == "new #0"
 
 
+def test_the_newest_commit_wins_whatever_order_the_commits_land_in(tmp_path: Path) -> None:
+    # A deposed JobMaster's executor (epoch 5) and its successor's (epoch 9) commit subtask 0;
+    # no interleaving of the two can make the older one the subtask's output.
+    for deposed_first in (True, False):
+        out = str(tmp_path / f"out-{deposed_first}")
+        sink = S.SinkOutput("csv", out, "overwrite")
+        commits = [
+            (sink_attempt(out, "old", "deposed #2"), 2, 5),
+            (sink_attempt(out, "new", "successor #0"), 0, 9),
+        ]
+        if not deposed_first:
+            commits.reverse()
+        results = {
+            number: sinks.commit_task(sink, JOB, 0, d, attempt_number=number, job_master_epoch=e)
+            for d, number, e in commits
+        }
+        assert results == {0: True, 2: deposed_first}  # committed for now, or refused
+        assert sinks.commit_job(S.SinkCommit(out, "csv", "overwrite", 1), JOB) == 1
+        assert [p.name for p in Path(out).iterdir() if p.suffix == ".csv"] == ["part-00000-000.csv"]
+        assert (Path(out) / "part-00000-000.csv").read_text() == "successor #0"
+
+
+def test_concurrent_job_commits_carry_out_the_first_plan(tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    sink = S.SinkOutput("csv", out, "overwrite")
+    assert sinks.commit_task(sink, JOB, 0, sink_attempt(out, "a", "first"), job_master_epoch=1)
+    commit = S.SinkCommit(out, "csv", "overwrite", 1)
+    first = sinks._plan(commit, JOB)  # a deposed JobMaster's commit vertex planned ...
+    d = sink_attempt(out, "b", "second")
+    (d / "part-0001.csv").write_text("more")
+    assert sinks.commit_task(sink, JOB, 0, d, job_master_epoch=2)
+    # ... so its successor's carries out the same plan, never a second one beside it.
+    assert sinks._plan(commit, JOB) == first
+    assert not list(sinks.committed_root(out, JOB).parent.glob("*.tmp"))
+
+
 def test_commit_job_fails_rather_than_publish_incomplete_output(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     d = sinks.attempt_dir(out, JOB, 0, "a")

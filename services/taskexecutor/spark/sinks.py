@@ -3,11 +3,14 @@
 1. **Write** - each attempt writes to its own directory,
    ``{path}/_temporary/{job_id}/attempt-{subtask}-{attempt_id}/``.
 2. **Task commit** - only when the attempt's whole chain succeeded (and it was not cancelled):
-   rename that directory to ``{path}/_temporary/{job_id}/committed/part-{subtask}``, replacing
-   a previous commit of the same subtask (a restarted region). A rename is atomic: a subtask's
-   committed output is always exactly one attempt's.
+   rename that directory to ``{path}/_temporary/{job_id}/committed/part-{subtask}.{epoch}.{n}``
+   (the deploying JobMaster's epoch and the attempt number). A subtask's committed output is
+   its highest-ordered such directory, so a restarted region's newer attempt supersedes the
+   older one and a late older attempt never does. A rename is atomic: a subtask's committed
+   output is always exactly one attempt's.
 3. **Job commit** - the job's final ``commit`` vertex (parallelism 1) runs once every sink
-   subtask has finished: it writes a plan (source → ``{path}/part-{subtask}-{k}.{ext}``),
+   subtask has finished: it writes a plan (source → ``{path}/part-{subtask}-{k}.{ext}``; the
+   first plan written is kept, so concurrent commits carry out the same one),
    clears the old content (``mode="overwrite"``) or checks there is none (``"error"``), moves
    the files into place, writes ``_SUCCESS`` and removes ``_temporary/{job_id}``. Each step is
    idempotent, so a retried commit finishes the job of a failed one.
@@ -15,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -41,8 +45,35 @@ def attempt_dir(path: str, job_id: str, subtask: int, attempt_id: str) -> Path:
     return sink_temporary_dir(path, job_id) / f"attempt-{subtask:05d}-{attempt_id}"
 
 
-def committed_dir(path: str, job_id: str, subtask: int) -> Path:
-    return sink_temporary_dir(path, job_id) / COMMITTED_DIR / f"part-{subtask:05d}"
+def committed_root(path: str, job_id: str) -> Path:
+    return sink_temporary_dir(path, job_id) / COMMITTED_DIR
+
+
+def _candidate_name(subtask: int, order: tuple[int, int]) -> str:
+    return f"part-{subtask:05d}.{order[0]:020d}.{order[1]:010d}"
+
+
+def _candidates(root: Path, subtask: int) -> list[tuple[tuple[int, int], Path]]:
+    """The committed attempts of ``subtask`` under ``root``, oldest first, by their order."""
+    found: list[tuple[tuple[int, int], Path]] = []
+    prefix = f"part-{subtask:05d}."
+    try:
+        entries = list(root.iterdir())
+    except FileNotFoundError:
+        return found
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        epoch, _, number = entry.name[len(prefix) :].partition(".")
+        if epoch.isdigit() and number.isdigit():
+            found.append(((int(epoch), int(number)), entry))
+    return sorted(found)
+
+
+def committed_dir(path: str, job_id: str, subtask: int) -> Path | None:
+    """The subtask's committed output: the directory of its newest committed attempt."""
+    found = _candidates(committed_root(path, job_id), subtask)
+    return found[-1][1] if found else None
 
 
 def write_attempt(
@@ -58,19 +89,6 @@ def write_attempt(
     return target
 
 
-ATTEMPT_MARKER = "_ATTEMPT"
-
-
-def _attempt_of(directory: Path) -> tuple[int, int]:
-    """(JobMaster epoch, attempt number) of a committed attempt; attempts of a later JobMaster
-    are newer whatever their numbers (those start at 0 again after a takeover)."""
-    try:
-        epoch, _, number = (directory / ATTEMPT_MARKER).read_text().rpartition(":")
-        return int(epoch or 0), int(number)
-    except (OSError, ValueError):
-        return -1, -1
-
-
 def commit_task(
     output: S.SinkOutput,
     job_id: str,
@@ -79,36 +97,44 @@ def commit_task(
     attempt_number: int = 0,
     job_master_epoch: int = 0,
 ) -> bool:
-    """Step 2: publish the attempt's directory as the subtask's committed output.
+    """Step 2: publish the attempt's directory as a committed output of its subtask.
 
-    A later attempt replaces an earlier one's publication; an *older* attempt that commits
-    late (a task executor that hung while its subtask was restarted elsewhere) never replaces
-    a newer one: its output is discarded and ``False`` returned. Attempts are ordered by the
-    epoch of the JobMaster that deployed them, then by attempt number.
+    Each attempt is renamed to a name of its own that carries its order - the epoch of the
+    JobMaster that deployed it (from ZooKeeper: greater for every JobMaster that takes the job
+    over), then its attempt number (which starts again at 0 under a new JobMaster) - and the
+    subtask's output is always its *highest-ordered* committed attempt. So the outcome never
+    depends on timing: an older attempt that commits late (a task executor that hung, or one
+    still running for a deposed JobMaster) can never replace a newer one; its output is
+    discarded and ``False`` returned. An attempt of the same order (a retried commit of one
+    attempt) replaces its earlier publication.
     """
     order = (job_master_epoch, attempt_number)
-    (written / ATTEMPT_MARKER).write_text(f"{job_master_epoch}:{attempt_number}")
-    target = committed_dir(output.path, job_id, subtask)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(10):
-        if target.exists():
-            if _attempt_of(target) > order:
-                shutil.rmtree(written, ignore_errors=True)
-                return False
-            superseded = target.with_name(f"superseded-{subtask:05d}-{uuid.uuid4().hex[:8]}")
-            try:
-                os.rename(target, superseded)
-            except FileNotFoundError:
-                continue  # another attempt moved it meanwhile
-            shutil.rmtree(superseded, ignore_errors=True)
-        try:
-            os.rename(written, target)
-            return True
-        except OSError:
-            if not written.exists():
-                raise
-            continue  # another attempt committed in between: replace it again
-    raise CommitError(f"could not commit subtask {subtask} of {output.path}")
+    root = committed_root(output.path, job_id)
+    root.mkdir(parents=True, exist_ok=True)
+    if any(other > order for other, _ in _candidates(root, subtask)):
+        shutil.rmtree(written, ignore_errors=True)
+        return False
+    target = root / _candidate_name(subtask, order)
+    if target.exists():
+        superseded = root / f"superseded-{subtask:05d}-{uuid.uuid4().hex[:8]}"
+        with contextlib.suppress(FileNotFoundError):  # another try of ours moved it meanwhile
+            os.rename(target, superseded)
+        shutil.rmtree(superseded, ignore_errors=True)
+    try:
+        os.rename(written, target)
+    except OSError as exc:
+        if not written.exists():
+            raise
+        raise CommitError(f"could not commit subtask {subtask} of {output.path}: {exc}") from exc
+    # Older publications are no longer the subtask's output; a newer one may have appeared
+    # meanwhile, and then ours is the one that does not count.
+    newest = True
+    for other, directory in _candidates(root, subtask):
+        if other < order:
+            shutil.rmtree(directory, ignore_errors=True)
+        elif other > order:
+            newest = False
+    return newest
 
 
 def _plan(sink: S.SinkCommit, job_id: str) -> list[tuple[str, str]]:
@@ -117,9 +143,8 @@ def _plan(sink: S.SinkCommit, job_id: str) -> list[tuple[str, str]]:
     plan_file = temporary / PLAN_FILE
     if plan_file.exists():
         return [(src, dst) for src, dst in json.loads(plan_file.read_text())]
-    missing = [
-        i for i in range(sink.parallelism) if not committed_dir(sink.path, job_id, i).is_dir()
-    ]
+    committed = [committed_dir(sink.path, job_id, i) for i in range(sink.parallelism)]
+    missing = [i for i, directory in enumerate(committed) if directory is None]
     if missing:
         raise CommitError(f"{sink.path}: subtasks {missing} of the sink have no committed output")
     if sink.mode == "error":
@@ -130,18 +155,27 @@ def _plan(sink: S.SinkCommit, job_id: str) -> list[tuple[str, str]]:
                 "mode='overwrite' to replace it"
             )
     plan: list[tuple[str, str]] = []
-    for subtask in range(sink.parallelism):
+    for subtask, directory in enumerate(committed):
+        assert directory is not None
         files = sorted(
-            f
-            for f in committed_dir(sink.path, job_id, subtask).iterdir()
-            if f.is_file() and not f.name.startswith(("_", "."))
+            f for f in directory.iterdir() if f.is_file() and not f.name.startswith(("_", "."))
         )
         for k, f in enumerate(files):
             extension = f.name[f.name.index(".") :] if "." in f.name else ""
             plan.append((str(f), str(root / f"part-{subtask:05d}-{k:03d}{extension}")))
-    scratch = temporary / (PLAN_FILE + ".tmp")
+    # The first plan written is the plan: a commit vertex still running for a deposed JobMaster
+    # and its successor's may plan at the same time, from different committed attempts, and
+    # two plans carried out together could leave both attempts' files in place.
+    scratch = temporary / f"{PLAN_FILE}.{uuid.uuid4().hex}.tmp"
     scratch.write_text(json.dumps(plan))
-    os.replace(scratch, plan_file)
+    try:
+        os.link(scratch, plan_file)  # atomic and exclusive, also on NFS
+    except FileExistsError:
+        plan = [(src, dst) for src, dst in json.loads(plan_file.read_text())]
+    except OSError:  # a file system without hard links: last writer wins, as before
+        os.replace(scratch, plan_file)
+    finally:
+        scratch.unlink(missing_ok=True)
     return plan
 
 
