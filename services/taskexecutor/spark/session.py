@@ -5,6 +5,13 @@ the task executor starts (``spark.session.start: eager``) or when the first task
 (``lazy``). Tasks wait for it (:meth:`SparkSessionManager.session`) instead of starting their
 own, and never block the task executor's event loop.
 
+A fresh JVM runs its first Spark job several times slower than later ones (class loading, JIT),
+so the new session runs a tiny warm-up job, and reports itself up (:attr:`is_up`, the
+``spark_session_up`` gauge) only after it: a job submitted to a task executor that reports ready
+runs as fast as the second. Tasks need not wait for the warm-up: one that arrives meanwhile
+(``sparkmill run`` submits its job while the cluster starts) uses the session at once, beside
+the warm-up, and profits from whatever it has loaded already instead of queueing behind it.
+
 Each slot is a FAIR scheduler pool: a task runs its Spark jobs in the pool of its slot
 (:meth:`SparkSessionManager.pool`), so concurrently running tasks share the session's cores
 instead of queueing behind each other.
@@ -62,7 +69,8 @@ class SparkSessionManager:
         self.master = master
         self.warm_up = warm_up
         self.conf = {**default_spark_conf(master, app_name, ui_enabled), **(conf or {})}
-        self._ready = threading.Event()
+        self._ready = threading.Event()  # the session exists (or failed): tasks may use it
+        self._warm = threading.Event()  # ... and the warm-up job is done
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._session: Any = None
@@ -76,8 +84,13 @@ class SparkSessionManager:
 
     @property
     def is_up(self) -> bool:
-        """True once the session is usable (and until it is stopped)."""
-        return self._ready.is_set() and self._session is not None and not self._stopping
+        """True once the session is usable and warm (and until it is stopped)."""
+        return (
+            self._warm.is_set()
+            and self._ready.is_set()
+            and self._session is not None
+            and not self._stopping
+        )
 
     @property
     def error(self) -> BaseException | None:
@@ -97,6 +110,7 @@ class SparkSessionManager:
             self._thread.start()
 
     def _create(self) -> None:
+        session: Any = None
         try:
             if self.master.startswith("local"):
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -111,12 +125,9 @@ class SparkSessionManager:
                 builder = builder.config(key, value)
             session = builder.getOrCreate()
             session.sparkContext.setLogLevel("WARN")
-            if self.warm_up:
-                _warm_up(session)
-            self.startup_s = time.monotonic() - self.started_at
             log.info(
-                "Spark session up in %.1fs (master %s, Spark %s)",
-                self.startup_s,
+                "Spark session created in %.1fs (master %s, Spark %s)",
+                time.monotonic() - self.started_at,
                 self.master,
                 session.version,
             )
@@ -127,8 +138,16 @@ class SparkSessionManager:
         except BaseException as exc:
             log.exception("the Spark session could not be started")
             self._error = exc
+            return
         finally:
             self._ready.set()
+        try:
+            if self.warm_up:
+                _warm_up(session)
+        finally:
+            self.startup_s = time.monotonic() - self.started_at
+            self._warm.set()
+            log.info("Spark session up and warm in %.1fs", self.startup_s)
 
     def session(self, cancelled: threading.Event | None = None, timeout_s: float = 300.0) -> Any:
         """The SparkSession, waiting for it to come up (starts it if it is lazy)."""
