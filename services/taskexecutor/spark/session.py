@@ -206,9 +206,12 @@ class SparkSessionManager:
 
 
 def _warm_up(session: Any) -> None:
-    """Run the kind of job every task runs once, so the first task does not pay for class
-    loading and JIT warm-up (seconds in a fresh JVM)."""
+    """Run, on a few rows, the kinds of work tasks run, so that the first task does not pay for
+    class loading, code generation and JIT warm-up (seconds in a fresh JVM): reading text,
+    split/explode, a partial and a final aggregation, a hash-split partitioned Parquet write,
+    reading it back with a given schema, a persisted result written twice, sort and limit."""
     import tempfile
+    from pathlib import Path
 
     from pyspark.sql import functions as F
 
@@ -217,9 +220,33 @@ def _warm_up(session: Any) -> None:
         try:
             df = session.range(64).withColumn("k", F.col("id") % 4)
             df.groupBy("k").agg(F.count("*").alias("n")).write.partitionBy("k").parquet(
-                f"{scratch}/out"
+                f"{scratch}/numbers"
             )
-            session.read.parquet(f"{scratch}/out").collect()
+            session.read.parquet(f"{scratch}/numbers").collect()
+            text = Path(scratch, "text.txt")
+            text.write_text("warm up the Spark session of a task executor\n" * 64)
+            words = (
+                session.read.text(str(text))
+                .select(F.explode(F.split(F.lower("value"), r"\s+")).alias("word"))
+                .where(F.col("word") != "")
+            )
+            partial = words.groupBy("word").agg(F.count("*").alias("n"))
+            split = F.pmod(F.hash(F.col("word")), F.lit(2))
+            partial.withColumn("_sub", split).write.partitionBy("_sub").parquet(f"{scratch}/words")
+            parts = [str(p) for p in sorted(Path(scratch, "words").glob("_sub=*"))]
+            merged = (
+                session.read.schema(partial.schema)
+                .parquet(*parts)
+                .groupBy("word")
+                .agg(F.sum("n").cast("long").alias("n"))
+                .persist()
+            )
+            try:
+                merged.write.parquet(f"{scratch}/merged")
+                merged.write.parquet(f"{scratch}/merged-again")
+                merged.orderBy(F.desc("n"), "word").limit(3).collect()
+            finally:
+                merged.unpersist()
         except Exception:
             log.warning("the Spark warm-up job failed", exc_info=True)
     log.info("Spark warm-up took %.1fs", time.monotonic() - started)
