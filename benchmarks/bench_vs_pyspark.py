@@ -289,7 +289,12 @@ def main() -> int:
     script = args.work / "plain_wordcount.py"
     script.write_text(PLAIN_WORDCOUNT)
     env = _env(args.repo)
-    rows = []
+    rows: list[str] = []
+
+    def report(row: str) -> None:  # each case as soon as it is measured (runs are long)
+        rows.append(row)
+        print(row, flush=True)
+
     if args.cold_mb:
         source = f"{data[args.cold_mb]}/*.txt"
         plain_runs, ours_runs, loads = [], [], []
@@ -306,7 +311,7 @@ def main() -> int:
             took, load = _timed(run, cold_env)
             ours_runs.append(took)
             loads.append(load)
-        rows.append(
+        report(
             _row(
                 f"cold, whole process, {args.cold_mb} MB",
                 statistics.median(plain_runs),
@@ -323,11 +328,11 @@ def main() -> int:
             key = str(mb)
             first, second = ours["jobs"][key]
             load = (plain["load"][key] + ours["load"][key]) / 2
-            rows.append(_row(f"warm, {mb} MB (second job)", plain["warm"][key][1], second, load))
+            report(_row(f"warm, {mb} MB (second job)", plain["warm"][key][1], second, load))
         for mb in sizes:
             key = str(mb)
             first, second = ours["jobs"][key]
-            rows.append(
+            report(
                 _row(
                     f"first job vs second, {mb} MB",
                     second,
@@ -336,7 +341,7 @@ def main() -> int:
                     f"cluster + sessions up in {ours['ready_s'][key]:.1f} s",
                 )
             )
-        rows.append(
+        report(
             f"| peak RSS: task executor + JVM vs plain driver + JVM | {plain['rss_mb']:.0f} MB | "
             f"{ours['rss_mb']:.0f} MB | {ours['rss_mb'] - plain['rss_mb']:+.0f} MB |"
         )
