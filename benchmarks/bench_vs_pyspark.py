@@ -14,7 +14,7 @@ Parquet, collect the ten most frequent words); plain PySpark runs the same DataF
   timing, the job run twice, the second timed; sparkmill on a cluster already up
   (``--task-executors`` x ``--slots``, ``spark.session.start: eager``), the second job timed;
 * **first job** - the first job on that freshly started cluster, once every task executor
-  reports its Spark session up (the ``spark_session_up`` gauge), versus the second;
+  logged its Spark session up and warm, versus the second;
 * **memory** - peak RSS (VmHWM) of a task executor process plus its Spark JVM, versus the plain
   PySpark driver (Python plus its JVM).
 
@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -139,27 +138,16 @@ def worker_plain(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _wait_sessions_up(cluster: Any, timeout_s: float) -> None:
-    """Until every task executor's ``spark_session_up`` gauge is 1 (its metrics URL is in its
-    log)."""
+    """Until every task executor logged its Spark session up and warm ("Spark session up and
+    warm in", or "Spark session up in" from versions that warmed up before using it)."""
     deadline = time.monotonic() + timeout_s
     pending = [p for p in cluster.processes if p.role == "task-executor"]
     while pending and time.monotonic() < deadline:
-        still = []
-        for proc in pending:
-            match = re.search(r"metrics at (http://\S+)", Path(proc.log_file).read_text())
-            up = False
-            if match:
-                try:
-                    with urllib.request.urlopen(match.group(1), timeout=2) as reply:
-                        up = (
-                            re.search(r"spark_session_up(\{[^}]*\})? 1\.0", reply.read().decode())
-                            is not None
-                        )
-                except OSError:
-                    pass
-            if not up:
-                still.append(proc)
-        pending = still
+        pending = [
+            p
+            for p in pending
+            if not re.search(r"Spark session up (and warm )?in", Path(p.log_file).read_text())
+        ]
         time.sleep(0.2)
     if pending:
         raise TimeoutError(f"Spark sessions not up after {timeout_s:g}s")

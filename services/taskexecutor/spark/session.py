@@ -6,11 +6,12 @@ the task executor starts (``spark.session.start: eager``) or when the first task
 own, and never block the task executor's event loop.
 
 A fresh JVM runs its first Spark job several times slower than later ones (class loading, JIT),
-so the new session runs a tiny warm-up job, and reports itself up (:attr:`is_up`, the
-``spark_session_up`` gauge) only after it: a job submitted to a task executor that reports ready
-runs as fast as the second. Tasks need not wait for the warm-up: one that arrives meanwhile
-(``sparkmill run`` submits its job while the cluster starts) uses the session at once, beside
-the warm-up, and profits from whatever it has loaded already instead of queueing behind it.
+so the new session runs a tiny warm-up job (:attr:`is_warm` and the log line "Spark session up
+and warm" once it is done): a job submitted after it runs as fast as the second. Tasks need not
+wait for the warm-up: one that arrives meanwhile (``sparkmill run`` submits its job while the
+cluster starts) uses the session at once, beside the warm-up, and profits from whatever it has
+loaded already instead of queueing behind it. :attr:`is_up` (the ``spark_session_up`` gauge)
+means usable, warm or not.
 
 Each slot is a FAIR scheduler pool: a task runs its Spark jobs in the pool of its slot
 (:meth:`SparkSessionManager.pool`), so concurrently running tasks share the session's cores
@@ -84,13 +85,13 @@ class SparkSessionManager:
 
     @property
     def is_up(self) -> bool:
-        """True once the session is usable and warm (and until it is stopped)."""
-        return (
-            self._warm.is_set()
-            and self._ready.is_set()
-            and self._session is not None
-            and not self._stopping
-        )
+        """True once the session is usable (and until it is stopped)."""
+        return self._ready.is_set() and self._session is not None and not self._stopping
+
+    @property
+    def is_warm(self) -> bool:
+        """True once the session is up and its warm-up job is done."""
+        return self.is_up and self._warm.is_set()
 
     @property
     def error(self) -> BaseException | None:
