@@ -17,6 +17,7 @@ cluster is stopped before PySpark runs, so the two never compete for the CPU.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import shutil
@@ -48,9 +49,11 @@ def generate(directory: Path, megabytes: int, seed: int = 42) -> Path:
         "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 10)))
         for _ in range(50_000)
     ]
-    weights = [1.0 / (rank + 1) for rank in range(len(vocabulary))]
+    # Cumulative weights once: choices() would sum all 50,000 weights again on every call.
+    cumulative = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(vocabulary))))
     lines = [
-        " ".join(rng.choices(vocabulary, weights, k=rng.randint(4, 16))) for _ in range(20_000)
+        " ".join(rng.choices(vocabulary, cum_weights=cumulative, k=rng.randint(4, 16)))
+        for _ in range(20_000)
     ]
     block = ("\n".join(lines) + "\n").encode()
     per_file = megabytes * 1024 * 1024 // FILES

@@ -60,8 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a pipeline on an embedded local cluster")
     run.add_argument("pipeline", type=Path)
-    run.add_argument("--task-executors", type=int, default=2)
-    run.add_argument("--slots", type=int, default=2)
+    # One task executor with every slot: one Spark JVM on the machine instead of several
+    # competing for its cores (each JVM costs seconds of CPU to start and hundreds of MB).
+    run.add_argument("--task-executors", type=int, default=1)
+    run.add_argument("--slots", type=int, default=4)
     run.add_argument("--dir", type=Path, help="cluster directory (default: a temporary one)")
     run.add_argument("--json", action="store_true")
 

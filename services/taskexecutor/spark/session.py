@@ -5,6 +5,14 @@ the task executor starts (``spark.session.start: eager``) or when the first task
 (``lazy``). Tasks wait for it (:meth:`SparkSessionManager.session`) instead of starting their
 own, and never block the task executor's event loop.
 
+A fresh JVM runs its first Spark job several times slower than later ones (class loading, JIT),
+so the new session runs a tiny warm-up job (:attr:`is_warm` and the log line "Spark session up
+and warm" once it is done): a job submitted after it runs as fast as the second. Tasks need not
+wait for the warm-up: one that arrives meanwhile (``sparkmill run`` submits its job while the
+cluster starts) uses the session at once, beside the warm-up, and profits from whatever it has
+loaded already instead of queueing behind it. :attr:`is_up` (the ``spark_session_up`` gauge)
+means usable, warm or not.
+
 Each slot is a FAIR scheduler pool: a task runs its Spark jobs in the pool of its slot
 (:meth:`SparkSessionManager.pool`), so concurrently running tasks share the session's cores
 instead of queueing behind each other.
@@ -62,7 +70,8 @@ class SparkSessionManager:
         self.master = master
         self.warm_up = warm_up
         self.conf = {**default_spark_conf(master, app_name, ui_enabled), **(conf or {})}
-        self._ready = threading.Event()
+        self._ready = threading.Event()  # the session exists (or failed): tasks may use it
+        self._warm = threading.Event()  # ... and the warm-up job is done
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._session: Any = None
@@ -78,6 +87,11 @@ class SparkSessionManager:
     def is_up(self) -> bool:
         """True once the session is usable (and until it is stopped)."""
         return self._ready.is_set() and self._session is not None and not self._stopping
+
+    @property
+    def is_warm(self) -> bool:
+        """True once the session is up and its warm-up job is done."""
+        return self.is_up and self._warm.is_set()
 
     @property
     def error(self) -> BaseException | None:
@@ -97,6 +111,7 @@ class SparkSessionManager:
             self._thread.start()
 
     def _create(self) -> None:
+        session: Any = None
         try:
             if self.master.startswith("local"):
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -111,12 +126,9 @@ class SparkSessionManager:
                 builder = builder.config(key, value)
             session = builder.getOrCreate()
             session.sparkContext.setLogLevel("WARN")
-            if self.warm_up:
-                _warm_up(session)
-            self.startup_s = time.monotonic() - self.started_at
             log.info(
-                "Spark session up in %.1fs (master %s, Spark %s)",
-                self.startup_s,
+                "Spark session created in %.1fs (master %s, Spark %s)",
+                time.monotonic() - self.started_at,
                 self.master,
                 session.version,
             )
@@ -127,8 +139,16 @@ class SparkSessionManager:
         except BaseException as exc:
             log.exception("the Spark session could not be started")
             self._error = exc
+            return
         finally:
             self._ready.set()
+        try:
+            if self.warm_up:
+                _warm_up(session)
+        finally:
+            self.startup_s = time.monotonic() - self.started_at
+            self._warm.set()
+            log.info("Spark session up and warm in %.1fs", self.startup_s)
 
     def session(self, cancelled: threading.Event | None = None, timeout_s: float = 300.0) -> Any:
         """The SparkSession, waiting for it to come up (starts it if it is lazy)."""
@@ -187,9 +207,12 @@ class SparkSessionManager:
 
 
 def _warm_up(session: Any) -> None:
-    """Run the kind of job every task runs once, so the first task does not pay for class
-    loading and JIT warm-up (seconds in a fresh JVM)."""
+    """Run, on a few rows, the kinds of work tasks run, so that the first task does not pay for
+    class loading, code generation and JIT warm-up (seconds in a fresh JVM): reading text,
+    split/explode, a partial and a final aggregation, a hash-split partitioned Parquet write,
+    reading it back with a given schema, a persisted result written twice, sort and limit."""
     import tempfile
+    from pathlib import Path
 
     from pyspark.sql import functions as F
 
@@ -198,9 +221,33 @@ def _warm_up(session: Any) -> None:
         try:
             df = session.range(64).withColumn("k", F.col("id") % 4)
             df.groupBy("k").agg(F.count("*").alias("n")).write.partitionBy("k").parquet(
-                f"{scratch}/out"
+                f"{scratch}/numbers"
             )
-            session.read.parquet(f"{scratch}/out").collect()
+            session.read.parquet(f"{scratch}/numbers").collect()
+            text = Path(scratch, "text.txt")
+            text.write_text("warm up the Spark session of a task executor\n" * 64)
+            words = (
+                session.read.text(str(text))
+                .select(F.explode(F.split(F.lower("value"), r"\s+")).alias("word"))
+                .where(F.col("word") != "")
+            )
+            partial = words.groupBy("word").agg(F.count("*").alias("n"))
+            split = F.pmod(F.hash(F.col("word")), F.lit(2))
+            partial.withColumn("_sub", split).write.partitionBy("_sub").parquet(f"{scratch}/words")
+            parts = [str(p) for p in sorted(Path(scratch, "words").glob("_sub=*"))]
+            merged = (
+                session.read.schema(partial.schema)
+                .parquet(*parts)
+                .groupBy("word")
+                .agg(F.sum("n").cast("long").alias("n"))
+                .persist()
+            )
+            try:
+                merged.write.parquet(f"{scratch}/merged")
+                merged.write.parquet(f"{scratch}/merged-again")
+                merged.orderBy(F.desc("n"), "word").limit(3).collect()
+            finally:
+                merged.unpersist()
         except Exception:
             log.warning("the Spark warm-up job failed", exc_info=True)
     log.info("Spark warm-up took %.1fs", time.monotonic() - started)
