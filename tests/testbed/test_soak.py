@@ -1,0 +1,31 @@
+"""HA across hosts, scenario 6: a soak with random faults of every kind (tests/testbed/soak.py).
+
+SPARKMILL_SOAK_MINUTES sets its length (10 in CI; shorter while working on it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.testbed.bed import CACHE, TestBed
+from tests.testbed.cluster import wait_cluster
+from tests.testbed.soak import soak
+
+MINUTES = float(os.environ.get("SPARKMILL_SOAK_MINUTES", "10"))
+
+pytestmark = pytest.mark.timeout(int(MINUTES * 60) + 1800)
+
+
+def test_soak_random_faults_lose_no_job_and_write_no_row_wrong_or_twice(bed: TestBed) -> None:
+    wait_cluster(bed)
+    report = soak(bed, MINUTES, seed=int(os.environ.get("SPARKMILL_SOAK_SEED", "13")))
+    print(f"\nsoak of {MINUTES:g} min:\n{report.summary()}")
+    (CACHE / "soak-report.json").write_text(json.dumps(report.__dict__, default=str) + "\n")
+    assert report.submitted >= 2 and report.faults, report.summary()
+    assert report.lost == 0, report.summary()
+    assert report.rows_wrong == 0 and report.rows_duplicated == 0, report.summary()
+    assert report.failed == 0, report.summary()
+    assert report.finished == report.submitted, report.summary()
