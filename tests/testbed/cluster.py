@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import NoNodeError
 
 from sparkmill.cli import load_pipeline
 from sparkmill.client import ClusterClient
@@ -72,9 +72,10 @@ def answer(bed: TestBed) -> dict[str, list[tuple[Any, ...]]]:
 
 def submit_ha(client: ClusterClient, bed: TestBed, name: str, *, hold: bool = False) -> HaJob:
     """Submits the HA pipeline with a fresh output directory (and hold directory) on the share."""
-    work = bed.shared / "work" / "ha"
-    output = work / name / "out"
-    hold_dir = work / name / "hold" if hold else None
+    # A fresh directory per submission, also on a bed reused across test runs.
+    work = bed.shared / "work" / "ha" / f"{name}-{int(time.time() * 1000)}"
+    output = work / "out"
+    hold_dir = work / "hold" if hold else None
     env = {
         "HA_INPUT": input_glob(bed),
         "HA_OUTPUT": str(output),
@@ -185,8 +186,8 @@ class LeaderWatch:
     def _read(self, role: str) -> str | None:
         try:
             data, _ = self._zk.get(f"{ZK_ROOT}/leader/{role}/connection_info")
-        except KazooException:
-            return None
+        except NoNodeError:
+            return None  # no leader published (a connection loss raises: nothing recorded)
         info = json.loads(data)
         return f"{info['address']}#{info['session_id']}"
 
