@@ -5,6 +5,15 @@
 #   scripts/testbed.sh status     # hosts, addresses and whether systemd runs in them
 #   scripts/testbed.sh down       # remove every container, mount and the bridge `up` made
 #
+# Faults (tests/testbed/faults.py drives them): each takes a host hN and optionally a
+# number of seconds after which it is undone by itself; `heal-all` undoes every fault in force.
+#
+#   scripts/testbed.sh poweroff hN [S] | poweron hN   # kill the container at once | boot it again
+#   scripts/testbed.sh partition hN [S] | heal hN     # cut its link off the bridge (both ways)
+#   scripts/testbed.sh pause hN [S] | resume hN       # SIGSTOP every process of the host | SIGCONT
+#   scripts/testbed.sh zk-stop hN [S] | zk-start hN   # stop | start the host's ZooKeeper server
+#   scripts/testbed.sh faults | heal-all              # the faults in force | undo all of them
+#
 # Hosts h1..hN get 198.18.0.11.. on the bridge smbr0 (198.18.0.1 on this machine; see NET below); nothing
 # routes beyond it. Each host's root is an overlay over one cached Debian root (debootstrap,
 # built once per package list under $SPARKMILL_TESTBED_CACHE); the hosts reach a directory
@@ -167,33 +176,36 @@ ssh_opts() {
 }
 
 wait_hosts() {
-  local deadline=$((SECONDS + ${SPARKMILL_TESTBED_BOOT_TIMEOUT:-180})) i state
-  for i in $(seq 1 "$COUNT"); do
-    while :; do
-      # shellcheck disable=SC2046  # one word per option
-      state="$(ssh $(ssh_opts) "root@$(host_address "$i")" systemctl is-system-running 2>/dev/null || true)"
-      if [ "$state" = degraded ] && [ "${retried:-}" != "h$i" ]; then
-        # Under heavy load a unit of the base system sometimes fails at boot with 219/CGROUP
-        # (systemd's hybrid cgroup tree in a container): start the failed units once more.
-        retried="h$i"
-        log "h$i: degraded at boot ($(ssh $(ssh_opts) "root@$(host_address "$i")" \
-          'f="$(systemctl --failed --plain --no-legend | cut -d" " -f1 | tr "\n" " ")"; echo $f;
-           systemctl reset-failed; [ -z "$f" ] || systemctl restart $f' 2>/dev/null || true)), retrying"
-        continue
-      fi
-      case "$state" in running | degraded) break ;; esac
-      if ! kill -0 "$(cat "$STATE/hosts/h$i/nspawn.pid")" 2>/dev/null; then
-        tail -20 "$STATE/hosts/h$i/console.log" >&2
-        die "host h$i stopped while booting"
-      fi
-      if [ "$SECONDS" -ge "$deadline" ]; then
-        tail -20 "$STATE/hosts/h$i/console.log" >&2
-        die "host h$i did not boot with SSH within the time limit (state: ${state:-no answer})"
-      fi
-      sleep 1
-    done
-    log "h$i $(host_address "$i"): $state"
+  local deadline=$((SECONDS + ${SPARKMILL_TESTBED_BOOT_TIMEOUT:-180})) i
+  for i in $(seq 1 "$COUNT"); do wait_host "$i" "$deadline"; done
+}
+
+wait_host() {  # INDEX DEADLINE (in $SECONDS): until systemd runs in the host and SSH answers
+  local i="$1" deadline="$2" state retried=""
+  while :; do
+    # shellcheck disable=SC2046  # one word per option
+    state="$(ssh $(ssh_opts) "root@$(host_address "$i")" systemctl is-system-running 2>/dev/null || true)"
+    if [ "$state" = degraded ] && [ "${retried:-}" != "h$i" ]; then
+      # Under heavy load a unit of the base system sometimes fails at boot with 219/CGROUP
+      # (systemd's hybrid cgroup tree in a container): start the failed units once more.
+      retried="h$i"
+      log "h$i: degraded at boot ($(ssh $(ssh_opts) "root@$(host_address "$i")" \
+        'f="$(systemctl --failed --plain --no-legend | cut -d" " -f1 | tr "\n" " ")"; echo $f;
+         systemctl reset-failed; [ -z "$f" ] || systemctl restart $f' 2>/dev/null || true)), retrying"
+      continue
+    fi
+    case "$state" in running | degraded) break ;; esac
+    if ! kill -0 "$(cat "$STATE/hosts/h$i/nspawn.pid")" 2>/dev/null; then
+      tail -20 "$STATE/hosts/h$i/console.log" >&2
+      die "host h$i stopped while booting"
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      tail -20 "$STATE/hosts/h$i/console.log" >&2
+      die "host h$i did not boot with SSH within the time limit (state: ${state:-no answer})"
+    fi
+    sleep 1
   done
+  log "h$i $(host_address "$i"): $state"
 }
 
 write_inventory() {
@@ -249,6 +261,190 @@ prometheus_scrape_interval: 5s
 prometheus_scrape_timeout: 4s
 prometheus_evaluation_interval: 5s
 EOF
+}
+
+# -- faults -----------------------------------------------------------------------------------------
+# Each fault in force is a file $FAULTS/<kind>-<host> (kind: poweroff, partition, pause, zk-stop), so
+# `faults` lists them and `heal-all` undoes them, whoever made them.
+FAULTS="$STATE/faults"
+
+host_index() {  # hN -> N, refusing anything that is not a host of this bed
+  [[ "${1:-}" =~ ^h([0-9]{1,2})$ ]] || die "not a host name: '${1:-}' (h1..hN)"
+  [ -f "$STATE/hosts.count" ] || die "the test bed is down"
+  [ "${BASH_REMATCH[1]}" -ge 1 ] && [ "${BASH_REMATCH[1]}" -le "$(cat "$STATE/hosts.count")" ] ||
+    die "no host $1 in this test bed (h1..h$(cat "$STATE/hosts.count"))"
+  echo "${BASH_REMATCH[1]}"
+}
+
+host_veth() {  # HOST: the bridge-side end of the host's link (the peer of host0 in the container)
+  local cpid peer dev
+  cpid="$(container_pid "$1")" || die "$1 is not running"
+  # "2: host0@if17: <...>": 17 is the index of the other end, on this machine.
+  peer="$(nsenter -t "$cpid" -n ip -o link show dev host0 | sed -n 's/^[0-9]*: host0@if\([0-9]*\):.*/\1/p')"
+  [ -n "$peer" ] || die "$1 has no host0 link"
+  dev="$(ip -o link show | sed -n "s/^$peer: \([^:@]*\).*/\1/p")"
+  [ -n "$dev" ] || die "the bridge side of $1's link (ifindex $peer) is not on this machine"
+  echo "$dev"
+}
+
+host_pids() {  # HOST: every process of the host (its pid namespace), init first
+  local cpid ns pid
+  cpid="$(container_pid "$1")" || return 0
+  ns="$(readlink "/proc/$cpid/ns/pid")"
+  echo "$cpid"
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    [ "$pid" != "$cpid" ] && [ "$(readlink "/proc/$pid/ns/pid" 2>/dev/null)" = "$ns" ] && echo "$pid"
+  done
+  return 0
+}
+
+mark_fault() {  # KIND HOST: record the fault with a token of its own (see undo_later)
+  mkdir -p "$FAULTS"
+  od -An -N8 -tx1 /dev/urandom | tr -d ' \n' >"$FAULTS/$1-$2"
+}
+
+undo_later() {  # SECONDS KIND COMMAND HOST: `testbed.sh COMMAND HOST` after SECONDS, detached -
+  # unless the fault was undone meanwhile (its token is gone, or belongs to a later fault).
+  [ -z "${1:-}" ] && return 0
+  [[ "$1" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "not a number of seconds: '$1'"
+  local token
+  token="$(cat "$FAULTS/$2-$4")"
+  setsid bash -c '
+    sleep "$1"
+    [ "$(cat "$2" 2>/dev/null)" = "$3" ] || exit 0
+    exec bash "$4" "$5" "$6"' undo "$1" "$FAULTS/$2-$4" "$token" "$ROOT/scripts/testbed.sh" "$3" "$4" \
+    </dev/null >>"$FAULTS/undo.log" 2>&1 &
+  log "$4: $3 in $1 s at the latest"
+}
+
+alive() {  # PID: running (a zombie waiting to be reaped is not)
+  local state
+  state="$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
+host_ssh() {  # HOST COMMAND...
+  local h="$1"; shift
+  # shellcheck disable=SC2046
+  ssh $(ssh_opts) "root@$(host_address "$(host_index "$h")")" "$@"
+}
+
+cmd_poweroff() {  # HOST [SECONDS]: like pulling the plug - no unit stops, no socket is closed
+  local i cpid npid
+  i="$(host_index "$1")"
+  mkdir -p "$FAULTS"
+  npid="$(cat "$STATE/hosts/$1/nspawn.pid" 2>/dev/null || true)"
+  cpid="$(container_pid "$1" || true)"
+  if [ -n "$cpid" ]; then kill -KILL "$cpid"; fi  # the namespace's init: the kernel kills the rest
+  if [ -n "$npid" ]; then
+    kill -KILL "$npid" 2>/dev/null || true
+    for _ in $(seq 1 100); do alive "$npid" || break; sleep 0.1; done
+  fi
+  rm -f "$FAULTS/pause-$1" "$FAULTS/partition-$1"  # a powered-off host is neither
+  mark_fault poweroff "$1"
+  log "$1 ($(host_address "$i")): powered off"
+  undo_later "${2:-}" poweroff poweron "$1"
+}
+
+cmd_poweron() {  # HOST: boot it again (its overlay root is kept) and wait until systemd runs
+  local i npid
+  i="$(host_index "$1")"
+  npid="$(cat "$STATE/hosts/$1/nspawn.pid" 2>/dev/null || true)"
+  if [ -n "$npid" ] && alive "$npid"; then
+    log "$1: already running"
+  else
+    start_host "$i"
+    wait_host "$i" $((SECONDS + ${SPARKMILL_TESTBED_BOOT_TIMEOUT:-180}))
+  fi
+  rm -f "$FAULTS/poweroff-$1"
+  log "$1 ($(host_address "$i")): powered on"
+}
+
+cmd_partition() {  # HOST [SECONDS]: its link leaves the bridge; the link itself stays up
+  local i veth
+  i="$(host_index "$1")"
+  mkdir -p "$FAULTS"
+  veth="$(host_veth "$1")"
+  ip link set dev "$veth" nomaster
+  mark_fault partition "$1"
+  log "$1 ($(host_address "$i")): partitioned ($veth off $BRIDGE)"
+  undo_later "${2:-}" partition heal "$1"
+}
+
+cmd_heal() {  # HOST
+  local i veth
+  i="$(host_index "$1")"
+  if [ -f "$FAULTS/partition-$1" ] || container_pid "$1" >/dev/null; then
+    veth="$(host_veth "$1" 2>/dev/null || true)"
+    if [ -n "$veth" ]; then ip link set dev "$veth" master "$BRIDGE"; fi
+  fi
+  rm -f "$FAULTS/partition-$1"
+  log "$1 ($(host_address "$i")): healed"
+}
+
+cmd_pause() {  # HOST [SECONDS]: every process stops where it is (the kernel still answers ARP)
+  local i pid round
+  i="$(host_index "$1")"
+  mkdir -p "$FAULTS"
+  container_pid "$1" >/dev/null || die "$1 is not running"
+  # Twice: a process forked while the first round went through is stopped by the second.
+  for round in 1 2; do
+    for pid in $(host_pids "$1"); do kill -STOP "$pid" 2>/dev/null || true; done
+  done
+  : "$round"
+  mark_fault pause "$1"
+  log "$1 ($(host_address "$i")): paused"
+  undo_later "${2:-}" pause resume "$1"
+}
+
+cmd_resume() {  # HOST
+  local i pid
+  i="$(host_index "$1")"
+  for pid in $(host_pids "$1"); do kill -CONT "$pid" 2>/dev/null || true; done
+  rm -f "$FAULTS/pause-$1"
+  log "$1 ($(host_address "$i")): resumed"
+}
+
+cmd_zk_stop() {  # HOST [SECONDS]
+  host_index "$1" >/dev/null
+  mkdir -p "$FAULTS"
+  host_ssh "$1" systemctl stop zookeeper-sparkmill.service || die "$1: cannot stop ZooKeeper"
+  mark_fault zk-stop "$1"
+  log "$1: ZooKeeper stopped"
+  undo_later "${2:-}" zk-stop zk-start "$1"
+}
+
+cmd_zk_start() {  # HOST
+  host_index "$1" >/dev/null
+  host_ssh "$1" systemctl start zookeeper-sparkmill.service || die "$1: cannot start ZooKeeper"
+  rm -f "$FAULTS/zk-stop-$1"
+  log "$1: ZooKeeper started"
+}
+
+cmd_faults() {
+  local f
+  [ -d "$FAULTS" ] || return 0
+  for f in "$FAULTS"/poweroff-* "$FAULTS"/partition-* "$FAULTS"/pause-* "$FAULTS"/zk-stop-*; do
+    [ -e "$f" ] && basename "$f"
+  done
+  return 0
+}
+
+cmd_heal_all() {  # undo every fault in force: power on, heal, resume, then start ZooKeeper
+  local f kind host
+  [ -d "$FAULTS" ] || return 0
+  for kind in poweroff partition pause zk-stop; do
+    for f in "$FAULTS/$kind"-*; do
+      [ -e "$f" ] || continue
+      host="${f##*-}"
+      case "$kind" in
+        poweroff) cmd_poweron "$host" ;;
+        partition) cmd_heal "$host" ;;
+        pause) cmd_resume "$host" ;;
+        zk-stop) cmd_zk_start "$host" ;;
+      esac
+    done
+  done
 }
 
 # -- commands ---------------------------------------------------------------------------------------
@@ -318,5 +514,11 @@ case "${1:-}" in
   up) shift; cmd_up "$@" ;;
   down) [ "$(id -u)" -eq 0 ] || cannot "needs root"; cmd_down; log "down" ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up [N] | down | status" >&2; exit 2 ;;
+  poweroff | poweron | partition | heal | pause | resume | zk-stop | zk-start)
+    [ "$(id -u)" -eq 0 ] || cannot "needs root"
+    [ -n "${2:-}" ] || die "$1: which host? (h1..hN)"
+    cmd="cmd_${1//-/_}"; shift; "$cmd" "$@" ;;
+  faults) cmd_faults ;;
+  heal-all) [ "$(id -u)" -eq 0 ] || cannot "needs root"; cmd_heal_all ;;
+  *) echo "usage: $0 up [N] | down | status | poweroff|poweron|partition|heal|pause|resume|zk-stop|zk-start hN [S] | faults | heal-all" >&2; exit 2 ;;
 esac

@@ -431,7 +431,16 @@ class Dispatcher(DispatcherServicer):
         self.processes[request.process_id] = process
         for hosted in request.jobs:
             job = self.jobs.get(JobID(hosted.job_id))
-            if job is not None and not job.terminal and hosted.job_master_session_id:
+            if hosted.status == JobStatus.SUSPENDED.value:
+                # That JobMaster lost leadership (e.g. ZooKeeper lost its quorum meanwhile) and
+                # leads nothing: adopting it would leave the job SUSPENDED for ever. The job
+                # stays waiting and starts again like any other.
+                log.info(
+                    "job %s: the JobMaster in process %s is suspended; not adopted",
+                    short(hosted.job_id),
+                    short(request.process_id),
+                )
+            elif job is not None and not job.terminal and hosted.job_master_session_id:
                 # It survived our leader change: adopt it instead of starting it again.
                 job.session_id = hosted.job_master_session_id
                 hosted_status = JobStatus(hosted.status)

@@ -1,10 +1,14 @@
 """The job-master process: hosts one :class:`~services.jobmaster.job_master.JobMaster` per job.
 
 It registers at the dispatcher leader (with back-off; again whenever the leader changes) and
-is heartbeated by it. ``StartJob`` from the dispatcher creates a JobMaster, which gets its own
-leader session id from the job's leader election; every per-job RPC is routed to that job's
-JobMaster and fenced with its session id, so a message meant for an earlier JobMaster of the
-same job is refused.
+is heartbeated by it. It also watches those heartbeats (Flink's JobMaster watches its
+ResourceManager's the same way): a dispatcher that stopped heartbeating it - it was cut off
+long enough to be dropped, while the same dispatcher stayed leader - gets a new registration,
+so the process rejoins as a standby instead of staying unknown until the next leader change.
+
+``StartJob`` from the dispatcher creates a JobMaster, which gets its own leader session id
+from the job's leader election; every per-job RPC is routed to that job's JobMaster and fenced
+with its session id, so a message meant for an earlier JobMaster of the same job is refused.
 
 The process also follows the resource manager leader once, for all its JobMasters.
 """
@@ -27,6 +31,7 @@ from sparkmill.common.errors import (
     UnavailableError,
 )
 from sparkmill.common.ha import HighAvailabilityServices
+from sparkmill.common.heartbeat import HeartbeatManager
 from sparkmill.common.ids import JobID, short
 from sparkmill.common.jobgraph import KNOWN_OPERATOR_KINDS
 from sparkmill.common.jobgraph_codec import job_graph_from_proto
@@ -44,6 +49,8 @@ from sparkmill.services.jobmaster.job_master import JobMaster
 
 log = logging.getLogger(__name__)
 
+# The dispatcher leader's key in the process's heartbeat manager (it only receives).
+DISPATCHER_HEARTBEAT_TARGET = "dispatcher"
 _REPORT_BACKOFF = Backoff(initial_s=0.1, max_s=2.0)
 # The dispatcher leader answered "never": the job is unknown to it, or another JobMaster
 # session leads the job.
@@ -88,14 +95,23 @@ class JobMasterProcess(JobMasterServicer):
         self.result_store = ha.job_result_store()
         self.progress_store = ha.job_progress_store()
         self._rm_retrieval: LeaderRetrievalService = ha.resource_manager_retrieval()
+        self.heartbeats = HeartbeatManager(
+            "jm-process",
+            interval_s=settings.heartbeat_interval_s,
+            timeout_s=settings.heartbeat_timeout_s,
+            rpc_failure_threshold=0,  # the receiving side has no RPCs to count
+            on_timeout=self._on_dispatcher_heartbeat_timeout,
+        )
 
     async def start(self) -> None:
+        self.heartbeats.start()
         await self._rm_retrieval.start(self._on_rm_leader)
         await self._dispatcher_retrieval.start(self._on_dispatcher_leader)
 
     async def stop(self) -> None:
         await self._dispatcher_retrieval.stop()
         await self._rm_retrieval.stop()
+        await self.heartbeats.stop()
         for job_master in list(self.job_masters.values()):
             await job_master.suspend(
                 "the job-master process is shutting down", tell_dispatcher=False
@@ -113,6 +129,7 @@ class JobMasterProcess(JobMasterServicer):
         if old is not None and old.registration is not None:
             old.registration.cancel()
         self.dispatcher = None
+        self.heartbeats.unmonitor(DISPATCHER_HEARTBEAT_TARGET)
         if leader is None:
             return
         client = DispatcherClient(self.clients.get(leader.address), fencing_token=leader.session_id)
@@ -139,7 +156,19 @@ class JobMasterProcess(JobMasterServicer):
             self.settings.registration,
         )
         connection.registered = True
+        self.heartbeats.monitor(DISPATCHER_HEARTBEAT_TARGET)
         log.info("registered at dispatcher %s", connection.leader.address)
+
+    def _on_dispatcher_heartbeat_timeout(self, target: str, reason: str) -> None:
+        connection = self.dispatcher
+        if target != DISPATCHER_HEARTBEAT_TARGET or connection is None:
+            return
+        log.warning(
+            "dispatcher %s stopped heartbeating this process (%s): registering again",
+            connection.leader.address,
+            reason,
+        )
+        self.runtime.spawn(self._on_dispatcher_leader(connection.leader), "dispatcher-reconnect")
 
     async def report_job_status(self, report: dispatcher_pb2.JobStatusReport) -> bool:
         """Deliver a job status report to the dispatcher leader, retrying until it is taken
@@ -286,6 +315,7 @@ class JobMasterProcess(JobMasterServicer):
     async def heartbeat_from_dispatcher(
         self, request: common_pb2.HeartbeatRequest, context: CallContext
     ) -> job_master_pb2.HostedJobs:
+        self.heartbeats.receive_heartbeat(DISPATCHER_HEARTBEAT_TARGET)
         return job_master_pb2.HostedJobs(process_id=self.identity.id, jobs=self._hosted_jobs())
 
     def _hosted_jobs(self) -> list[jobs_pb2.HostedJob]:

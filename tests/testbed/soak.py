@@ -1,0 +1,247 @@
+"""Soak the test bed's cluster: a stream of HA pipelines while random faults hit random hosts.
+
+    python -m tests.testbed.soak --minutes 10 [--seed N] [--concurrent 2]
+
+Needs a bed that is up and converged (scripts/testbed.sh up, then ansible/site.yml; the default
+bed unless SPARKMILL_TESTBED_STATE and SPARKMILL_TESTBED_NET name another). For ``--minutes``
+it keeps ``--concurrent`` HA pipelines (tests/testbed/ha_pipeline.py: word count + join, exact
+answers known) running and, one at a time, powers off, partitions or pauses a random host or
+stops a ZooKeeper server for 10-25 s, then waits until the cluster is whole again. Then it stops
+submitting, undoes every fault, waits (bounded) for the jobs still running and checks every
+output row by row. It prints jobs submitted / finished / failed / lost, rows wrong, rows
+duplicated and each leader failover's time (median, max); exit 0 when nothing was lost, failed,
+wrong or duplicated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from sparkmill.client import ClusterClient
+from sparkmill.common.errors import NotFoundError, SparkmillError
+from sparkmill.common.v1 import common_pb2
+from tests.testbed import ha_data
+from tests.testbed.bed import STATE, TestBed, parse_inventory
+from tests.testbed.cluster import (
+    TERMINAL,
+    HaJob,
+    LeaderWatch,
+    answer,
+    cluster_client,
+    host_of,
+    status_name,
+    submit_ha,
+    wait_cluster,
+)
+from tests.testbed.faults import Fault, Faults, wait_services
+
+FAULT_S = (10.0, 25.0)  # how long each fault lasts
+CALM_S = (5.0, 15.0)  # between the cluster being whole again and the next fault
+DRAIN_S = 600.0  # at most this long for the jobs still running at the end
+
+
+@dataclass
+class SoakReport:
+    submitted: int = 0
+    finished: int = 0
+    failed: int = 0
+    lost: int = 0
+    rows_checked: int = 0
+    rows_wrong: int = 0
+    rows_duplicated: int = 0
+    faults: list[str] = field(default_factory=list)
+    failovers: dict[str, list[float]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.failed or self.lost or self.rows_wrong or self.rows_duplicated)
+
+    def summary(self) -> str:
+        lines = [
+            f"jobs: {self.submitted} submitted, {self.finished} finished, {self.failed} failed,"
+            f" {self.lost} lost",
+            f"rows: {self.rows_checked} checked, {self.rows_wrong} wrong,"
+            f" {self.rows_duplicated} duplicated",
+            f"faults ({len(self.faults)}): {', '.join(self.faults) or '-'}",
+        ]
+        every = [t for times in self.failovers.values() for t in times]
+        for name, times in [*sorted(self.failovers.items()), ("all failovers", every)]:
+            if times:
+                lines.append(
+                    f"{name}: {len(times)}, median {statistics.median(times):.2f} s,"
+                    f" max {max(times):.2f} s"
+                )
+        lines += [f"problem: {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+class Soak:
+    def __init__(self, bed: TestBed, minutes: float, seed: int, concurrent: int) -> None:
+        self.bed = bed
+        self.deadline = time.monotonic() + minutes * 60
+        self.rng = random.Random(seed)
+        self.concurrent = concurrent
+        self.faults = Faults(bed)
+        self.report = SoakReport()
+        self.jobs: list[HaJob] = []
+        self.results: dict[str, int] = {}  # job id -> terminal status
+        self.stop = threading.Event()
+        self.answer = answer(bed)
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def _poll(self, client: ClusterClient, job: HaJob) -> None:
+        try:
+            status = client.status(job.job_id, timeout=30).status
+        except NotFoundError:
+            self.results[job.job_id] = -1  # the cluster forgot it: lost
+            return
+        except SparkmillError:
+            return  # a failover under way: ask again later
+        if status in TERMINAL:
+            self.results[job.job_id] = status
+
+    def _running(self) -> list[HaJob]:
+        return [j for j in self.jobs if j.job_id not in self.results]
+
+    def run_jobs(self, client: ClusterClient, watch: LeaderWatch) -> None:
+        while time.monotonic() < self.deadline:
+            for job in self._running():
+                self._poll(client, job)
+            if len(self._running()) < self.concurrent:
+                name = f"soak-{int(time.time())}-{len(self.jobs)}"
+                try:
+                    job = submit_ha(client, self.bed, name)
+                except SparkmillError as exc:
+                    self.report.problems.append(f"submit {name}: {type(exc).__name__}: {exc}")
+                else:
+                    self.jobs.append(job)
+                    watch.watch(f"job-{job.job_id}")
+                    continue
+            time.sleep(2.0)
+
+    def drain(self, client: ClusterClient) -> None:
+        deadline = time.monotonic() + DRAIN_S
+        while self._running() and time.monotonic() < deadline:
+            for job in self._running():
+                self._poll(client, job)
+            time.sleep(2.0)
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def _pick(self) -> tuple[str, str]:
+        kind = self.rng.choice(["poweroff", "partition", "pause", "zk-stop"])
+        hosts = self.bed.groups["zookeeper"] if kind == "zk-stop" else list(self.bed.addresses)
+        return kind, self.rng.choice(hosts)
+
+    def inject_faults(self, watch: LeaderWatch) -> None:
+        while not self.stop.is_set():
+            self.stop.wait(self.rng.uniform(*CALM_S))
+            if self.stop.is_set() or time.monotonic() >= self.deadline:
+                return
+            kind, host = self._pick()
+            before = {role: watch.leader(role) for role in list(watch.roles)}
+            fault = self.faults.inject(kind, host)
+            self.report.faults.append(f"{kind} {host}")
+            print(f"[soak] {time.strftime('%H:%M:%S')} {kind} {host}", flush=True)
+            self.stop.wait(self.rng.uniform(*FAULT_S))
+            self.faults.undo(fault)
+            self._failovers(watch, fault, before)
+            try:
+                wait_services(self.bed)
+                wait_cluster(self.bed)
+            except AssertionError as exc:
+                self.report.problems.append(f"after {kind} {host}: {exc}")
+                self.faults.heal_all()
+
+    def _failovers(self, watch: LeaderWatch, fault: Fault, before: dict[str, str | None]) -> None:
+        """A failover per leader that was on the faulted host (a ZooKeeper stop moves none)."""
+        if fault.kind == "zk-stop":
+            return
+        for role, leader in before.items():
+            if leader is None or host_of_or_none(self.bed, leader) != fault.host:
+                continue
+            took = watch.failover_after(role, fault.at, leader)
+            kind = "job-master" if role.startswith("job-") else role
+            if took is not None:
+                self.report.failovers.setdefault(f"{kind} after {fault.kind}", []).append(took)
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def run(self) -> SoakReport:
+        with cluster_client(self.bed) as client, LeaderWatch(self.bed) as watch:
+            injector = threading.Thread(target=self.inject_faults, args=(watch,), daemon=True)
+            injector.start()
+            try:
+                self.run_jobs(client, watch)
+            finally:
+                self.stop.set()
+                injector.join(timeout=FAULT_S[1] + 400)
+                self.faults.heal_all()
+            wait_services(self.bed)
+            wait_cluster(self.bed)
+            self.drain(client)
+        self.check()
+        return self.report
+
+    def check(self) -> None:
+        r = self.report
+        r.submitted = len(self.jobs)
+        for job in self.jobs:
+            status = self.results.get(job.job_id)
+            if status == common_pb2.FINISHED:
+                r.finished += 1
+                got = ha_data.check(job.output, self.answer)
+                r.rows_checked += got.rows
+                r.rows_wrong += got.wrong
+                r.rows_duplicated += got.duplicated
+                if not got.exact:
+                    r.problems.append(f"job {job.job_id[:8]} ({job.output}): {got}")
+            elif status is None or status == -1:
+                r.lost += 1
+                r.problems.append(f"job {job.job_id[:8]} lost (status {status})")
+            else:
+                r.failed += 1
+                r.problems.append(f"job {job.job_id[:8]} ended {status_name(status)}")
+
+
+def host_of_or_none(bed: TestBed, address: str) -> str | None:
+    try:
+        return host_of(bed, address)
+    except AssertionError:
+        return None
+
+
+def soak(bed: TestBed, minutes: float, seed: int = 1, concurrent: int = 2) -> SoakReport:
+    return Soak(bed, minutes, seed, concurrent).run()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.testbed.soak", description=__doc__)
+    parser.add_argument("--minutes", type=float, required=True)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--concurrent", type=int, default=2)
+    parser.add_argument("--json", action="store_true", help="also print the report as JSON")
+    args = parser.parse_args(argv)
+    if args.minutes <= 0:
+        parser.error("--minutes must be positive")
+    addresses, groups = parse_inventory(STATE / "inventory.ini")
+    bed = TestBed(inventory=STATE / "inventory.ini", addresses=addresses, groups=groups)
+    print(f"[soak] {args.minutes:g} min, seed {args.seed}", flush=True)
+    report = soak(bed, args.minutes, args.seed, args.concurrent)
+    print(report.summary())
+    if args.json:
+        print(json.dumps(report.__dict__, default=str))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,39 @@
+"""HA across hosts, scenario 6: a soak with random faults of every kind (tests/testbed/soak.py).
+
+SPARKMILL_SOAK_MINUTES sets its length (10 in CI; shorter while working on it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.testbed.bed import CACHE, TestBed
+from tests.testbed.cluster import wait_cluster
+from tests.testbed.soak import soak
+
+MINUTES = float(os.environ.get("SPARKMILL_SOAK_MINUTES", "10"))
+
+# Not yet proven stable (scenario 4 lost a job once with two ZooKeeper nodes down; scenario 5
+# and the soak have not run to the end on a quiet machine): opt in until they have.
+OPT_IN = "SPARKMILL_TESTBED_SCENARIOS"
+pytestmark = [
+    pytest.mark.timeout(int(MINUTES * 60) + 1800),
+    pytest.mark.skipif(
+        os.environ.get(OPT_IN) != "1", reason=f"HA scenarios on the test bed run with {OPT_IN}=1"
+    ),
+]
+
+
+def test_soak_random_faults_lose_no_job_and_write_no_row_wrong_or_twice(bed: TestBed) -> None:
+    wait_cluster(bed)
+    report = soak(bed, MINUTES, seed=int(os.environ.get("SPARKMILL_SOAK_SEED", "13")))
+    print(f"\nsoak of {MINUTES:g} min:\n{report.summary()}")
+    (CACHE / "soak-report.json").write_text(json.dumps(report.__dict__, default=str) + "\n")
+    assert report.submitted >= 2 and report.faults, report.summary()
+    assert report.lost == 0, report.summary()
+    assert report.rows_wrong == 0 and report.rows_duplicated == 0, report.summary()
+    assert report.failed == 0, report.summary()
+    assert report.finished == report.submitted, report.summary()

@@ -1,0 +1,173 @@
+"""HA across hosts, scenario 5: task executors on a Spark standalone cluster of the test bed.
+
+A Spark master on h1 and workers on h1 and h2, started with pyspark's own ``spark-class
+org.apache.spark.deploy.master.Master`` / ``...deploy.worker.Worker`` (the pyspark of the hosts'
+sparkmill virtualenv) as the sparkmill user; the task executors (h3-h5) get ``spark.master:
+spark://h1:7077`` and are restarted. The HA pipeline must give its exact output, also when the
+worker host h2 is powered off in the middle. Everything is put back at the end: the task
+executors' original configuration, no Spark master or worker left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from sparkmill.client import ClusterClient
+from sparkmill.common.v1 import common_pb2
+from tests.testbed import ha_data
+from tests.testbed.bed import TestBed
+from tests.testbed.cluster import (
+    HaJob,
+    answer,
+    cluster_client,
+    status_name,
+    submit_ha,
+    wait_cluster,
+    wait_job,
+)
+from tests.testbed.faults import Faults
+
+# Not yet proven stable (scenario 4 lost a job once with two ZooKeeper nodes down; scenario 5
+# and the soak have not run to the end on a quiet machine): opt in until they have.
+OPT_IN = "SPARKMILL_TESTBED_SCENARIOS"
+pytestmark = [
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(
+        os.environ.get(OPT_IN) != "1", reason=f"HA scenarios on the test bed run with {OPT_IN}=1"
+    ),
+]
+
+MASTER_HOST, WORKER_HOSTS = "h1", ("h1", "h2")
+SPARK_CLASS = "/opt/sparkmill/venv/lib/python3.11/site-packages/pyspark/bin/spark-class"
+TE_CONFIG = "/etc/sparkmill/task-executor-1.yaml"
+TE_UNIT = "sparkmill-task-executor@1.service"
+
+
+def _spark_unit(bed: TestBed, host: str, unit: str, args: str, env: dict[str, str]) -> None:
+    setenv = " ".join(f"--setenv={k}={shlex.quote(v)}" for k, v in env.items())
+    bed.ssh(
+        host,
+        f"systemctl reset-failed {unit} 2>/dev/null; systemd-run --unit={unit} --uid=sparkmill"
+        f" --gid=sparkmill --property=Restart=no {setenv} {SPARK_CLASS} {args}",
+    )
+
+
+def _te_config(bed: TestBed, host: str, extra: dict[str, str]) -> None:
+    """Keeps the task executor's configuration aside and adds ``extra`` to it."""
+    script = (
+        "import json, sys, yaml; path = sys.argv[1]; data = yaml.safe_load(open(path));"
+        " data.update(json.loads(sys.argv[2])); yaml.safe_dump(data, open(path, 'w'))"
+    )
+    bed.ssh(
+        host,
+        f"test -e {TE_CONFIG}.orig || cp -p {TE_CONFIG} {TE_CONFIG}.orig;"
+        f" /opt/sparkmill/venv/bin/python -c {shlex.quote(script)} {TE_CONFIG}"
+        f" {shlex.quote(json.dumps(extra))}",
+    )
+
+
+@pytest.fixture(scope="module")
+def standalone(bed: TestBed) -> Iterator[str]:
+    master_ip = bed.addresses[MASTER_HOST]
+    url = f"spark://{master_ip}:7077"
+    executors = bed.groups["task_executors"]
+    try:
+        _spark_unit(
+            bed,
+            MASTER_HOST,
+            "spark-master",
+            f"org.apache.spark.deploy.master.Master --host {master_ip} --port 7077"
+            " --webui-port 8090",
+            # A powered-off worker is declared dead after 10 s (default 60 s).
+            {"SPARK_LOCAL_IP": master_ip, "SPARK_MASTER_OPTS": "-Dspark.worker.timeout=10"},
+        )
+        for host in WORKER_HOSTS:
+            ip = bed.addresses[host]
+            _spark_unit(
+                bed,
+                host,
+                "spark-worker",
+                f"org.apache.spark.deploy.worker.Worker --host {ip} --webui-port 8091"
+                f" --cores 4 --memory 1536m --work-dir /tmp/spark-worker {url}",
+                {"SPARK_LOCAL_IP": ip},
+            )
+        bed.wait_until(
+            "both Spark workers registered at the master",
+            lambda: (
+                bed.ssh(
+                    MASTER_HOST,
+                    "journalctl --no-pager -o cat -u spark-master | grep -c 'Registering worker'",
+                    check=False,
+                ).stdout.strip()
+                == str(len(WORKER_HOSTS))
+            ),
+            timeout=120,
+        )
+        for host in executors:
+            # One core per task executor's application (three of them share the workers' cores),
+            # and a lost executor is noticed in seconds.
+            _te_config(
+                bed,
+                host,
+                {
+                    "spark.master": url,
+                    "spark.conf.spark.cores.max": "1",
+                    "spark.conf.spark.executor.cores": "1",
+                    "spark.conf.spark.executor.memory": "512m",
+                    "spark.conf.spark.network.timeout": "20s",
+                    "spark.conf.spark.executor.heartbeatInterval": "2s",
+                },
+            )
+            bed.ssh(host, f"systemctl restart {TE_UNIT}")
+        wait_cluster(bed)
+        yield url
+    finally:
+        for host in executors:
+            bed.ssh(
+                host,
+                f"test ! -e {TE_CONFIG}.orig || mv {TE_CONFIG}.orig {TE_CONFIG};"
+                f" systemctl restart {TE_UNIT}",
+                check=False,
+            )
+        for host in {MASTER_HOST, *WORKER_HOSTS}:
+            bed.ssh(host, "systemctl stop spark-worker spark-master", check=False)
+        wait_cluster(bed)
+
+
+def _applications(bed: TestBed) -> int:
+    out = bed.ssh(MASTER_HOST, "journalctl --no-pager -o cat -u spark-master", check=False).stdout
+    return out.count("Registered app")
+
+
+def _finish_exact(bed: TestBed, client: ClusterClient, job: HaJob) -> None:
+    result = wait_job(client, job.job_id, timeout=600)
+    assert result.status == common_pb2.FINISHED, (status_name(result.status), result.failure)
+    check = ha_data.check(job.output, answer(bed))
+    assert check.exact, check
+
+
+def test_spark_standalone_workers_on_the_bed_exact_output_also_after_a_worker_power_off(
+    bed: TestBed, standalone: str
+) -> None:
+    faults = Faults(bed)
+    with cluster_client(bed) as client:
+        bed.wait_until(
+            "every task executor's Spark application at the master",
+            lambda: _applications(bed) >= len(bed.groups["task_executors"]),
+            timeout=180,
+        )
+        job = submit_ha(client, bed, "s5-standalone")
+        _finish_exact(bed, client, job)
+
+        held = submit_ha(client, bed, "s5-standalone-worker-off", hold=True)
+        bed.wait_until("job held", held.held, timeout=300, interval=1.0)
+        with faults.power_off(WORKER_HOSTS[-1]):
+            time.sleep(1)
+            held.release()
+            _finish_exact(bed, client, held)
