@@ -83,7 +83,13 @@ class RpcClient:
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
             sock.setsockopt(zmq.SNDHWM, 100_000)
             sock.setsockopt(zmq.RCVHWM, 100_000)
-            sock.connect(self.address)
+            try:
+                sock.connect(self.address)
+            except zmq.ZMQError as exc:
+                # An address that passed the format checks but libzmq cannot use (a port out
+                # of range, a name it cannot parse): a typed error for the caller, not a crash.
+                sock.close(linger=0)
+                raise UnavailableError(f"cannot connect to {self.address}: {exc}") from None
             self._socket = sock
             self._receiver = asyncio.create_task(self._receive_loop(sock))
         return self._socket
@@ -156,11 +162,16 @@ class RpcClient:
     def watch_connection(self, listener: ConnectionListener) -> Callable[[], None]:
         """Call ``listener(False)`` whenever the TCP connection to the target closes and
         ``listener(True)`` when one is made; returns a function that stops the calls."""
-        sock = self._ensure_connected()
+        try:
+            sock = self._ensure_connected()
+            if self._monitor is None:
+                monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+                self._monitor = asyncio.create_task(self._monitor_loop(monitor))
+        except (UnavailableError, zmq.ZMQError) as exc:
+            # Only a hint: without it the heartbeats still find a lost target.
+            log.info("no connection watch for %s: %s", self.address, exc)
+            return lambda: None
         self._connection_listeners.append(listener)
-        if self._monitor is None:
-            monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-            self._monitor = asyncio.create_task(self._monitor_loop(monitor))
 
         def stop() -> None:
             if listener in self._connection_listeners:
