@@ -15,6 +15,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -225,6 +227,29 @@ def test_a_client_without_an_admitted_key_is_refused(bed: TestBed, tmp_path: Pat
     assert "wordcount-stranger" not in result.stdout
 
 
+def test_the_rest_api_needs_a_token_of_the_play(bed: TestBed) -> None:
+    services = bed.cluster_status()["services"]
+    rest_url = next(s["rest_url"] for s in services if s["role"] == "dispatcher" and s["leader"])
+    tokens = dict(
+        line.split()
+        for line in (bed.secrets / "keys" / "private" / "rest.tokens").read_text().splitlines()
+    )
+    assert set(tokens) == {"operator", "viewer"}
+
+    def status(token: str, method: str = "GET", path: str = "/v1/jobs") -> int:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        request = urllib.request.Request(rest_url + path, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=15) as reply:
+                return int(reply.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert status("") == 401 and status("x" * 40) == 401
+    assert status(tokens["viewer"]) == 200 and status(tokens["operator"]) == 200
+    assert status(tokens["viewer"], "PATCH", "/v1/jobs/" + "0" * 32) == 403
+
+
 def test_an_unauthenticated_zookeeper_client_cannot_read_or_write_sparkmills_znodes(
     bed: TestBed,
 ) -> None:
@@ -312,6 +337,21 @@ def test_unit_security_exposure(bed: TestBed) -> None:
     print(f"\nsystemd-analyze security: {scores}")
     assert len(scores) == 6
     assert all(score <= MAX_EXPOSURE for score in scores.values()), scores
+
+
+def test_units_are_bounded_in_memory_and_tasks(bed: TestBed) -> None:
+    expected = {  # the role's defaults: a task executor is sized for its Spark JVM
+        "task-executor": {"MemoryMax": str(4 << 30), "TasksMax": "4096"},
+        "other": {"MemoryMax": str(1 << 30), "TasksMax": "512"},
+    }
+    for host in bed.addresses:
+        for unit in bed.units_of(host):
+            if not unit.startswith("sparkmill-"):
+                continue
+            out = bed.ssh(host, f"systemctl show -p MemoryMax -p TasksMax {unit}").stdout
+            shown = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+            kind = "task-executor" if "task-executor" in unit else "other"
+            assert shown == expected[kind], (host, unit, shown)
 
 
 def test_rolling_restart_while_jobs_run_gives_exact_output(bed: TestBed) -> None:
