@@ -121,7 +121,7 @@ class TestBed:
         return result
 
     def playbook(
-        self, playbook: str, *args: str, timeout: float = 900
+        self, playbook: str, *args: str, timeout: float = 1800
     ) -> subprocess.CompletedProcess[str]:
         env = dict(
             os.environ,
