@@ -580,8 +580,8 @@ METRICS_PORT = _option(
 # --------------------------------------------------------------------------------------------
 _group(
     "REST API and web dashboard",
-    "The HTTP server of the dispatcher: the JSON API under /v1/ and the dashboard. It is "
-    "unauthenticated today: bind it to loopback or a trusted network.",
+    "The HTTP server of the dispatcher: the JSON API under /v1/ and the dashboard, with bearer "
+    "tokens from rest.auth.token-file (see docs/security.md).",
 )
 
 REST_ENABLED = _option(
@@ -612,6 +612,14 @@ REST_PORT = _option(
     "8081",
     "Port of the HTTP server: a number, 0 for a free port, or a range such as '50100-50200' "
     "(the first free one is used, so several dispatchers on one host can share the setting).",
+)
+REST_AUTH_TOKEN_FILE = _option(
+    "rest.auth.token-file",
+    STRING,
+    "",
+    "File (mode 0600) of the REST API's bearer tokens, one 'ROLE TOKEN' per line: 'viewer' "
+    "tokens may read, 'operator' tokens may also submit and cancel. Empty: the API and the "
+    "dashboard are open to anyone who reaches the port (the dispatcher logs a warning).",
 )
 WEB_GRAFANA_URL = _option(
     "web.grafana-url",

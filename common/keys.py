@@ -7,6 +7,7 @@ A key directory has two halves::
     D/private/<role>[-<name>].key_secret  the matching secret keys (mode 0600)
     D/private/server.key_secret           the server secret key every service process serves with
     D/private/zookeeper.digest            "user:password" for ZooKeeper digest authentication
+    D/private/rest.tokens                 "role token" lines: the REST API's bearer tokens
 
 The *role* of a member is the file name's prefix (``client``, ``dispatcher``,
 ``resource-manager``, ``job-master`` or ``task-executor``); the rest is a free name (a host, a
@@ -38,6 +39,10 @@ PRIVATE_DIR = "private"
 PUBLIC_SUFFIX = ".key"
 SECRET_SUFFIX = ".key_secret"
 ZOOKEEPER_DIGEST_FILE = "zookeeper.digest"
+REST_TOKENS_FILE = "rest.tokens"
+# REST API roles: a viewer may read, an operator may also submit and cancel.
+REST_ROLES = ("viewer", "operator")
+REST_TOKEN_MIN_LENGTH = 16
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 
@@ -188,16 +193,29 @@ def generate_zookeeper_digest(directory: Path, user: str = "sparkmill") -> Path 
     return path
 
 
+def generate_rest_tokens(directory: Path) -> Path | None:
+    """A REST token file with one random ``operator`` and one ``viewer`` token (mode 0600)."""
+    private_dir = directory / PRIVATE_DIR
+    private_dir.mkdir(parents=True, exist_ok=True)
+    path = private_dir / REST_TOKENS_FILE
+    if path.exists():
+        return None
+    lines = [f"{role} {secrets.token_urlsafe(32)}" for role in reversed(REST_ROLES)]
+    _write_private(path, "\n".join(lines) + "\n")
+    return path
+
+
 def generate_cluster_keys(directory: Path) -> list[Path]:
-    """The server key, one key per role and the ZooKeeper digest; existing files are kept."""
+    """The server key, one key per role, the ZooKeeper digest and the REST tokens; existing
+    files are kept."""
     created: list[Path] = []
     for role in (SERVER, *ROLES):
         made = generate_key(directory, role)
         if made is not None:
             created.extend(made)
-    digest = generate_zookeeper_digest(directory)
-    if digest is not None:
-        created.append(digest)
+    for made_file in (generate_zookeeper_digest(directory), generate_rest_tokens(directory)):
+        if made_file is not None:
+            created.append(made_file)
     return created
 
 
@@ -212,3 +230,46 @@ def read_digest(path: Path, key: str) -> tuple[str, str]:
     if not sep or not user or not password or "\n" in text:
         raise ConfigurationError(key, f"{path} must hold one line 'user:password'")
     return user, password
+
+
+def read_rest_tokens(path: Path, key: str) -> list[tuple[str, str]]:
+    """``(role, token)`` of every line of a REST token file, permission-checked first.
+
+    Each line is ``role token`` with a role of :data:`REST_ROLES`; blank lines and ``#``
+    comments are skipped. A bad line is refused with its number (never with its token).
+    """
+    check_secret_file(path, key)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(key, f"cannot read {path}: {exc}") from None
+    tokens: list[tuple[str, str]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        if len(fields) != 2 or fields[0] not in REST_ROLES:
+            raise ConfigurationError(
+                key,
+                f"{path}:{number}: expected 'ROLE TOKEN' with a role of {', '.join(REST_ROLES)}",
+            )
+        if len(fields[1]) < REST_TOKEN_MIN_LENGTH or not fields[1].isascii():
+            raise ConfigurationError(
+                key,
+                f"{path}:{number}: the token must be at least {REST_TOKEN_MIN_LENGTH} ASCII "
+                "characters (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')",
+            )
+        tokens.append((fields[0], fields[1]))
+    if not tokens:
+        raise ConfigurationError(key, f"{path} holds no token ('ROLE TOKEN' lines)")
+    return tokens
+
+
+def rest_token_of(path: Path, role: str) -> str:
+    """The first token of ``role`` in a REST token file (for tools and tests; no checks)."""
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == role:
+            return fields[1]
+    raise ValueError(f"{path} has no {role} token")

@@ -31,6 +31,9 @@ from sparkmill.common.service_base import ServiceIdentity
 from sparkmill.common.settings import ClusterSettings
 from sparkmill.services.dispatcher import metrics as dispatcher_metrics
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
+from sparkmill.services.dispatcher.rest_auth import (
+    authorizer_from_config as rest_authorizer_from_config,
+)
 from sparkmill.services.dispatcher.rest_service import RestEndpoint, start_rest_endpoint
 from sparkmill.services.jobmaster import metrics as job_master_metrics
 from sparkmill.services.jobmaster.service import JobMasterProcess
@@ -205,6 +208,8 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     security = security_from_config(config, role, serves=True)
     if not security.enabled:
         log.warning("%s %s: %s", role, identity_id[:8], INSECURE_WARNING)
+    # Likewise the REST API's token file (a dispatcher's).
+    rest_authorizer = rest_authorizer_from_config(config) if role == "dispatcher" else None
     runtime = ServiceRuntime(role)
     clients = RpcClientPool(
         f"{role} {identity_id[:8]}",
@@ -236,7 +241,9 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
         log.info("%s %s listening on %s", role, identity_id[:8], identity.address)
         endpoint = await _start_metrics_endpoint(metrics, settings, identity)
         if isinstance(servicer, Dispatcher):  # before it announces itself: the URL is in its info
-            rest = await start_rest_endpoint(servicer, config, runtime, ha, clients)
+            rest = await start_rest_endpoint(
+                servicer, config, runtime, ha, clients, rest_authorizer
+            )
             identity.rest_url = rest.url if rest is not None else ""
         await servicer.start()
         if role != "task-executor":  # task executors are listed by the resource manager

@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sparkmill: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (UnavailableError, DeadlineExceededError, NotLeaderError) as exc:
-        print(f"sparkmill: the cluster did not answer: {exc}", file=sys.stderr)
+        hint = keys.unanswered_hint(getattr(args, "config", None))
+        print(f"sparkmill: the cluster did not answer: {exc}{hint}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except RpcError as exc:  # the cluster answered, and said no
         print(f"sparkmill: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -559,6 +560,7 @@ def _local_cluster(args: argparse.Namespace) -> int:
         print(f"client config: {cluster.config_path}")
         print(f"logs:          {cluster.log_dir}")
         print(f"dashboard:     {cluster.rest_url() or '(rest.enabled is false)'}")
+        print(f"rest tokens:   {keys.rest_tokens_note(cluster.config_path)}")
         return EXIT_OK
     cluster = LocalCluster.attach(args.dir.resolve())
     cluster.stop()
@@ -606,6 +608,8 @@ def _run(args: argparse.Namespace) -> int:
                 rest_url = client.cluster_status().dispatcher.rest_url
                 if rest_url:
                     print(f"dashboard: {rest_url}/#/jobs/{job_id}", file=sys.stderr)
+                    tokens = keys.rest_tokens_note(cluster.config_path)
+                    print(f"rest tokens: {tokens}", file=sys.stderr)
                 return _wait(client, job_id, as_json=args.json, pipeline=pipeline)
         except (TimeoutError, RuntimeError) as exc:
             print(f"sparkmill: {exc}", file=sys.stderr)

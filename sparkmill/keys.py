@@ -118,3 +118,39 @@ def _secret_state(path: Path) -> str:
     except OSError:
         return "no"
     return "yes" if not mode & 0o077 else f"yes, but mode {mode:04o}: run chmod 600 {path}"
+
+
+def rest_tokens_note(config_path: Path) -> str:
+    """Where a cluster's REST tokens are (the dashboard asks for one), or that it has none."""
+    from sparkmill.common import config_options as opt
+    from sparkmill.common.config import Configuration
+
+    path = Configuration.load(config_path).get(opt.REST_AUTH_TOKEN_FILE)
+    if not path:
+        return "none (rest.auth.token-file is not set: the API is open)"
+    return f"{path} (lines 'operator TOKEN' and 'viewer TOKEN'; the dashboard asks for one)"
+
+
+def unanswered_hint(config_path: Path | None) -> str:
+    """Why a secure cluster may not answer this client at all, for the CLI's error message.
+
+    A CURVE server's ZAP handler drops a client whose key it does not admit before any message
+    is read, so the client sees no refusal, only silence: say so, naming the key file.
+    """
+    from sparkmill.common import config_options as opt
+    from sparkmill.common.config import Configuration
+
+    if config_path is None:
+        return ""
+    try:
+        config = Configuration.load(config_path)
+    except (ConfigurationError, OSError):
+        return ""
+    if not config.get(opt.SECURITY_CURVE_ENABLED):
+        return ""
+    secret = config.get(opt.SECURITY_CURVE_SECRET_KEY_FILE).replace("{role}", "client")
+    return (
+        "\nsparkmill: CurveZMQ is on, and the services never answer a client whose key is not "
+        f"admitted: check that the public half of {secret} (sparkmill keys list) is in the "
+        "public keys directory of every service host, and that the cluster is up"
+    )

@@ -7,8 +7,9 @@ process ids are kept in ``DIR/processes.json`` so ``local-cluster down`` can sto
 then SIGKILL after a grace period).
 
 The cluster is secure by default: ``write_config`` generates CurveZMQ keys (one per role, plus
-the server key and a ZooKeeper digest) in ``DIR/keys`` unless they exist, and the configuration
-names them (see docs/security.md). ``extra_config`` may turn security off for a lab.
+the server key, a ZooKeeper digest and the REST API's bearer tokens) in ``DIR/keys`` unless they
+exist, and the configuration names them (see docs/security.md). ``extra_config`` may turn
+security off for a lab.
 
 The same class is what ``sparkmill run`` and the integration tests use.
 """
@@ -32,6 +33,7 @@ import yaml
 from sparkmill.common.keys import (
     PRIVATE_DIR,
     PUBLIC_DIR,
+    REST_TOKENS_FILE,
     SECRET_SUFFIX,
     SERVER,
     ZOOKEEPER_DIGEST_FILE,
@@ -148,7 +150,13 @@ class LocalCluster:
             "security.curve.server-secret-key-file": str(
                 self.keys_dir / PRIVATE_DIR / (SERVER + SECRET_SUFFIX)
             ),
+            "rest.auth.token-file": str(self.rest_tokens_file),
         }
+
+    @property
+    def rest_tokens_file(self) -> Path:
+        """The REST API's bearer tokens (``operator`` and ``viewer`` lines, mode 0600)."""
+        return self.keys_dir / PRIVATE_DIR / REST_TOKENS_FILE
 
     def transport_security(self, role: str = "client") -> TransportSecurity:
         """What a process holding ``role``'s key of this cluster presents (tests, tools)."""

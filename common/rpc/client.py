@@ -117,13 +117,20 @@ class RpcClient:
             asyncio.get_running_loop().create_future()
         )
         self._pending[request_id] = future
+        frames = framing.encode_request(header, request)
+
+        async def exchange() -> tuple[envelope_pb2.ResponseHeader, bytes]:
+            # The send is bounded too: a DEALER whose only peer refused the CURVE handshake (a
+            # key the server does not admit) has no pipe left, and its send would wait forever.
+            await sock.send_multipart(frames)
+            return await future
+
         try:
-            await sock.send_multipart(framing.encode_request(header, request))
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns a result that arrives
             # together with a cancellation and swallows the cancellation, so a cancelled task
             # (e.g. a heartbeat sender being stopped) would go on running.
             async with asyncio.timeout(timeout):
-                reply_header, payload = await future
+                reply_header, payload = await exchange()
         except TimeoutError:
             raise DeadlineExceededError(
                 f"{spec.name} to {self.address} got no reply within {timeout:g}s"

@@ -36,6 +36,7 @@ REASONS = {
     307: "Temporary Redirect",
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     408: "Request Timeout",

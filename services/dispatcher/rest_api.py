@@ -11,9 +11,8 @@ leader's REST URL, or ``503`` with the leader's RPC address when its REST URL is
 redirects from standby JobManagers the same way).
 
 Access control: every route names the :class:`Action` it performs and asks the
-:class:`RestAuthorizer` before running. Today the only authorizer is :class:`AllowAll` (the
-API is unauthenticated; bind it to loopback or a trusted network); cluster security will plug
-a credential check in here without touching the routes.
+:class:`RestAuthorizer` before running: :class:`.rest_auth.BearerTokenAuthorizer` with
+``rest.auth.token-file``, :class:`AllowAll` without (an open API; the dispatcher warns).
 """
 
 from __future__ import annotations
@@ -125,20 +124,29 @@ class Action(enum.Enum):
     CANCEL_JOB = "cancel-job"
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """Why an authorizer refuses a request: 401 (no or unknown credentials) or 403 (known
+    credentials that may not perform the action)."""
+
+    status: int
+    message: str
+
+
 class RestAuthorizer(Protocol):
-    """The hook for credentials: None allows the request, a text refuses it with 401."""
+    """The hook for credentials: None allows the request, a :class:`Refusal` refuses it."""
 
     name: str
 
-    def authorize(self, request: HttpRequest, action: Action) -> str | None: ...
+    def authorize(self, request: HttpRequest, action: Action) -> Refusal | None: ...
 
 
 class AllowAll:
-    """Today's policy: no authentication (see docs/rest-api.md, "Access")."""
+    """No authentication (``rest.auth.token-file`` unset; see docs/rest-api.md, "Access")."""
 
     name = "none"
 
-    def authorize(self, request: HttpRequest, action: Action) -> str | None:
+    def authorize(self, request: HttpRequest, action: Action) -> Refusal | None:
         return None
 
 
@@ -234,7 +242,12 @@ class RestApi:
                 continue
             refusal = self.authorizer.authorize(request, route.action)
             if refusal is not None:
-                return HttpResponse.error(401, refusal, action=route.action.value)
+                response = HttpResponse.error(
+                    refusal.status, refusal.message, action=route.action.value
+                )
+                if refusal.status == 401:
+                    response.headers["WWW-Authenticate"] = 'Bearer realm="sparkmill"'
+                return response
             params = {k: v for k, v in match.groupdict().items() if v is not None}
             try:
                 return await route.handler(request, params)

@@ -25,7 +25,7 @@ from sparkmill.common.v1.gateways import ResourceManagerClient
 from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
 from sparkmill.services.dispatcher.http_server import HttpServer, StaticFiles, advertised_host
-from sparkmill.services.dispatcher.rest_api import RestApi, WebSettings
+from sparkmill.services.dispatcher.rest_api import RestApi, RestAuthorizer, WebSettings
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,7 @@ async def start_rest_endpoint(
     runtime: ServiceRuntime,
     ha: HighAvailabilityServices,
     clients: RpcClientPool,
+    authorizer: RestAuthorizer | None = None,
 ) -> RestEndpoint | None:
     """Serve the REST API and dashboard (its ``url`` goes into the dispatcher's ServiceInfo).
     A port that cannot be
@@ -156,7 +157,8 @@ async def start_rest_endpoint(
         return None
     static = await runtime.run_blocking(StaticFiles.load, WEB_ROOT)
     view = HaClusterView(dispatcher, ha, clients)
-    api = RestApi(dispatcher, view, static, WebSettings(grafana_url=settings.grafana_url))
+    web = WebSettings(grafana_url=settings.grafana_url)
+    api = RestApi(dispatcher, view, static, web, authorizer)
     server = HttpServer(api.handle, settings.bind_host, settings.ports)
     try:
         port = await server.start()

@@ -11,6 +11,13 @@ from urllib.parse import urljoin, urlsplit
 from sparkmill.common.jobgraph_codec import job_graph_to_proto
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELED")
+# The bearer token requests send unless they name one (use_token); "" sends none.
+_TOKEN = {"default": ""}
+
+
+def use_token(token: str) -> None:
+    """Make ``token`` the one every request sends by default (a cluster's operator token)."""
+    _TOKEN["default"] = token
 
 
 class Reply:
@@ -34,12 +41,16 @@ def request(
     *,
     follow: bool = True,
     timeout: float = 15.0,
+    token: str | None = None,
 ) -> Reply:
     """One request; a 307 is followed (same method and body, as RFC 9110 says) when asked."""
+    token = _TOKEN["default"] if token is None else token
     for _ in range(5):
         parts = urlsplit(url)
         connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout)
         headers = {"Content-Type": content_type} if content_type else {}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         try:
             connection.request(method, target or "/", body=body, headers=headers)

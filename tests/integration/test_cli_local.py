@@ -6,10 +6,13 @@ import json
 import re
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from sparkmill.common.keys import rest_token_of
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +58,15 @@ def test_local_cluster_up_and_down(tmp_path: Path) -> None:
         assert (tmp_path / "cluster.yaml").exists()
         url = re.search(r"dashboard: +(http://127\.0\.0\.1:\d+)", up.stdout)
         assert url, up.stdout
-        with urllib.request.urlopen(f"{url.group(1)}/v1/overview", timeout=10) as reply:
+        tokens = re.search(r"rest tokens: +(\S+)", up.stdout)
+        assert tokens and Path(tokens.group(1)).stat().st_mode & 0o777 == 0o600, up.stdout
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            urllib.request.urlopen(f"{url.group(1)}/v1/overview", timeout=10)
+        token = rest_token_of(Path(tokens.group(1)), "viewer")
+        overview = urllib.request.Request(
+            f"{url.group(1)}/v1/overview", headers={"Authorization": f"Bearer {token}"}
+        )
+        with urllib.request.urlopen(overview, timeout=10) as reply:
             assert json.load(reply)["taskmanagers"] == 1
         assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [
             "dispatcher-0.log",

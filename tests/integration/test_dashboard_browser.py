@@ -27,11 +27,12 @@ from sparkmill.common.jobgraph import (
     JobVertex,
     OperatorSpec,
 )
+from sparkmill.common.keys import rest_token_of
 from sparkmill.common.noop import NoOpOptions, encode_noop_payload
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import start_local_cluster
-from tests.integration.rest_helpers import submit, wait_for_state
+from tests.integration.rest_helpers import submit, use_token, wait_for_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -124,8 +125,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="module")
-def base(cluster: LocalCluster) -> str:
-    return cluster.rest_url()
+def base(cluster: LocalCluster, browser: Any) -> str:
+    """The dashboard's URL, signed in once with the operator token (kept for the tab)."""
+    url = cluster.rest_url()
+    token = rest_token_of(cluster.rest_tokens_file, "operator")
+    use_token(token)
+    browser.get(f"{url}/")
+    _wait(browser, lambda: _texts(browser, "#token-input"), what="the token form")
+    assert "token" in _text(browser, "#token-message")
+    browser.find_element(By.ID, "token-input").send_keys("wrong-token-of-nobody")
+    _click(browser, "#token-submit")
+    _wait(browser, lambda: "refused" in _text(browser, "#token-message"), what="the refusal")
+    browser.find_element(By.ID, "token-input").send_keys(token)
+    _click(browser, "#token-submit")
+    _wait(browser, lambda: _texts(browser, "#card-taskmanagers"), what="the overview")
+    assert browser.execute_script("return sessionStorage.getItem('sparkmill-token');") == token
+    return url
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from sparkmill.common.keys import rest_token_of
 from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import start_local_cluster
-from tests.integration.rest_helpers import get, request, submit, wait_for_state
+from tests.integration.rest_helpers import get, request, submit, use_token, wait_for_state
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -31,7 +32,27 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def base(cluster: LocalCluster) -> str:
     url = cluster.rest_url()
     assert url.startswith("http://127.0.0.1:"), url  # loopback, as dispatcher.rpc-address
+    use_token(rest_token_of(cluster.rest_tokens_file, "operator"))
     return url
+
+
+def test_no_token_or_a_wrong_one_is_401_and_a_viewer_cannot_cancel(
+    cluster: LocalCluster, base: str
+) -> None:
+    job_id = submit(base, noop_pipeline("rest-auth", parallelism=1, sleep_s=5.0))
+    for token in ("", "not-a-token-of-this-cluster"):
+        for method, path in (("GET", "/v1/jobs"), ("PATCH", f"/v1/jobs/{job_id}?mode=cancel")):
+            reply = request(method, f"{base}{path}", token=token)
+            assert reply.status == 401, (token, path, reply)
+            assert reply.headers["www-authenticate"].startswith("Bearer")
+            assert "token" in reply.json()["errors"][0]
+    viewer = rest_token_of(cluster.rest_tokens_file, "viewer")
+    assert get(f"{base}/v1/jobs/{job_id}", token=viewer).status == 200
+    refused = request("PATCH", f"{base}/v1/jobs/{job_id}?mode=cancel", token=viewer)
+    assert refused.status == 403 and "operator token" in refused.json()["errors"][0], refused
+    # Nothing of that cancelled the job; the dashboard's own files need no token.
+    assert wait_for_state(base, job_id, ("FINISHED",))["state"] == "FINISHED"
+    assert get(f"{base}/app.js", token="").status == 200
 
 
 def test_a_submitted_job_is_listed_detailed_and_planned(cluster: LocalCluster, base: str) -> None:

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from sparkmill.common.keys import rest_token_of
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import ClusterFactory
-from tests.integration.rest_helpers import Reply, get, submit
+from tests.integration.rest_helpers import Reply, get, submit, use_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -36,6 +37,7 @@ def test_standbys_redirect_and_the_api_survives_a_dispatcher_failover(
     cluster_factory: ClusterFactory,
 ) -> None:
     running = cluster_factory(task_executors=1, slots=2, ha=True, standbys=1)
+    use_token(rest_token_of(running.cluster.rest_tokens_file, "operator"))
     view = running.client.cluster_status(timeout=30)
     leader = view.dispatcher
     standby = next(s for s in view.standbys if s.role == "dispatcher")

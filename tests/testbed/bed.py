@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "testbed.sh"
 EXIT_CANNOT_RUN = 77
@@ -119,7 +121,7 @@ class TestBed:
         return result
 
     def playbook(
-        self, playbook: str, *args: str, timeout: float = 900
+        self, playbook: str, *args: str, timeout: float = 1800
     ) -> subprocess.CompletedProcess[str]:
         env = dict(
             os.environ,
@@ -146,10 +148,13 @@ class TestBed:
             check=False,
         )
 
-    def sparkmill(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def sparkmill(
+        self, *args: str, timeout: float = 300, config: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """The CLI on this machine (the controller) against the test bed's cluster."""
+        config = config or self.client_config()
         return subprocess.run(
-            [str(VENV_BIN / "sparkmill"), "--config", str(self.client_config()), *args],
+            [str(VENV_BIN / "sparkmill"), "--config", str(config), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -158,23 +163,27 @@ class TestBed:
             env=dict(os.environ, SPARK_LOCAL_IP=CONTROLLER_ADDRESS),
         )
 
+    @property
+    def secrets(self) -> Path:
+        """The play's secrets on the controller (keys, ZooKeeper digest, REST tokens): the role
+        keeps them next to the inventory."""
+        return STATE / "secrets"
+
     def client_config(self) -> Path:
-        """A client configuration: the leaders are found through the test bed's ensemble."""
+        """The operator's client configuration the play wrote on the controller (client key,
+        ZooKeeper digest, the ensemble), plus what this machine needs on the bed's bridge."""
         path = STATE / "client.yaml"
-        if not path.exists():
-            quorum = ",".join(f"{self.addresses[h]}:2181" for h in self.groups["zookeeper"])
-            path.write_text(
-                "high-availability.mode: zookeeper\n"
-                f"high-availability.zookeeper.quorum: {quorum}\n"
-                "high-availability.zookeeper.path.root: /sparkmill\n"
-                "high-availability.cluster-id: /default\n"
-                f"high-availability.storageDir: {self.shared}/ha\n"
-                "high-availability.zookeeper.client.session-timeout: 6 s\n"
-                f"rpc.bind-host: {CONTROLLER_ADDRESS}\n"
-                "metrics.enabled: false\n"
-                # The play renders transport security off until it distributes keys.
-                "security.curve.enabled: false\n"
-            )
+        config = yaml.safe_load((self.secrets / "sparkmill-client.yaml").read_text())
+        assert config["security.curve.enabled"] is True, config
+        config.update(
+            {
+                "high-availability.storageDir": f"{self.shared}/ha",
+                "high-availability.zookeeper.client.session-timeout": "6 s",
+                "rpc.bind-host": CONTROLLER_ADDRESS,
+                "metrics.enabled": False,
+            }
+        )
+        path.write_text(yaml.safe_dump(config, sort_keys=True))
         return path
 
     def cluster_status(self) -> dict[str, Any]:

@@ -10,25 +10,37 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
+from sparkmill.common.keys import generate_key
 from tests.testbed.bed import CONTROLLER_ADDRESS, ROOT, TestBed, recap
 
-pytestmark = pytest.mark.timeout(1500)
+# The first test also waits for the session fixture (up and two converges): on a shared,
+# loaded machine a converge alone has taken over 15 minutes.
+pytestmark = pytest.mark.timeout(3000)
 
 WORDCOUNT = ROOT / "examples" / "wordcount.py"
 # Overall exposure (systemd-analyze security) each unit must stay within: "OK" is <= 2.0.
 MAX_EXPOSURE = 2.0
 
 
-def _submit(bed: TestBed, output: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _submit(
+    bed: TestBed, output: Path, timeout: float = 600, config: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """sparkmill submit examples/wordcount.py from this machine; input and output on the share."""
     env = dict(
         os.environ,
@@ -40,7 +52,7 @@ def _submit(bed: TestBed, output: Path, timeout: float = 600) -> subprocess.Comp
         [
             str(Path(sys.prefix) / "bin" / "sparkmill"),
             "--config",
-            str(bed.client_config()),
+            str(config or bed.client_config()),
             "submit",
             "--json",
             str(WORDCOUNT),
@@ -167,6 +179,113 @@ def test_a_job_submitted_from_the_controller_gives_plain_pysparks_rows(bed: Test
     assert outputs[str(output)] == reference
 
 
+def test_keys_are_distributed_private_and_per_host(bed: TestBed) -> None:
+    admitted = sorted(p.name for p in (bed.secrets / "keys" / "public").glob("*.key"))
+    assert "server.key" in admitted and "client-operator.key" in admitted, admitted
+    for host in bed.addresses:
+        public = bed.ssh(host, "ls /etc/sparkmill/keys/public").stdout.split()
+        assert sorted(public) == admitted, host
+        private = bed.ssh(
+            host, "stat -c '%a %U %n' /etc/sparkmill/keys/private /etc/sparkmill/keys/private/*"
+        ).stdout.splitlines()
+        modes = {line.split()[2].rsplit("/", 1)[-1]: line.split()[:2] for line in private}
+        assert modes.pop("private") == ["700", "sparkmill"], host
+        assert set(map(tuple, modes.values())) == {("600", "sparkmill")}, (host, modes)
+        roles = {
+            unit.removeprefix("sparkmill-").split("@")[0].removesuffix(".service")
+            for unit in bed.units_of(host)
+            if unit.startswith("sparkmill-")
+        }
+        expected = {"server.key_secret", "zookeeper.digest"}
+        expected |= {f"{role}-{host}.key_secret" for role in roles}
+        if "dispatcher" in roles:
+            expected.add("rest.tokens")
+        assert set(modes) == expected, host  # nobody else's secret key, no client key
+
+
+def test_a_client_without_an_admitted_key_is_refused(bed: TestBed, tmp_path: Path) -> None:
+    """A stranger who knows every public file and even the ZooKeeper digest, but holds no
+    admitted key: the dispatcher never answers it, and the CLI says why that may be."""
+    made = generate_key(tmp_path / "stranger", "client", "stranger")
+    assert made is not None
+    shutil.copy(bed.secrets / "keys" / "public" / "server.key", made[0].parent / "server.key")
+    config = yaml.safe_load(bed.client_config().read_text())
+    config["security.curve.public-keys-dir"] = str(made[0].parent)
+    config["security.curve.secret-key-file"] = str(made[1])
+    stranger = tmp_path / "stranger.yaml"
+    stranger.write_text(yaml.safe_dump(config))
+    listing = bed.sparkmill("jobs", "list", "--json", timeout=120, config=stranger)
+    assert listing.returncode != 0, listing.stdout
+    print(f"\nstranger's jobs list: exit {listing.returncode}: {listing.stderr.strip()[-400:]}")
+    assert "key" in listing.stderr and "admitted" in listing.stderr, listing.stderr
+    output = bed.shared / "work" / "wordcount-stranger"
+    submitted = _submit(bed, output, timeout=180, config=stranger)
+    assert submitted.returncode != 0, submitted.stdout
+    assert "admitted" in submitted.stderr, submitted.stderr
+    assert not output.exists()
+    # The operator's key still gets in, and the stranger's job is nowhere.
+    result = bed.sparkmill("jobs", "list", "--json", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "wordcount-stranger" not in result.stdout
+
+
+def test_the_rest_api_needs_a_token_of_the_play(bed: TestBed) -> None:
+    services = bed.cluster_status()["services"]
+    rest_url = next(s["rest_url"] for s in services if s["role"] == "dispatcher" and s["leader"])
+    tokens = dict(
+        line.split()
+        for line in (bed.secrets / "keys" / "private" / "rest.tokens").read_text().splitlines()
+    )
+    assert set(tokens) == {"operator", "viewer"}
+
+    def status(token: str, method: str = "GET", path: str = "/v1/jobs") -> int:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        request = urllib.request.Request(rest_url + path, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=15) as reply:
+                return int(reply.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert status("") == 401 and status("x" * 40) == 401
+    assert status(tokens["viewer"]) == 200 and status(tokens["operator"]) == 200
+    assert status(tokens["viewer"], "PATCH", "/v1/jobs/" + "0" * 32) == 403
+
+
+def test_an_unauthenticated_zookeeper_client_cannot_read_or_write_sparkmills_znodes(
+    bed: TestBed,
+) -> None:
+    quorum = ",".join(f"{bed.addresses[h]}:2181" for h in bed.groups["zookeeper"])
+    outsider = KazooClient(hosts=quorum, timeout=15)
+    outsider.start(timeout=30)
+    try:
+        assert "sparkmill" in outsider.get_children("/")  # "/" is not ours: listable
+        attempts: list[Callable[[], object]] = [
+            lambda: outsider.get_children("/sparkmill"),
+            lambda: outsider.get("/sparkmill"),
+            lambda: outsider.create("/sparkmill/intruder", b"x"),
+            lambda: outsider.set("/sparkmill", b"x"),
+            lambda: outsider.delete("/sparkmill", recursive=True),
+        ]
+        for attempt in attempts:
+            with pytest.raises(NoAuthError):
+                attempt()
+    finally:
+        outsider.stop()
+        outsider.close()
+    # With the play's digest the same client reads them: the nodes are there, only closed.
+    user, _, password = (
+        (bed.secrets / "keys" / "private" / "zookeeper.digest").read_text().strip().partition(":")
+    )
+    member = KazooClient(hosts=quorum, timeout=15, auth_data=[("digest", f"{user}:{password}")])
+    member.start(timeout=30)
+    try:
+        assert member.get_children("/sparkmill"), "sparkmill's znodes are missing"
+    finally:
+        member.stop()
+        member.close()
+
+
 @pytest.mark.parametrize(
     ("group", "unit"),
     [
@@ -220,6 +339,21 @@ def test_unit_security_exposure(bed: TestBed) -> None:
     print(f"\nsystemd-analyze security: {scores}")
     assert len(scores) == 6
     assert all(score <= MAX_EXPOSURE for score in scores.values()), scores
+
+
+def test_units_are_bounded_in_memory_and_tasks(bed: TestBed) -> None:
+    expected = {  # the role's defaults: a task executor is sized for its Spark JVM
+        "task-executor": {"MemoryMax": str(4 << 30), "TasksMax": "4096"},
+        "other": {"MemoryMax": str(1 << 30), "TasksMax": "512"},
+    }
+    for host in bed.addresses:
+        for unit in bed.units_of(host):
+            if not unit.startswith("sparkmill-"):
+                continue
+            out = bed.ssh(host, f"systemctl show -p MemoryMax -p TasksMax {unit}").stdout
+            shown = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+            kind = "task-executor" if "task-executor" in unit else "other"
+            assert shown == expected[kind], (host, unit, shown)
 
 
 def test_rolling_restart_while_jobs_run_gives_exact_output(bed: TestBed) -> None:

@@ -26,7 +26,7 @@ from sparkmill.services.dispatcher.http_server import (
     parse_head,
     parse_target,
 )
-from sparkmill.services.dispatcher.rest_api import Action, RestApi
+from sparkmill.services.dispatcher.rest_api import Action, Refusal, RestApi
 from sparkmill.services.dispatcher.rest_service import rpc_host
 
 JOB = "a" * 32
@@ -152,8 +152,8 @@ class TestingAuthorizer:
     __test__ = False
     name = "testing"
 
-    def authorize(self, request: HttpRequest, action: Action) -> str | None:
-        return "credentials required" if action is Action.CANCEL_JOB else None
+    def authorize(self, request: HttpRequest, action: Action) -> Refusal | None:
+        return Refusal(401, "credentials required") if action is Action.CANCEL_JOB else None
 
 
 STATIC = StaticFiles({"index.html": (b"<html>", "text/html"), "app.js": (b"x", "text/js")})

@@ -60,7 +60,8 @@ def test_key_file_names_give_the_role() -> None:
 
 def test_generated_keys_are_private_and_loaded_by_role(tmp_path: Path) -> None:
     created = generate_cluster_keys(tmp_path)
-    assert len(created) == 2 * 6 + 1  # server + 5 roles, each public + secret; the ZK digest
+    # server + 5 roles, each public + secret; the ZK digest; the REST tokens
+    assert len(created) == 2 * 6 + 2
     assert generate_cluster_keys(tmp_path) == []  # never overwritten
     assert generate_key(tmp_path, "task-executor", "host7") is not None
     for secret in (tmp_path / "private").iterdir():

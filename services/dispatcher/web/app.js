@@ -13,14 +13,51 @@ let renderSeq = 0;
 
 // -- helpers ---------------------------------------------------------------------------------
 
+// The REST API wants a bearer token (rest.auth.token-file): asked for once, kept for this tab
+// only (sessionStorage: gone when the tab closes, never sent to another site).
+const TOKEN_KEY = "sparkmill-token";
+
+class AuthError extends Error {}
+
 async function api(path, options) {
-  const response = await fetch("v1/" + path, options);
+  const token = window.sessionStorage.getItem(TOKEN_KEY);
+  const request = { ...(options || {}) };
+  if (token) request.headers = { ...(request.headers || {}), Authorization: `Bearer ${token}` };
+  const response = await fetch("v1/" + path, request);
   const body = await response.json().catch(() => ({}));
   if (!response.ok) {
     const message = (body.errors || [response.statusText]).join("; ");
+    if (response.status === 401) {
+      window.sessionStorage.removeItem(TOKEN_KEY);  // a wrong token is asked for again
+      throw new AuthError(token ? `The token was refused: ${message}` : message);
+    }
     throw new Error(`${response.status}: ${message}`);
   }
   return body;
+}
+
+function tokenForm(message) {
+  const input = el("input", { id: "token-input", type: "password", autocomplete: "off",
+    placeholder: "token", size: 48 });
+  const form = el("form", { id: "token-form", class: "token-form" },
+    el("h1", {}, "Sign in"),
+    el("p", { class: "muted", id: "token-message" }, message),
+    el("p", {}, "Paste a viewer or operator token of this cluster's REST token file ",
+      el("span", { class: "mono" }, "rest.auth.token-file"), "."),
+    input, " ", el("button", { id: "token-submit", type: "submit" }, "Sign in"));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (!input.value.trim()) return;
+    window.sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    const error = await loadConfig();
+    if (error instanceof AuthError) {
+      document.getElementById("view").replaceChildren(tokenForm(error.message));
+      document.getElementById("token-input").focus();
+    } else {
+      refresh();
+    }
+  });
+  return form;
 }
 
 function el(tag, attrs, ...children) {
@@ -367,22 +404,34 @@ async function refresh() {
     document.getElementById("status-line").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (error) {
     if (seq !== renderSeq) return;
+    if (error instanceof AuthError) {  // no polling until a token is given
+      view.replaceChildren(tokenForm(error.message));
+      document.getElementById("token-input").focus();
+      return;
+    }
     view.replaceChildren(el("div", { class: "failure", id: "load-error" }, error.message));
   }
   timer = setTimeout(refresh, config["refresh-interval"]);
 }
 
-async function start() {
+// The error of loading the configuration, if any (the view shows it, or asks for a token).
+async function loadConfig() {
+  let failure = null;
   try {
     config = await api("config");
   } catch (error) {
-    // keep the defaults; the view shows the error
+    failure = error;  // keep the defaults
   }
   const grafana = document.getElementById("grafana-link");
   if (config["grafana-url"]) {
     grafana.href = config["grafana-url"];
     grafana.hidden = false;
   }
+  return failure;
+}
+
+async function start() {
+  await loadConfig();
   window.addEventListener("hashchange", refresh);
   refresh();
 }

@@ -1,0 +1,99 @@
+"""Bearer-token authentication of the REST API and the dashboard.
+
+``rest.auth.token-file`` lists ``ROLE TOKEN`` lines (see :func:`common.keys.read_rest_tokens`).
+A request presents one token as ``Authorization: Bearer TOKEN``. A ``viewer`` token may read
+(cluster, jobs, plans, results); an ``operator`` token may also submit and cancel. No token or
+an unknown one is answered ``401`` (with ``WWW-Authenticate: Bearer``), a known token asking
+for more than its role allows ``403``.
+
+Tokens are compared in constant time: both sides are hashed to equal-length digests first,
+and every configured token is compared, so neither the timing nor the position of a match
+tells an attacker how much of a guess was right.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from pathlib import Path
+
+from sparkmill.common import config_options as opt
+from sparkmill.common.config import Configuration
+from sparkmill.common.keys import read_rest_tokens
+from sparkmill.services.dispatcher.http_server import HttpRequest
+from sparkmill.services.dispatcher.rest_api import Action, AllowAll, Refusal, RestAuthorizer
+
+log = logging.getLogger(__name__)
+
+READ_ACTIONS = frozenset({Action.READ_CLUSTER, Action.READ_JOB})
+ROLE_ACTIONS: dict[str, frozenset[Action]] = {
+    "viewer": READ_ACTIONS,
+    "operator": frozenset(Action),
+}
+INSECURE_REST_WARNING = (
+    "the REST API and dashboard are UNAUTHENTICATED (rest.auth.token-file is not set): anyone "
+    "who reaches the port can read every job and submit or cancel jobs"
+)
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+
+
+class BearerTokenAuthorizer:
+    """The :class:`~.rest_api.RestAuthorizer` of ``rest.auth.token-file``."""
+
+    name = "bearer"
+
+    def __init__(self, tokens: list[tuple[str, str]]) -> None:
+        if not tokens:
+            raise ValueError("a bearer-token authorizer needs at least one token (a bug)")
+        self._tokens = [(role, _digest(token)) for role, token in tokens]
+
+    def role_of(self, token: str) -> str | None:
+        """The role of ``token``, or None; constant time in the token's content."""
+        candidate = _digest(token)
+        found: str | None = None
+        for role, digest in self._tokens:
+            if hmac.compare_digest(candidate, digest) and found is None:
+                found = role
+        return found
+
+    def authorize(self, request: HttpRequest, action: Action) -> Refusal | None:
+        scheme, _, credentials = request.headers.get("authorization", "").strip().partition(" ")
+        token = credentials.strip()
+        if scheme.lower() != "bearer" or not token:
+            return Refusal(
+                401,
+                "this API needs a token: send 'Authorization: Bearer TOKEN' with a token of "
+                "the dispatcher's rest.auth.token-file",
+            )
+        role = self.role_of(token)
+        if role is None:
+            return Refusal(401, "the token is not valid (not in rest.auth.token-file)")
+        if action not in ROLE_ACTIONS[role]:
+            return Refusal(
+                403,
+                f"a {role} token may not {action.value.replace('-', ' ')}: that needs an "
+                "operator token",
+            )
+        return None
+
+
+def authorizer_from_config(config: Configuration) -> RestAuthorizer:
+    """The REST authorizer of a dispatcher; a bad token file raises ConfigurationError (at
+    start-up, before anything is bound, like the other secret files)."""
+    path = config.get(opt.REST_AUTH_TOKEN_FILE).strip()
+    if not path:
+        if config.get(opt.REST_ENABLED):
+            log.warning("dispatcher: %s", INSECURE_REST_WARNING)
+        return AllowAll()
+    tokens = read_rest_tokens(Path(path), opt.REST_AUTH_TOKEN_FILE.key)
+    log.info(
+        "dispatcher: REST API needs bearer tokens (%d viewer, %d operator) from %s",
+        sum(role == "viewer" for role, _ in tokens),
+        sum(role == "operator" for role, _ in tokens),
+        path,
+    )
+    return BearerTokenAuthorizer(tokens)
