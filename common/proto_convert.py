@@ -101,5 +101,15 @@ def error_to_proto(error: BaseException) -> common_pb2.ErrorInfo:
     )
 
 
+def refusal_to_proto(error: RpcError) -> common_pb2.ErrorInfo:
+    """An expected refusal of one item of a batch (a slot request, a task): its code and
+    message, never a traceback (the caller is another process)."""
+    return common_pb2.ErrorInfo(
+        code=cast(Any, int(error.code)),
+        message=clip_text(error.message, MAX_ERROR_MESSAGE_CHARS),
+        exception_type=type(error).__name__,
+    )
+
+
 def error_from_proto(info: common_pb2.ErrorInfo) -> RpcError:
     return error_from_code(int(info.code), info.message, info.details)

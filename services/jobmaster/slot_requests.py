@@ -16,8 +16,9 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from sparkmill.common.errors import RpcError, error_from_code
+from sparkmill.common.errors import RpcError
 from sparkmill.common.ids import AllocationID, short
+from sparkmill.common.proto_convert import error_from_proto
 from sparkmill.common.v1 import resource_manager_pb2
 from sparkmill.common.v1.gateways import ResourceManagerClient
 
@@ -94,8 +95,7 @@ class SlotRequestBatcher:
                 self._on_refused(AllocationID(message.allocation_id), exc)
             return
         for refused in reply.refused:
-            error = error_from_code(refused.error.code, refused.error.message)
-            self._on_refused(AllocationID(refused.allocation_id), error)
+            self._on_refused(AllocationID(refused.allocation_id), error_from_proto(refused.error))
 
     async def _send_cancels(self, client: ResourceManagerClient, batch: list[str]) -> None:
         self.rpcs_sent += 1

@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from sparkmill.common.errors import error_from_code
 from sparkmill.common.ids import ResourceID
+from sparkmill.common.proto_convert import error_from_proto
 from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.common.v1.gateways import TaskExecutorClient
 
@@ -99,4 +99,4 @@ class TaskSubmissionBatcher:
             if error is None:
                 future.set_result(None)
             else:
-                future.set_exception(error_from_code(error.code, error.message))
+                future.set_exception(error_from_proto(error))

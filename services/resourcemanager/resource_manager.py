@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
 
 from sparkmill.common.actor import ServiceRuntime
 from sparkmill.common.errors import (
@@ -36,6 +35,7 @@ from sparkmill.common.proto_convert import (
     error_to_proto,
     profile_from_proto,
     profile_to_proto,
+    refusal_to_proto,
     slot_report_from_proto,
     slot_status_to_proto,
 )
@@ -494,14 +494,7 @@ class ResourceManager(ResourceManagerServicer):
             try:
                 await self.request_slot(one, context)
             except RpcError as exc:
-                reply.refused.add(
-                    allocation_id=one.allocation_id,
-                    error=common_pb2.ErrorInfo(
-                        code=cast(Any, int(exc.code)),
-                        message=exc.message,
-                        exception_type=type(exc).__name__,
-                    ),
-                )
+                reply.refused.add(allocation_id=one.allocation_id, error=refusal_to_proto(exc))
         return reply
 
     async def cancel_slot_requests(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any, cast
 
 from sparkmill.common.actor import ServiceRuntime
 from sparkmill.common.errors import (
@@ -40,6 +39,7 @@ from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.proto_convert import (
     profile_from_proto,
     profile_to_proto,
+    refusal_to_proto,
     slot_report_to_proto,
     slot_status_to_proto,
 )
@@ -457,14 +457,7 @@ class TaskExecutor(TaskExecutorServicer):
             try:
                 await self.submit_task(one, context)
             except RpcError as exc:
-                reply.refused.add(
-                    attempt_id=one.tdd.attempt_id,
-                    error=common_pb2.ErrorInfo(
-                        code=cast(Any, int(exc.code)),
-                        message=exc.message,
-                        exception_type=type(exc).__name__,
-                    ),
-                )
+                reply.refused.add(attempt_id=one.tdd.attempt_id, error=refusal_to_proto(exc))
         return reply
 
     async def cancel_task(
