@@ -9,7 +9,8 @@ deployment, state updates, scheduling of consumers, slot reuse.
     PYTHONPATH=. python benchmarks/bench_noop_throughput.py --parallelism 500 --vertices 2
     PYTHONPATH=. python benchmarks/bench_noop_throughput.py --ha    # with ZooKeeper HA
     PYTHONPATH=. python benchmarks/bench_noop_throughput.py --parallelism 10000 --runs 1 \
-        --timeout-s 300 --memory   # the 10,000 x 10,000 job, bounded, with peak RSS per role
+        --timeout-s 300 --memory --config heartbeat.interval=10s --config heartbeat.timeout=50s
+        # the 10,000 x 10,000 job, bounded, with peak RSS per role and Flink's heartbeat timing
 
 With ``SPARKMILL_PROFILE_DIR=DIR`` in the environment every service process writes a cProfile
 of its event loop's thread to ``DIR/{role}-{pid}.prof`` when the cluster stops.
@@ -57,6 +58,14 @@ def main() -> None:
         help="give up on a run (and cancel its job) after this many seconds",
     )
     parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra cluster configuration (repeatable), e.g. heartbeat.interval=10s: a local "
+        "cluster's 1 s heartbeats lose a JobMaster whose loop is busy for 2 s on a loaded machine",
+    )
+    parser.add_argument(
         "--memory",
         action="store_true",
         help="after each run, print the peak RSS (VmHWM) of the job-master and task executors",
@@ -69,7 +78,10 @@ def main() -> None:
             task_executors=args.task_executors,
             slots=args.slots,
             ha=args.ha,
-            extra_config={"security.curve.enabled": args.security == "on"},
+            extra_config={
+                "security.curve.enabled": args.security == "on",
+                **dict(item.split("=", 1) for item in args.config),
+            },
         )
         started = time.monotonic()
         cluster.start()

@@ -131,7 +131,8 @@ class InputGateCache:
 
     def gate(self, edge: JobEdge, group: ConsumedPartitionGroup) -> task_executor_pb2.InputGate:
         """What a consumer's descriptor carries for its input ``edge`` reading ``group``."""
-        if len(group) < _CACHED_GATE_MIN_PARTITIONS or not group.is_consumable:
+        offload = len(group) >= self._offload_min_partitions
+        if not group.is_consumable or (len(group) < _CACHED_GATE_MIN_PARTITIONS and not offload):
             return input_gate_to_proto(gate_of(edge, group))
         cached = self._gates.get(id(group))
         if cached is None or cached.group is not group:
@@ -144,7 +145,7 @@ class InputGateCache:
             cached.message = input_gate_to_proto(gate_of(edge, group))
             cached.generation = group.generation
             cached.reference = None
-        if len(group) < self._offload_min_partitions:
+        if not offload:
             return cached.message
         if cached.reference is None:
             cached.reference = shared_gate_reference(

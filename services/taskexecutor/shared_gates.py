@@ -12,14 +12,17 @@ dropped when the job leaves the executor.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 
 from sparkmill.common.deployment import SharedGateKey, input_gate_from_proto
 from sparkmill.common.errors import FailedPreconditionError, RpcError
 from sparkmill.common.exchange.partitions import InputGateInfo
-from sparkmill.common.ids import JobID
+from sparkmill.common.ids import JobID, short
 from sparkmill.common.v1 import task_executor_pb2
+
+log = logging.getLogger(__name__)
 
 # Partition entries a job's cache keeps (about 100 bytes each once parsed): far more than any
 # one job's gates need at a time, small next to a task executor's memory.
@@ -31,7 +34,8 @@ Resolved = dict[SharedGateKey, InputGateInfo | RpcError]
 
 
 class _JobGates:
-    def __init__(self) -> None:
+    def __init__(self, job_id: JobID) -> None:
+        self.job_id = job_id
         self.gates: OrderedDict[SharedGateKey, InputGateInfo] = OrderedDict()
         self.partitions = 0
         self.fetching: dict[SharedGateKey, asyncio.Future[InputGateInfo]] = {}
@@ -46,7 +50,7 @@ class SharedGateCache:
     async def resolve(self, job_id: JobID, keys: Iterable[SharedGateKey], fetch: Fetch) -> Resolved:
         """Each gate of ``keys``, from the cache or fetched with ``fetch`` (once per gate,
         however many deployments wait for it)."""
-        job = self._jobs.setdefault(job_id, _JobGates())
+        job = self._jobs.get(job_id) or self._jobs.setdefault(job_id, _JobGates(job_id))
         resolved: Resolved = {}
         waiting: dict[SharedGateKey, asyncio.Future[InputGateInfo]] = {}
         for key in dict.fromkeys(keys):
@@ -82,6 +86,13 @@ class SharedGateCache:
             gate = input_gate_from_proto(await fetch(key))
         finally:
             job.fetching.pop(key, None)
+        log.info(
+            "fetched offloaded input gate %s (generation %d, %d partitions) of job %s",
+            short(key[0]),
+            key[1],
+            len(gate.partitions),
+            short(job.job_id),
+        )
         # A job dropped meanwhile keeps nothing: `job` is no longer reachable from the cache.
         job.gates[key] = gate
         job.partitions += len(gate.partitions)

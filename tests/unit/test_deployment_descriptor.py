@@ -172,3 +172,14 @@ def test_reading_an_offloaded_gate_that_was_not_fetched_is_a_bug() -> None:
     proto, _ = offloaded(graph, subtasks(graph, b, "dst")[0], InputGateCache(8))
     with pytest.raises(IllegalStateBug):
         TaskDeployment.from_proto(proto)
+
+
+def test_an_offload_threshold_below_the_cache_minimum_offloads_small_gates_too() -> None:
+    graph, b = two_vertex_graph(3, 3, POINTWISE)
+    for producer in subtasks(graph, b, "src"):
+        finish(producer)
+    gates = InputGateCache(offload_min_partitions=1)
+    for consumer in subtasks(graph, b, "dst"):
+        proto, deployment = offloaded(graph, consumer, gates)
+        assert len(shared_gate_keys(proto)) == 1
+        assert deployment == fresh(graph, consumer)
