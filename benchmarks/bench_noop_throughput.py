@@ -112,7 +112,13 @@ def main() -> None:
                         _print_memory(cluster, args.memory)
                         continue
                     elapsed = time.monotonic() - t0
-                    assert result.status == common_pb2.FINISHED, result.failure.message
+                    if result.status != common_pb2.FINISHED:
+                        print(
+                            f"run {run + 1}: job ended {result.failure.message} after "
+                            f"{elapsed:.1f}s (load {load:.1f})"
+                        )
+                        _print_memory(cluster, args.memory)
+                        continue
                     print(
                         f"run {run + 1}: {subtasks} subtasks ({args.vertices} x "
                         f"{args.parallelism}, {args.pattern}) in {elapsed:.2f}s = "

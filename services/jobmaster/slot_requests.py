@@ -7,6 +7,11 @@ serves anyway. Everything asked within one turn of the event loop goes out as on
 ``RequestSlots`` (and one ``CancelSlotRequests``) instead, and a request cancelled before its
 batch left is never sent at all. (Flink's declarative slot protocol goes further and sends only
 the number of slots wanted per resource profile.)
+
+At most one flush is in flight: what is asked while the resource manager has not answered the
+previous batch waits and goes out in the next one. A 10,000-source job's requests otherwise left
+as twenty batches at once, and on a busy machine the last ones waited behind the others at the
+resource manager past their RPC deadline, which failed their subtasks.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class SlotRequestBatcher:
         self._requests: dict[str, resource_manager_pb2.RequestSlotRequest] = {}
         self._cancels: list[str] = []
         self._flush_scheduled = False
+        self._in_flight = 0  # RPCs of the last flush not answered yet
         self.rpcs_sent = 0
         self.requests_withdrawn_unsent = 0
 
@@ -61,9 +67,14 @@ class SlotRequestBatcher:
         self._schedule_flush()
 
     def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
+        if not self._flush_scheduled and not self._in_flight:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
+
+    def _sent(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight and (self._requests or self._cancels):
+            self._schedule_flush()
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -75,8 +86,10 @@ class SlotRequestBatcher:
             return
         # Requests first: a cancellation never overtakes the request it withdraws.
         for start in range(0, len(requests), MAX_BATCH):
+            self._in_flight += 1
             self._spawn(self._send_requests(client, requests[start : start + MAX_BATCH]), "rs")
         for start in range(0, len(cancels), MAX_BATCH):
+            self._in_flight += 1
             self._spawn(self._send_cancels(client, cancels[start : start + MAX_BATCH]), "cs")
 
     async def _send_requests(
@@ -93,6 +106,8 @@ class SlotRequestBatcher:
             for message in batch:
                 self._on_refused(AllocationID(message.allocation_id), exc)
             return
+        finally:
+            self._sent()
         for refused in reply.refused:
             error = error_from_code(refused.error.code, refused.error.message)
             self._on_refused(AllocationID(refused.allocation_id), error)
@@ -110,3 +125,5 @@ class SlotRequestBatcher:
                 short(batch[0]),
                 exc,
             )
+        finally:
+            self._sent()
