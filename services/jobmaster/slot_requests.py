@@ -8,15 +8,16 @@ serves anyway. Everything asked within one turn of the event loop goes out as on
 batch left is never sent at all. (Flink's declarative slot protocol goes further and sends only
 the number of slots wanted per resource profile.)
 
-At most one flush is in flight: what is asked while the resource manager has not answered the
-previous batch waits and goes out in the next one. A 10,000-source job's requests otherwise left
-as twenty batches at once, and on a busy machine the last ones waited behind the others at the
-resource manager past their RPC deadline, which failed their subtasks.
+At most one batch of each kind is in flight: what is asked while the resource manager has not
+answered the previous batch waits and goes out in the next one. A 10,000-source job's requests
+otherwise left as twenty batches at once, and on a busy machine the last ones waited behind the
+others at the resource manager past their RPC deadline, which failed their subtasks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -28,8 +29,9 @@ from sparkmill.common.v1.gateways import ResourceManagerClient
 
 log = logging.getLogger(__name__)
 
-# Requests per RPC: keeps each message far below rpc.max-control-message-size.
-MAX_BATCH = 2000
+# Requests per RPC: far below rpc.max-control-message-size, and a batch the resource manager
+# answers within the RPC deadline even on a loaded machine (about 0.2 ms of CPU per request).
+MAX_BATCH = 500
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], object]
 RefusalListener = Callable[[AllocationID, RpcError], object]
@@ -78,19 +80,23 @@ class SlotRequestBatcher:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        requests, self._requests = list(self._requests.values()), {}
-        cancels, self._cancels = self._cancels, []
         client = self._client()
         if client is None:
             # Not connected to a resource manager: the pool asks again once it is.
+            self._requests, self._cancels = {}, []
             return
+        # One batch of each per flush, the rest after the answers (see the module docstring).
+        requests = list(itertools.islice(self._requests.values(), MAX_BATCH))
+        for message in requests:
+            del self._requests[message.allocation_id]
+        cancels, self._cancels = self._cancels[:MAX_BATCH], self._cancels[MAX_BATCH:]
         # Requests first: a cancellation never overtakes the request it withdraws.
-        for start in range(0, len(requests), MAX_BATCH):
+        if requests:
             self._in_flight += 1
-            self._spawn(self._send_requests(client, requests[start : start + MAX_BATCH]), "rs")
-        for start in range(0, len(cancels), MAX_BATCH):
+            self._spawn(self._send_requests(client, requests), "rs")
+        if cancels:
             self._in_flight += 1
-            self._spawn(self._send_cancels(client, cancels[start : start + MAX_BATCH]), "cs")
+            self._spawn(self._send_cancels(client, cancels), "cs")
 
     async def _send_requests(
         self,

@@ -8,7 +8,7 @@ from typing import Any
 from sparkmill.common.errors import RpcError, UnavailableError
 from sparkmill.common.ids import AllocationID
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
-from sparkmill.services.jobmaster.slot_requests import SlotRequestBatcher
+from sparkmill.services.jobmaster.slot_requests import MAX_BATCH, SlotRequestBatcher
 
 
 class TestingResourceManager:
@@ -131,3 +131,17 @@ def test_what_is_asked_while_a_batch_is_unanswered_goes_out_after_it_in_one_batc
 
     assert drive(rm, script) == []
     assert rm.calls == [("request", ["a", "b"]), ("request", ["c", "e"]), ("cancel", ["a"])]
+
+
+def test_a_burst_larger_than_a_batch_goes_out_one_batch_at_a_time_in_order() -> None:
+    rm = TestingResourceManager()
+    ids = [f"r{i}" for i in range(MAX_BATCH * 2 + 1)]
+
+    async def script(batcher: SlotRequestBatcher) -> None:
+        for aid in ids:
+            batcher.request(request(aid))
+        await asyncio.sleep(0.01)
+
+    assert drive(rm, script) == []
+    assert [len(sent) for _, sent in rm.calls] == [MAX_BATCH, MAX_BATCH, 1]
+    assert [aid for _, sent in rm.calls for aid in sent] == ids
