@@ -470,8 +470,9 @@ class TaskExecutor(TaskExecutorServicer):
                 job_master_pb2.GetInputGateRequest(
                     job_id=job_id, shared_gate_id=key[0], generation=key[1]
                 ),
-                # Well within the JobMaster's deadline for the deployment waiting for it.
-                timeout=self.settings.rpc_timeout_s / 2,
+                # Within the JobMaster's deadline for the deployment waiting for it (its
+                # SubmitTasks), leaving time to answer that.
+                timeout=self.settings.rpc_timeout_s * 0.75,
             )
 
         return await self.shared_gates.resolve(job_id, keys, fetch)
