@@ -8,16 +8,24 @@ deployment, state updates, scheduling of consumers, slot reuse.
 
     PYTHONPATH=. python benchmarks/bench_noop_throughput.py --parallelism 500 --vertices 2
     PYTHONPATH=. python benchmarks/bench_noop_throughput.py --ha    # with ZooKeeper HA
+    PYTHONPATH=. python benchmarks/bench_noop_throughput.py --parallelism 10000 --runs 1 \
+        --timeout-s 300 --memory --config heartbeat.interval=10s --config heartbeat.timeout=50s
+        # the 10,000 x 10,000 job, bounded, with peak RSS per role and Flink's heartbeat timing
+
+With ``SPARKMILL_PROFILE_DIR=DIR`` in the environment every service process writes a cProfile
+of its event loop's thread to ``DIR/{role}-{pid}.prof`` when the cluster stops.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
 
 from sparkmill.client import ClusterClient
+from sparkmill.common.errors import DeadlineExceededError
 from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline
@@ -43,6 +51,25 @@ def main() -> None:
         default="on",
         help="CurveZMQ with authorization (the default of a local cluster) or none at all",
     )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=None,
+        help="give up on a run (and cancel its job) after this many seconds",
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra cluster configuration (repeatable), e.g. heartbeat.interval=10s: a local "
+        "cluster's 1 s heartbeats lose a JobMaster whose loop is busy for 2 s on a loaded machine",
+    )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="after each run, print the peak RSS (VmHWM) of the job-master and task executors",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="sm-bench-") as tmp:
@@ -51,7 +78,10 @@ def main() -> None:
             task_executors=args.task_executors,
             slots=args.slots,
             ha=args.ha,
-            extra_config={"security.curve.enabled": args.security == "on"},
+            extra_config={
+                "security.curve.enabled": args.security == "on",
+                **dict(item.split("=", 1) for item in args.config),
+            },
         )
         started = time.monotonic()
         cluster.start()
@@ -71,18 +101,54 @@ def main() -> None:
                         pattern=args.pattern,
                     )
                     graph = pipeline.build_job_graph()
+                    load = os.getloadavg()[0]
                     t0 = time.monotonic()
                     job_id = client.submit(graph)
-                    result = client.wait(job_id, poll_s=0.05)
+                    try:
+                        result = client.wait(job_id, poll_s=0.05, timeout=args.timeout_s)
+                    except DeadlineExceededError as exc:
+                        print(f"run {run + 1}: gave up: {exc} (load {load:.1f})")
+                        client.cancel(job_id)
+                        _print_memory(cluster, args.memory)
+                        continue
                     elapsed = time.monotonic() - t0
-                    assert result.status == common_pb2.FINISHED, result.failure.message
+                    if result.status != common_pb2.FINISHED:
+                        print(
+                            f"run {run + 1}: job ended {result.failure.message} after "
+                            f"{elapsed:.1f}s (load {load:.1f})"
+                        )
+                        _print_memory(cluster, args.memory)
+                        continue
                     print(
                         f"run {run + 1}: {subtasks} subtasks ({args.vertices} x "
                         f"{args.parallelism}, {args.pattern}) in {elapsed:.2f}s = "
-                        f"{subtasks / elapsed:.0f} subtasks/s"
+                        f"{subtasks / elapsed:.0f} subtasks/s "
+                        f"(load {load:.1f} -> {os.getloadavg()[0]:.1f})"
                     )
+                    _print_memory(cluster, args.memory)
         finally:
             cluster.stop()
+
+
+def _print_memory(cluster: LocalCluster, enabled: bool) -> None:
+    if not enabled:
+        return
+    peaks = []
+    for proc in cluster.processes:
+        if proc.role in ("job-master", "task-executor"):
+            peaks.append(f"{proc.name} {_peak_rss_mb(proc.pid):.0f}")
+    print("  peak RSS (MB): " + ", ".join(peaks))
+
+
+def _peak_rss_mb(pid: int) -> float:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return float("nan")
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 if __name__ == "__main__":

@@ -365,6 +365,16 @@ JOB_GRAPH_MAX_EDGES = _option(
     "Most edges (vertex inputs) a job graph may have; one ALL_TO_ALL edge counts once.",
     min=1,
 )
+DEPLOYMENT_OFFLOAD_MIN_PARTITIONS = _option(
+    "jobmanager.deployment.offload-min-partitions",
+    INT,
+    64,
+    "An input gate of at least this many partitions that its consumers share is not copied "
+    "into each task deployment: each task executor fetches it once from the JobMaster and "
+    "caches it for the job (like Flink's offloading of large descriptors to its blob server).",
+    job_overridable=True,
+    min=1,
+)
 FAILOVER_STRATEGY = _option(
     "jobmanager.execution.failover-strategy",
     STRING,

@@ -18,6 +18,7 @@ JobVertexID = NewType("JobVertexID", str)
 IntermediateDataSetID = NewType("IntermediateDataSetID", str)
 SlotRequestID = NewType("SlotRequestID", str)
 LeaderSessionID = NewType("LeaderSessionID", str)
+SharedGateID = NewType("SharedGateID", str)  # an input gate a JobMaster offloaded
 
 
 def _new() -> str:
@@ -58,6 +59,10 @@ def new_slot_request_id() -> SlotRequestID:
 
 def new_leader_session_id() -> LeaderSessionID:
     return LeaderSessionID(_new())
+
+
+def new_shared_gate_id() -> SharedGateID:
+    return SharedGateID(_new())
 
 
 def short(identifier: str) -> str:

@@ -47,6 +47,7 @@ GENERATED_ID_FIELDS = frozenset(
         "allocation_ids",
         "instance_id",
         "producer_attempt_id",
+        "shared_gate_id",
         "hosted_attempt_ids",
         "session_id",
         "job_master_session_id",
@@ -85,6 +86,7 @@ REQUIRED_NESTED = frozenset(
         "TaskDeploymentDescriptor.vertex_id",
         "TaskDeploymentDescriptor.attempt_id",
         "TaskDeploymentDescriptor.allocation_id",
+        "GetInputGateRequest.shared_gate_id",
     }
 )
 # Every other string is length-limited: it may be stored and echoed to every caller of a listing

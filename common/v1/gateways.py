@@ -180,6 +180,7 @@ JOBMASTERGATEWAY_METHODS: dict[str, MethodSpec] = {
     "RegisterTaskExecutor": MethodSpec("RegisterTaskExecutor", "register_task_executor", job_master_pb2.JobMasterRegisterTaskExecutorRequest, job_master_pb2.JobMasterRegisterTaskExecutorResponse, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
     "OfferSlots": MethodSpec("OfferSlots", "offer_slots", job_master_pb2.OfferSlotsRequest, job_master_pb2.OfferSlotsResponse, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
     "UpdateTaskExecutionState": MethodSpec("UpdateTaskExecutionState", "update_task_execution_state", job_master_pb2.UpdateTaskExecutionStateRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
+    "GetInputGate": MethodSpec("GetInputGate", "get_input_gate", job_master_pb2.GetInputGateRequest, task_executor_pb2.InputGate, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
     "NotifySlotAllocationFailure": MethodSpec("NotifySlotAllocationFailure", "notify_slot_allocation_failure", job_master_pb2.NotifySlotAllocationFailureRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
     "DisconnectTaskExecutor": MethodSpec("DisconnectTaskExecutor", "disconnect_task_executor", job_master_pb2.JobMasterDisconnectTaskExecutorRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('task-executor',), large_request=False),
     "DisconnectResourceManager": MethodSpec("DisconnectResourceManager", "disconnect_resource_manager", job_master_pb2.DisconnectResourceManagerRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
@@ -259,6 +260,14 @@ class JobMasterClient:
         reply = await self._call(spec, request, timeout, fencing_token)
         return cast(common_pb2.Empty, reply)
 
+    async def get_input_gate(
+        self, request: job_master_pb2.GetInputGateRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> task_executor_pb2.InputGate:
+        spec = self.METHODS["GetInputGate"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(task_executor_pb2.InputGate, reply)
+
     async def notify_slot_allocation_failure(
         self, request: job_master_pb2.NotifySlotAllocationFailureRequest, *, timeout: float | None = None,
         fencing_token: str | None = None,
@@ -331,6 +340,9 @@ class JobMasterServicer(Servicer):
 
     async def update_task_execution_state(self, request: job_master_pb2.UpdateTaskExecutionStateRequest, context: CallContext) -> common_pb2.Empty:
         return await self._unimplemented("UpdateTaskExecutionState")
+
+    async def get_input_gate(self, request: job_master_pb2.GetInputGateRequest, context: CallContext) -> task_executor_pb2.InputGate:
+        return await self._unimplemented("GetInputGate")
 
     async def notify_slot_allocation_failure(self, request: job_master_pb2.NotifySlotAllocationFailureRequest, context: CallContext) -> common_pb2.Empty:
         return await self._unimplemented("NotifySlotAllocationFailure")

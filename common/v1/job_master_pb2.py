@@ -25,9 +25,10 @@ _sym_db = _symbol_database.Default()
 from sparkmill.common.v1 import common_pb2 as sparkmill_dot_v1_dot_common__pb2
 from sparkmill.common.v1 import jobs_pb2 as sparkmill_dot_v1_dot_jobs__pb2
 from sparkmill.common.v1 import options_pb2 as sparkmill_dot_v1_dot_options__pb2
+from sparkmill.common.v1 import task_executor_pb2 as sparkmill_dot_v1_dot_task__executor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dsparkmill/v1/job_master.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\x1a\x17sparkmill/v1/jobs.proto\x1a\x1asparkmill/v1/options.proto\"t\n\x0fStartJobRequest\x12)\n\tjob_graph\x18\x01 \x01(\x0b\x32\x16.sparkmill.v1.JobGraph\x12\x1a\n\x12\x64ispatcher_address\x18\x02 \x01(\t\x12\x14\n\x0csubmitted_at\x18\x03 \x01(\x01J\x04\x08\x04\x10\x05\"M\n\x10StartJobResponse\x12\x1d\n\x15job_master_session_id\x18\x01 \x01(\t\x12\x1a\n\x12job_master_address\x18\x02 \x01(\t\"+\n\x19JobMasterCancelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"&\n\x14GetJobDetailsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\\\n$JobMasterRegisterTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"f\n%JobMasterRegisterTaskExecutorResponse\x12\x1e\n\x16job_master_resource_id\x18\x01 \x01(\t\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\r\"o\n\tSlotOffer\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12\x12\n\nslot_index\x18\x02 \x01(\x05\x12\x37\n\x10resource_profile\x18\x03 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\"r\n\x11OfferSlotsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\'\n\x06offers\x18\x04 \x03(\x0b\x32\x17.sparkmill.v1.SlotOffer\"?\n\x12OfferSlotsResponse\x12)\n\x08\x61\x63\x63\x65pted\x18\x01 \x03(\x0b\x32\x17.sparkmill.v1.SlotOffer\"Y\n\tIOMetrics\x12\x12\n\nrecords_in\x18\x01 \x01(\x03\x12\x13\n\x0brecords_out\x18\x02 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x03 \x01(\x03\x12\x11\n\tbytes_out\x18\x04 \x01(\x03\"\x95\x02\n\x12TaskExecutionState\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.sparkmill.v1.ExecutionState\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\x12+\n\nio_metrics\x18\x04 \x01(\x0b\x32\x17.sparkmill.v1.IOMetrics\x12\x13\n\x0b\x61\x63\x63umulator\x18\x05 \x01(\x0c\x12\x39\n\x0flost_partitions\x18\x06 \x03(\x0b\x32 .sparkmill.v1.ResultPartitionRef\x12\x19\n\x11suppress_restarts\x18\x07 \x01(\x08\"y\n\x1fUpdateTaskExecutionStateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x31\n\x07updates\x18\x03 \x03(\x0b\x32 .sparkmill.v1.TaskExecutionState\"s\n\"NotifySlotAllocationFailureRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rallocation_id\x18\x02 \x01(\t\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\"\\\n&JobMasterDisconnectTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\"^\n DisconnectResourceManagerRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x1b\n\x13resource_manager_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\">\n\x19JobMasterHeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tsender_id\x18\x02 \x01(\t\"G\n\nHostedJobs\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12%\n\x04jobs\x18\x02 \x03(\x0b\x32\x17.sparkmill.v1.HostedJob2\xe3\n\n\x10JobMasterGateway\x12g\n\x08StartJob\x12\x1d.sparkmill.v1.StartJobRequest\x1a\x1e.sparkmill.v1.StartJobResponse\"\x1c\x88\xb5\x18\x01\x90\xb5\x18\xb0\xea\x01\x9a\xb5\x18\ndispatcher\xa0\xb5\x18\x01\x12]\n\tCancelJob\x12\'.sparkmill.v1.JobMasterCancelJobRequest\x1a\x13.sparkmill.v1.Empty\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\ndispatcher\x12\x61\n\rGetJobDetails\x12\".sparkmill.v1.GetJobDetailsRequest\x1a\x18.sparkmill.v1.JobDetails\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\ndispatcher\x12\x96\x01\n\x14RegisterTaskExecutor\x12\x32.sparkmill.v1.JobMasterRegisterTaskExecutorRequest\x1a\x33.sparkmill.v1.JobMasterRegisterTaskExecutorResponse\"\x15\x88\xb5\x18\x01\x9a\xb5\x18\rtask-executor\x12\x66\n\nOfferSlots\x12\x1f.sparkmill.v1.OfferSlotsRequest\x1a .sparkmill.v1.OfferSlotsResponse\"\x15\x88\xb5\x18\x01\x9a\xb5\x18\rtask-executor\x12u\n\x18UpdateTaskExecutionState\x12-.sparkmill.v1.UpdateTaskExecutionStateRequest\x1a\x13.sparkmill.v1.Empty\"\x15\x88\xb5\x18\x01\x9a\xb5\x18\rtask-executor\x12~\n\x1bNotifySlotAllocationFailure\x12\x30.sparkmill.v1.NotifySlotAllocationFailureRequest\x1a\x13.sparkmill.v1.Empty\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12z\n\x16\x44isconnectTaskExecutor\x12\x34.sparkmill.v1.JobMasterDisconnectTaskExecutorRequest\x1a\x13.sparkmill.v1.Empty\"\x15\x88\xb5\x18\x01\x9a\xb5\x18\rtask-executor\x12z\n\x19\x44isconnectResourceManager\x12..sparkmill.v1.DisconnectResourceManagerRequest\x1a\x13.sparkmill.v1.Empty\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12v\n\x1cHeartbeatFromResourceManager\x12\'.sparkmill.v1.JobMasterHeartbeatRequest\x1a\x13.sparkmill.v1.Empty\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12\x63\n\x17HeartbeatFromDispatcher\x12\x1e.sparkmill.v1.HeartbeatRequest\x1a\x18.sparkmill.v1.HostedJobs\"\x0e\x9a\xb5\x18\ndispatcher\x12W\n\x0eGetServiceInfo\x12#.sparkmill.v1.GetServiceInfoRequest\x1a\x19.sparkmill.v1.ServiceInfo\"\x05\x9a\xb5\x18\x01*b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dsparkmill/v1/job_master.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\x1a\x17sparkmill/v1/jobs.proto\x1a\x1asparkmill/v1/options.proto\x1a sparkmill/v1/task_executor.proto\"t\n\x0fStartJobRequest\x12)\n\tjob_graph\x18\x01 \x01(\x0b\x32\x16.sparkmill.v1.JobGraph\x12\x1a\n\x12\x64ispatcher_address\x18\x02 \x01(\t\x12\x14\n\x0csubmitted_at\x18\x03 \x01(\x01J\x04\x08\x04\x10\x05\"M\n\x10StartJobResponse\x12\x1d\n\x15job_master_session_id\x18\x01 \x01(\t\x12\x1a\n\x12job_master_address\x18\x02 \x01(\t\"+\n\x19JobMasterCancelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"&\n\x14GetJobDetailsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\\\n$JobMasterRegisterTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"f\n%JobMasterRegisterTaskExecutorResponse\x12\x1e\n\x16job_master_resource_id\x18\x01 \x01(\t\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\r\"o\n\tSlotOffer\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12\x12\n\nslot_index\x18\x02 \x01(\x05\x12\x37\n\x10resource_profile\x18\x03 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\"r\n\x11OfferSlotsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\'\n\x06offers\x18\x04 \x03(\x0b\x32\x17.sparkmill.v1.SlotOffer\"?\n\x12OfferSlotsResponse\x12)\n\x08\x61\x63\x63\x65pted\x18\x01 \x03(\x0b\x32\x17.sparkmill.v1.SlotOffer\"Y\n\tIOMetrics\x12\x12\n\nrecords_in\x18\x01 \x01(\x03\x12\x13\n\x0brecords_out\x18\x02 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x03 \x01(\x03\x12\x11\n\tbytes_out\x18\x04 \x01(\x03\"\x95\x02\n\x12TaskExecutionState\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.sparkmill.v1.ExecutionState\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\x12+\n\nio_metrics\x18\x04 \x01(\x0b\x32\x17.sparkmill.v1.IOMetrics\x12\x13\n\x0b\x61\x63\x63umulator\x18\x05 \x01(\x0c\x12\x39\n\x0flost_partitions\x18\x06 \x03(\x0b\x32 .sparkmill.v1.ResultPartitionRef\x12\x19\n\x11suppress_restarts\x18\x07 \x01(\x08\"y\n\x1fUpdateTaskExecutionStateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\x31\n\x07updates\x18\x03 \x03(\x0b\x32 .sparkmill.v1.TaskExecutionState\"Q\n\x13GetInputGateRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x16\n\x0eshared_gate_id\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"s\n\"NotifySlotAllocationFailureRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rallocation_id\x18\x02 \x01(\t\x12&\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\"\\\n&JobMasterDisconnectTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bresource_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\"^\n DisconnectResourceManagerRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x1b\n\x13resource_manager_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\">\n\x19JobMasterHeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tsender_id\x18\x02 \x01(\t\"G\n\nHostedJobs\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12%\n\x04jobs\x18\x02 \x03(\x0b\x32\x17.sparkmill.v1.HostedJob2\xc6\x0b\n\x10JobMasterGateway\x12g\n\x08StartJob\x12\x1d.sparkmill.v1.StartJobRequest\x1a\x1e.sparkmill.v1.StartJobResponse\"\x1c\x88\xb5\x18\x01\x90\xb5\x18\xb0\xea\x01\x9a\xb5\x18\ndispatcher\xa0\xb5\x18\x01\x12]\n\tCancelJob\x12\'.sparkmill.v1.JobMasterCancelJobRequest\x1a\x13.sparkmill.v1.Empty\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\ndispatcher\x12\x61\n\rGetJobDetails\x12\".sparkmill.v1.GetJobDetailsRequest\x1a\x18.sparkmill.v1.JobDetails\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\ndispatcher\x12\x96\x01\n\x14RegisterTaskExecutor\x12\x32.sparkmill.v1.JobMasterRegisterTaskExecutorRequest\x1a\x33.sparkmill.v1.JobMasterRegisterTaskExecutorResponse\"\x15\x88\xb5\x18\x01\x9a\xb5\x18\rtask-executor\x12\x66\n\nOfferSlots\x12\x1f.sparkmill.v1.OfferSlotsRequest\x1a .sparkmill.v1.OfferSlotsResponse\"\x15\x88\xb5\x18\x01\x9a\xb5\x18\rtask-executor\x12u\n\x18UpdateTaskExecutionState\x12-.sparkmill.v1.UpdateTaskExecutionStateRequest\x1a\x13.sparkmill.v1.Empty\"\x15\x88\xb5\x18\x01\x9a\xb5\x18\rtask-executor\x12\x61\n\x0cGetInputGate\x12!.sparkmill.v1.GetInputGateRequest\x1a\x17.sparkmill.v1.InputGate\"\x15\x88\xb5\x18\x01\x9a\xb5\x18\rtask-executor\x12~\n\x1bNotifySlotAllocationFailure\x12\x30.sparkmill.v1.NotifySlotAllocationFailureRequest\x1a\x13.sparkmill.v1.Empty\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12z\n\x16\x44isconnectTaskExecutor\x12\x34.sparkmill.v1.JobMasterDisconnectTaskExecutorRequest\x1a\x13.sparkmill.v1.Empty\"\x15\x88\xb5\x18\x01\x9a\xb5\x18\rtask-executor\x12z\n\x19\x44isconnectResourceManager\x12..sparkmill.v1.DisconnectResourceManagerRequest\x1a\x13.sparkmill.v1.Empty\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12v\n\x1cHeartbeatFromResourceManager\x12\'.sparkmill.v1.JobMasterHeartbeatRequest\x1a\x13.sparkmill.v1.Empty\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12\x63\n\x17HeartbeatFromDispatcher\x12\x1e.sparkmill.v1.HeartbeatRequest\x1a\x18.sparkmill.v1.HostedJobs\"\x0e\x9a\xb5\x18\ndispatcher\x12W\n\x0eGetServiceInfo\x12#.sparkmill.v1.GetServiceInfoRequest\x1a\x19.sparkmill.v1.ServiceInfo\"\x05\x9a\xb5\x18\x01*b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,6 +47,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBMASTERGATEWAY'].methods_by_name['OfferSlots']._serialized_options = b'\210\265\030\001\232\265\030\rtask-executor'
   _globals['_JOBMASTERGATEWAY'].methods_by_name['UpdateTaskExecutionState']._loaded_options = None
   _globals['_JOBMASTERGATEWAY'].methods_by_name['UpdateTaskExecutionState']._serialized_options = b'\210\265\030\001\232\265\030\rtask-executor'
+  _globals['_JOBMASTERGATEWAY'].methods_by_name['GetInputGate']._loaded_options = None
+  _globals['_JOBMASTERGATEWAY'].methods_by_name['GetInputGate']._serialized_options = b'\210\265\030\001\232\265\030\rtask-executor'
   _globals['_JOBMASTERGATEWAY'].methods_by_name['NotifySlotAllocationFailure']._loaded_options = None
   _globals['_JOBMASTERGATEWAY'].methods_by_name['NotifySlotAllocationFailure']._serialized_options = b'\210\265\030\001\232\265\030\020resource-manager'
   _globals['_JOBMASTERGATEWAY'].methods_by_name['DisconnectTaskExecutor']._loaded_options = None
@@ -58,40 +61,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBMASTERGATEWAY'].methods_by_name['HeartbeatFromDispatcher']._serialized_options = b'\232\265\030\ndispatcher'
   _globals['_JOBMASTERGATEWAY'].methods_by_name['GetServiceInfo']._loaded_options = None
   _globals['_JOBMASTERGATEWAY'].methods_by_name['GetServiceInfo']._serialized_options = b'\232\265\030\001*'
-  _globals['_STARTJOBREQUEST']._serialized_start=127
-  _globals['_STARTJOBREQUEST']._serialized_end=243
-  _globals['_STARTJOBRESPONSE']._serialized_start=245
-  _globals['_STARTJOBRESPONSE']._serialized_end=322
-  _globals['_JOBMASTERCANCELJOBREQUEST']._serialized_start=324
-  _globals['_JOBMASTERCANCELJOBREQUEST']._serialized_end=367
-  _globals['_GETJOBDETAILSREQUEST']._serialized_start=369
-  _globals['_GETJOBDETAILSREQUEST']._serialized_end=407
-  _globals['_JOBMASTERREGISTERTASKEXECUTORREQUEST']._serialized_start=409
-  _globals['_JOBMASTERREGISTERTASKEXECUTORREQUEST']._serialized_end=501
-  _globals['_JOBMASTERREGISTERTASKEXECUTORRESPONSE']._serialized_start=503
-  _globals['_JOBMASTERREGISTERTASKEXECUTORRESPONSE']._serialized_end=605
-  _globals['_SLOTOFFER']._serialized_start=607
-  _globals['_SLOTOFFER']._serialized_end=718
-  _globals['_OFFERSLOTSREQUEST']._serialized_start=720
-  _globals['_OFFERSLOTSREQUEST']._serialized_end=834
-  _globals['_OFFERSLOTSRESPONSE']._serialized_start=836
-  _globals['_OFFERSLOTSRESPONSE']._serialized_end=899
-  _globals['_IOMETRICS']._serialized_start=901
-  _globals['_IOMETRICS']._serialized_end=990
-  _globals['_TASKEXECUTIONSTATE']._serialized_start=993
-  _globals['_TASKEXECUTIONSTATE']._serialized_end=1270
-  _globals['_UPDATETASKEXECUTIONSTATEREQUEST']._serialized_start=1272
-  _globals['_UPDATETASKEXECUTIONSTATEREQUEST']._serialized_end=1393
-  _globals['_NOTIFYSLOTALLOCATIONFAILUREREQUEST']._serialized_start=1395
-  _globals['_NOTIFYSLOTALLOCATIONFAILUREREQUEST']._serialized_end=1510
-  _globals['_JOBMASTERDISCONNECTTASKEXECUTORREQUEST']._serialized_start=1512
-  _globals['_JOBMASTERDISCONNECTTASKEXECUTORREQUEST']._serialized_end=1604
-  _globals['_DISCONNECTRESOURCEMANAGERREQUEST']._serialized_start=1606
-  _globals['_DISCONNECTRESOURCEMANAGERREQUEST']._serialized_end=1700
-  _globals['_JOBMASTERHEARTBEATREQUEST']._serialized_start=1702
-  _globals['_JOBMASTERHEARTBEATREQUEST']._serialized_end=1764
-  _globals['_HOSTEDJOBS']._serialized_start=1766
-  _globals['_HOSTEDJOBS']._serialized_end=1837
-  _globals['_JOBMASTERGATEWAY']._serialized_start=1840
-  _globals['_JOBMASTERGATEWAY']._serialized_end=3219
+  _globals['_STARTJOBREQUEST']._serialized_start=161
+  _globals['_STARTJOBREQUEST']._serialized_end=277
+  _globals['_STARTJOBRESPONSE']._serialized_start=279
+  _globals['_STARTJOBRESPONSE']._serialized_end=356
+  _globals['_JOBMASTERCANCELJOBREQUEST']._serialized_start=358
+  _globals['_JOBMASTERCANCELJOBREQUEST']._serialized_end=401
+  _globals['_GETJOBDETAILSREQUEST']._serialized_start=403
+  _globals['_GETJOBDETAILSREQUEST']._serialized_end=441
+  _globals['_JOBMASTERREGISTERTASKEXECUTORREQUEST']._serialized_start=443
+  _globals['_JOBMASTERREGISTERTASKEXECUTORREQUEST']._serialized_end=535
+  _globals['_JOBMASTERREGISTERTASKEXECUTORRESPONSE']._serialized_start=537
+  _globals['_JOBMASTERREGISTERTASKEXECUTORRESPONSE']._serialized_end=639
+  _globals['_SLOTOFFER']._serialized_start=641
+  _globals['_SLOTOFFER']._serialized_end=752
+  _globals['_OFFERSLOTSREQUEST']._serialized_start=754
+  _globals['_OFFERSLOTSREQUEST']._serialized_end=868
+  _globals['_OFFERSLOTSRESPONSE']._serialized_start=870
+  _globals['_OFFERSLOTSRESPONSE']._serialized_end=933
+  _globals['_IOMETRICS']._serialized_start=935
+  _globals['_IOMETRICS']._serialized_end=1024
+  _globals['_TASKEXECUTIONSTATE']._serialized_start=1027
+  _globals['_TASKEXECUTIONSTATE']._serialized_end=1304
+  _globals['_UPDATETASKEXECUTIONSTATEREQUEST']._serialized_start=1306
+  _globals['_UPDATETASKEXECUTIONSTATEREQUEST']._serialized_end=1427
+  _globals['_GETINPUTGATEREQUEST']._serialized_start=1429
+  _globals['_GETINPUTGATEREQUEST']._serialized_end=1510
+  _globals['_NOTIFYSLOTALLOCATIONFAILUREREQUEST']._serialized_start=1512
+  _globals['_NOTIFYSLOTALLOCATIONFAILUREREQUEST']._serialized_end=1627
+  _globals['_JOBMASTERDISCONNECTTASKEXECUTORREQUEST']._serialized_start=1629
+  _globals['_JOBMASTERDISCONNECTTASKEXECUTORREQUEST']._serialized_end=1721
+  _globals['_DISCONNECTRESOURCEMANAGERREQUEST']._serialized_start=1723
+  _globals['_DISCONNECTRESOURCEMANAGERREQUEST']._serialized_end=1817
+  _globals['_JOBMASTERHEARTBEATREQUEST']._serialized_start=1819
+  _globals['_JOBMASTERHEARTBEATREQUEST']._serialized_end=1881
+  _globals['_HOSTEDJOBS']._serialized_start=1883
+  _globals['_HOSTEDJOBS']._serialized_end=1954
+  _globals['_JOBMASTERGATEWAY']._serialized_start=1957
+  _globals['_JOBMASTERGATEWAY']._serialized_end=3435
 # @@protoc_insertion_point(module_scope)

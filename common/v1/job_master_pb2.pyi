@@ -1,6 +1,7 @@
 from sparkmill.common.v1 import common_pb2 as _common_pb2
 from sparkmill.common.v1 import jobs_pb2 as _jobs_pb2
 from sparkmill.common.v1 import options_pb2 as _options_pb2
+from sparkmill.common.v1 import task_executor_pb2 as _task_executor_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -124,6 +125,16 @@ class UpdateTaskExecutionStateRequest(_message.Message):
     resource_id: str
     updates: _containers.RepeatedCompositeFieldContainer[TaskExecutionState]
     def __init__(self, job_id: _Optional[str] = ..., resource_id: _Optional[str] = ..., updates: _Optional[_Iterable[_Union[TaskExecutionState, _Mapping]]] = ...) -> None: ...
+
+class GetInputGateRequest(_message.Message):
+    __slots__ = ("job_id", "shared_gate_id", "generation")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARED_GATE_ID_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    shared_gate_id: str
+    generation: int
+    def __init__(self, job_id: _Optional[str] = ..., shared_gate_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class NotifySlotAllocationFailureRequest(_message.Message):
     __slots__ = ("job_id", "allocation_id", "error")

@@ -128,7 +128,7 @@ class JobMaster:
         self.results_lost_with_executor = config.get(opt.EXCHANGE_STORAGE) == "local"
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
         self.deployments = DeploymentTracker()
-        self.input_gates = InputGateCache()
+        self.input_gates = InputGateCache(self.config.get(opt.DEPLOYMENT_OFFLOAD_MIN_PARTITIONS))
         self.task_submissions = TaskSubmissionBatcher(
             spawn=self.runtime.spawn, timeout_s=settings.rpc_timeout_s
         )

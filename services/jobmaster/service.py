@@ -32,7 +32,7 @@ from sparkmill.common.errors import (
 )
 from sparkmill.common.ha import HighAvailabilityServices
 from sparkmill.common.heartbeat import HeartbeatManager
-from sparkmill.common.ids import JobID, short
+from sparkmill.common.ids import JobID, SharedGateID, short
 from sparkmill.common.jobgraph import KNOWN_OPERATOR_KINDS
 from sparkmill.common.jobgraph_codec import job_graph_from_proto
 from sparkmill.common.jobgraph_validation import validate_job_graph
@@ -42,7 +42,13 @@ from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
 from sparkmill.common.service_base import ServiceIdentity
 from sparkmill.common.settings import ClusterSettings
-from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
+from sparkmill.common.v1 import (
+    common_pb2,
+    dispatcher_pb2,
+    job_master_pb2,
+    jobs_pb2,
+    task_executor_pb2,
+)
 from sparkmill.common.v1.gateways import DispatcherClient, JobMasterServicer
 from sparkmill.services.jobmaster.host import HostedJobMaster
 from sparkmill.services.jobmaster.job_master import JobMaster
@@ -285,6 +291,13 @@ class JobMasterProcess(JobMasterServicer):
             request.resource_id, list(request.updates)
         )
         return common_pb2.Empty()
+
+    async def get_input_gate(
+        self, request: job_master_pb2.GetInputGateRequest, context: CallContext
+    ) -> task_executor_pb2.InputGate:
+        return self._job_master(request.job_id).input_gates.shared_gate(
+            SharedGateID(request.shared_gate_id), request.generation
+        )
 
     async def notify_slot_allocation_failure(
         self, request: job_master_pb2.NotifySlotAllocationFailureRequest, context: CallContext

@@ -17,17 +17,17 @@ import contextlib
 import logging
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sparkmill.common.deployment import TaskDeployment
+from sparkmill.common.deployment import SharedGateKey, TaskDeployment
 from sparkmill.common.errors import (
     ErrorCode,
     PartitionNotFoundError,
     SuppressRestartsError,
     TaskCancelledError,
 )
-from sparkmill.common.exchange.partitions import InputPartitionInfo
+from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID
 from sparkmill.common.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from sparkmill.common.v1 import task_executor_pb2
@@ -58,13 +58,15 @@ class Task:
         invokable_factory: Callable[[], Invokable],
         listener: StateListener,
         loop: asyncio.AbstractEventLoop,
+        shared_gates: Mapping[SharedGateKey, InputGateInfo] | None = None,
     ) -> None:
         self.tdd = tdd
         self._factory = invokable_factory
         self._listener = listener
         self._loop = loop
         self.state = ExecutionState.DEPLOYING
-        deployment = TaskDeployment.from_proto(tdd)
+        # Offloaded input gates come fetched and parsed once, shared by every task reading them.
+        deployment = TaskDeployment.from_proto(tdd, shared_gates)
         self.context = TaskContext(
             job_id=deployment.job_id,
             job_name=deployment.job_name,

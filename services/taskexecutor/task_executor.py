@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass, field
 
 from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.deployment import SharedGateKey, shared_gate_keys
 from sparkmill.common.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
@@ -31,6 +32,7 @@ from sparkmill.common.errors import (
     RpcError,
     UnavailableError,
 )
+from sparkmill.common.exchange.partitions import InputGateInfo
 from sparkmill.common.heartbeat import HeartbeatManager
 from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
 from sparkmill.common.io_counters import io_to_proto
@@ -67,6 +69,7 @@ from sparkmill.services.taskexecutor.resource_manager_link import (
     HEARTBEAT_TARGET as RM_HEARTBEAT_TARGET,
 )
 from sparkmill.services.taskexecutor.resource_manager_link import ResourceManagerLink
+from sparkmill.services.taskexecutor.shared_gates import Resolved, SharedGateCache
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
 from sparkmill.services.taskexecutor.task import StateListener, Task, TaskFailureInfo
 from sparkmill.services.taskexecutor.task_services import close_task_services, install_task_services
@@ -123,6 +126,7 @@ class TaskExecutor(TaskExecutorServicer):
         self.slot_table: TaskSlotTable[Task] | None = None
         self.jobs: dict[JobID, _JobConnection] = {}
         self.tasks_started = 0
+        self.shared_gates = SharedGateCache()
         # Process-wide facilities tasks may use (the data plane adds its SparkSession here).
         self.task_services: dict[str, object] = {}
         self.task_state_listener: StateListener | None = None  # set by the metrics
@@ -424,16 +428,65 @@ class TaskExecutor(TaskExecutorServicer):
         self, request: task_executor_pb2.SubmitTaskRequest, context: CallContext
     ) -> common_pb2.Empty:
         tdd = request.tdd
+        shared = await self._fetch_shared_gates(JobID(tdd.job_id), [tdd])
+        self._deploy(tdd, shared)
+        return common_pb2.Empty()
+
+    async def submit_tasks(
+        self, request: task_executor_pb2.SubmitTasksRequest, context: CallContext
+    ) -> task_executor_pb2.SubmitTasksResponse:
+        reply = task_executor_pb2.SubmitTasksResponse()
+        tdds = [one.tdd for one in request.tasks]
+        # One batch is one job's (see _job_id_of); every gate it refers to is fetched once.
+        shared = await self._fetch_shared_gates(JobID(tdds[0].job_id), tdds) if tdds else {}
+        for tdd in tdds:
+            try:
+                self._deploy(tdd, shared)
+            except RpcError as exc:
+                reply.refused.add(attempt_id=tdd.attempt_id, error=refusal_to_proto(exc))
+        return reply
+
+    async def _fetch_shared_gates(
+        self, job_id: JobID, tdds: list[task_executor_pb2.TaskDeploymentDescriptor]
+    ) -> Resolved:
+        """The offloaded input gates ``tdds`` refer to, from the cache or their JobMaster."""
+        keys = [key for tdd in tdds for key in shared_gate_keys(tdd)]
+        if not keys:
+            return {}
+        connection = self.jobs.get(job_id)
+        if connection is None:  # fencing found it; only a disconnect in between gets here
+            raise FailedPreconditionError(f"job {short(job_id)} left this task executor")
+        client = connection.client
+
+        async def fetch(key: SharedGateKey) -> task_executor_pb2.InputGate:
+            return await client.get_input_gate(
+                job_master_pb2.GetInputGateRequest(
+                    job_id=job_id, shared_gate_id=key[0], generation=key[1]
+                ),
+                # Within the JobMaster's deadline for the deployment waiting for it (its
+                # SubmitTasks), leaving time to answer that.
+                timeout=self.settings.rpc_timeout_s * 0.75,
+            )
+
+        return await self.shared_gates.resolve(job_id, keys, fetch)
+
+    def _deploy(self, tdd: task_executor_pb2.TaskDeploymentDescriptor, shared: Resolved) -> None:
         factory = OPERATOR_KINDS.get(tdd.operator.kind)
         if factory is None:
             raise InvalidArgumentError(
                 f"unknown operator kind {tdd.operator.kind!r} for task {tdd.vertex_name} "
                 f"(known: {sorted(OPERATOR_KINDS)})"
             )
+        gates: dict[SharedGateKey, InputGateInfo] = {}
+        for key in shared_gate_keys(tdd):
+            gate = shared[key]
+            if isinstance(gate, RpcError):
+                raise gate
+            gates[key] = gate
         # The deployment may overtake the reply to our slot offer: the JobMaster (fenced above)
         # evidently accepted the slot, so activate it for this job (Flink does the same).
         self._table().try_mark_slot_active(JobID(tdd.job_id), AllocationID(tdd.allocation_id))
-        task = Task(tdd, factory, self._on_task_state, asyncio.get_running_loop())
+        task = Task(tdd, factory, self._on_task_state, asyncio.get_running_loop(), gates)
         task.context.resource_id = self.resource_id
         task.context.allocation_id = tdd.allocation_id
         slot = self._table().slot_info(AllocationID(tdd.allocation_id))
@@ -447,18 +500,6 @@ class TaskExecutor(TaskExecutorServicer):
             raise AlreadyExistsError(f"task attempt {short(tdd.attempt_id)} is already deployed")
         self.tasks_started += 1
         task.start()
-        return common_pb2.Empty()
-
-    async def submit_tasks(
-        self, request: task_executor_pb2.SubmitTasksRequest, context: CallContext
-    ) -> task_executor_pb2.SubmitTasksResponse:
-        reply = task_executor_pb2.SubmitTasksResponse()
-        for one in request.tasks:
-            try:
-                await self.submit_task(one, context)
-            except RpcError as exc:
-                reply.refused.add(attempt_id=one.tdd.attempt_id, error=refusal_to_proto(exc))
-        return reply
 
     async def cancel_task(
         self, request: task_executor_pb2.CancelTaskRequest, context: CallContext
@@ -584,6 +625,7 @@ class TaskExecutor(TaskExecutorServicer):
             return
         self.runtime.spawn(self.job_leaders.remove_job(job_id), "job-leader-untrack")
         self.heartbeats.unmonitor(job_id)
+        self.shared_gates.drop_job(job_id)
         if connection.offer_task is not None:
             connection.offer_task.cancel()
 

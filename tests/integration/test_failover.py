@@ -25,6 +25,10 @@ FIXED_DELAY = {
     "restart-strategy.fixed-delay.delay": "200 ms",
 }
 
+# Every input gate offloaded (fetched by the task executors): consumers deployed after their
+# producers ran again must see the new attempts.
+OFFLOAD_ALL = {"jobmanager.deployment.offload-min-partitions": "1"}
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster]:
@@ -116,7 +120,7 @@ def test_killed_task_executor_reruns_only_the_affected_region(
     cluster_factory: ClusterFactory,
 ) -> None:
     running = cluster_factory(task_executors=3, slots=2)
-    config = {**FIXED_DELAY, "restart-strategy.fixed-delay.attempts": "5"}
+    config = {**FIXED_DELAY, "restart-strategy.fixed-delay.attempts": "5", **OFFLOAD_ALL}
     pipeline = noop_pipeline(
         "te-kill", 4, vertices=2, pattern="POINTWISE", sleep_s=4, config=config
     )
@@ -135,7 +139,7 @@ def test_hung_task_executor_is_detected_and_its_stale_tasks_refused(
     cluster_factory: ClusterFactory,
 ) -> None:
     running = cluster_factory(task_executors=3, slots=2)
-    config = {**FIXED_DELAY, "restart-strategy.fixed-delay.attempts": "5"}
+    config = {**FIXED_DELAY, "restart-strategy.fixed-delay.attempts": "5", **OFFLOAD_ALL}
     pipeline = noop_pipeline(
         "te-hang", 4, vertices=2, pattern="POINTWISE", sleep_s=3, config=config
     )

@@ -50,6 +50,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         extra_config={
             **SPARK_SESSIONS,
             "exchange.storage": "local",
+            # Every input gate offloaded: a consumer deployed after its producer ran again
+            # must fetch the gate's new generation, never reuse the old one.
+            "jobmanager.deployment.offload-min-partitions": "1",
         },
         wait_timeout_s=180,
     )
@@ -82,6 +85,7 @@ def test_a_deleted_result_partition_reruns_only_its_producer(
     assert runs(markers, "b") == 1
     causes = [e.error.exception_type for e in result.details.exceptions]
     assert "PartitionNotFoundError" in causes, causes
+    assert "fetched offloaded input gate" in cluster.logs()  # the gates took that path
 
 
 def test_results_of_a_killed_task_executor_are_produced_again(

@@ -80,11 +80,13 @@ def test_job_overridable_keys() -> None:
     keys = REGISTRY.job_overridable_keys()
     assert "slot.request.timeout" in keys
     assert "jobmanager.execution.failover-strategy" in keys
-    assert all(
-        k.startswith("restart-strategy.")
-        for k in keys
-        if k not in {"slot.request.timeout", "jobmanager.execution.failover-strategy"}
-    )
+    assert "jobmanager.deployment.offload-min-partitions" in keys
+    others = {
+        "slot.request.timeout",
+        "jobmanager.execution.failover-strategy",
+        "jobmanager.deployment.offload-min-partitions",
+    }
+    assert all(k.startswith("restart-strategy.") for k in keys if k not in others)
     restart = {k for k in REGISTRY.options if k.startswith("restart-strategy.")}
     assert restart <= set(keys)
     assert "heartbeat.interval" not in keys

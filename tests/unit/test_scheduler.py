@@ -46,7 +46,11 @@ from sparkmill.services.jobmaster.restart_strategy import (
     NoRestartStrategy,
     RestartStrategy,
 )
-from sparkmill.services.jobmaster.scheduler import DefaultScheduler, ProgressListener
+from sparkmill.services.jobmaster.scheduler import (
+    SCHEDULING_SLICE,
+    DefaultScheduler,
+    ProgressListener,
+)
 from sparkmill.services.jobmaster.slot_pool import (
     PhysicalSlot,
     SlotOffer,
@@ -372,6 +376,40 @@ def test_sources_first_then_consumers_once_all_blocking_producers_finished() -> 
         assert h.pool.num_available_slots() == 2
 
     run(chain(2, 3), scenario)
+
+
+def test_a_burst_of_regions_is_scheduled_a_slice_per_loop_turn() -> None:
+    sources = 2 * SCHEDULING_SLICE + 10
+
+    async def scenario(h: Harness) -> None:
+        h.scheduler.start_scheduling()
+        # The loop gets control back after each slice (heartbeats, RPCs are answered).
+        assert h.states("noop-0").count(ES.SCHEDULED) == SCHEDULING_SLICE
+        await asyncio.sleep(0)
+        assert h.states("noop-0").count(ES.SCHEDULED) == 2 * SCHEDULING_SLICE
+        await settle()
+        assert h.states("noop-0") == [ES.SCHEDULED] * sources
+        assert len(h.rm.requested) == sources
+        assert h.offer() == sources
+        await settle()
+        assert len(h.actions.submitted) == sources
+
+    run(chain(sources, 1), scenario)
+
+
+def test_regions_cancelled_before_their_slice_came_are_never_scheduled() -> None:
+    sources = SCHEDULING_SLICE + 10
+
+    async def scenario(h: Harness) -> None:
+        h.scheduler.start_scheduling()
+        h.scheduler.cancel()
+        await settle()
+        assert h.status() is JobStatus.CANCELED
+        assert h.states("noop-0") == [ES.CANCELED] * sources
+        assert len(h.rm.requested) == SCHEDULING_SLICE  # the rest never asked for a slot
+        assert h.offer() == 0
+
+    run(chain(sources, 1), scenario)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 from sparkmill.common.errors import RpcError, UnavailableError
 from sparkmill.common.ids import AllocationID
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
-from sparkmill.services.jobmaster.slot_requests import SlotRequestBatcher
+from sparkmill.services.jobmaster.slot_requests import MAX_BATCH, SlotRequestBatcher
 
 
 class TestingResourceManager:
@@ -95,3 +95,53 @@ def test_refusals_reach_their_own_requests_and_a_failed_rpc_fails_the_whole_batc
     refused = drive(down, script)
     assert [aid for aid, _ in refused] == ["x", "y"]
     assert all(isinstance(exc, UnavailableError) for _, exc in refused)
+
+
+class SlowResourceManager(TestingResourceManager):
+    """Answers a RequestSlots only when the test says so."""
+
+    __test__ = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+
+    async def request_slots(self, request: Any) -> Any:
+        reply = await super().request_slots(request)
+        await self.answer.wait()
+        return reply
+
+
+def test_what_is_asked_while_a_batch_is_unanswered_goes_out_after_it_in_one_batch() -> None:
+    rm = SlowResourceManager()
+
+    async def script(batcher: SlotRequestBatcher) -> None:
+        batcher.request(request("a"))
+        batcher.request(request("b"))
+        await asyncio.sleep(0.01)
+        for aid in ("c", "d", "e"):  # three turns while the first batch is unanswered
+            batcher.request(request(aid))
+            await asyncio.sleep(0)
+        batcher.cancel(AllocationID("a"))  # sent already: cancelled after the reply
+        batcher.cancel(AllocationID("d"))  # still here: never sent
+        await asyncio.sleep(0.01)
+        assert rm.calls == [("request", ["a", "b"])]
+        rm.answer.set()
+        await asyncio.sleep(0.01)
+
+    assert drive(rm, script) == []
+    assert rm.calls == [("request", ["a", "b"]), ("request", ["c", "e"]), ("cancel", ["a"])]
+
+
+def test_a_burst_larger_than_a_batch_goes_out_one_batch_at_a_time_in_order() -> None:
+    rm = TestingResourceManager()
+    ids = [f"r{i}" for i in range(MAX_BATCH * 2 + 1)]
+
+    async def script(batcher: SlotRequestBatcher) -> None:
+        for aid in ids:
+            batcher.request(request(aid))
+        await asyncio.sleep(0.01)
+
+    assert drive(rm, script) == []
+    assert [len(sent) for _, sent in rm.calls] == [MAX_BATCH, MAX_BATCH, 1]
+    assert [aid for _, sent in rm.calls for aid in sent] == ids
