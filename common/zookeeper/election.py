@@ -292,10 +292,49 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         self._end_grace()
         await self._revoke("stopped")
         node, self._node = self._node, None
+        if node is not None and not await self._delete_latch_node(node):
+            self._delete_once_reconnected(node)
+
+    async def _delete_latch_node(self, node: str) -> bool:
+        """Delete our latch node; False if ZooKeeper could not be reached to do it."""
         client = self.zk.client
-        if node is not None and client is not None and self.zk.connected:
+        if client is None or not self.zk.connected:
+            return False
+        try:
             with contextlib.suppress(NoNodeError):
                 await self.zk.call(client.delete, node)
+        except KazooException as exc:
+            log.info("%s: could not delete latch node %s yet: %s", self.name, node, exc)
+            return False
+        return True
+
+    def _delete_once_reconnected(self, node: str) -> None:
+        """A contender stopped while the connection was down (e.g. a JobMaster suspended while
+        ZooKeeper had no quorum). Its session may well survive (a new ZooKeeper leader renews
+        every session), and with it the latch node, which would then stand before every other
+        contender of this election for as long as this process lives: delete it as soon as the
+        connection is back. A LOST session took the node with it."""
+
+        def on_state(state: ZooKeeperConnectionState) -> None:
+            if state is ZooKeeperConnectionState.CONNECTED:
+                self.zk.remove_listener(on_state)
+                self._spawn_deletion(node)
+            elif state is ZooKeeperConnectionState.LOST:
+                self.zk.remove_listener(on_state)
+
+        log.info("%s: latch node %s will be deleted once ZooKeeper is back", self.name, node)
+        self.zk.add_listener(on_state)
+
+    def _spawn_deletion(self, node: str) -> None:
+        async def delete() -> None:
+            if not await self._delete_latch_node(node):
+                self._delete_once_reconnected(node)
+            else:
+                log.info("%s: deleted latch node %s left by a stopped contender", self.name, node)
+
+        task = asyncio.get_running_loop().create_task(delete())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
 class ZooKeeperLeaderRetrievalService(LeaderRetrievalService):

@@ -238,3 +238,18 @@ def test_a_suspended_contender_is_not_granted() -> None:
         await election.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_contender_stopped_while_suspended_deletes_its_latch_node_once_reconnected() -> None:
+    # Else the node (its session survives a quorum loss) would stand before every successor.
+    async def scenario() -> None:
+        zk, election, contender, _session = await _leader()
+        zk.drive(Z.SUSPENDED)
+        await election.stop()
+        assert contender.events == ["granted", "revoked"]
+        assert len(zk.kazoo.nodes) == 1, "nothing can be deleted while suspended"
+        zk.drive(Z.CONNECTED)
+        await _settle()
+        assert zk.kazoo.nodes == {}
+
+    asyncio.run(scenario())
