@@ -152,9 +152,30 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                 continue
 
     async def _check(self) -> None:
+        failed = await self._check_latch()
+        if failed is None:
+            return
+        # A grant that failed half-way (e.g. the dispatcher's recovery lost its ZooKeeper
+        # connection while reading the job graphs) must not leave the contender believing it
+        # leads without having recovered or published: take it back and grant afresh.
+        log.error(
+            "%s: granting leadership failed (%s: %s); revoking it and contending again",
+            self.name,
+            type(failed).__name__,
+            failed,
+        )
+        if self._contender is not None:
+            await self._contender.revoke_leadership()
+        await asyncio.sleep(1.0)
+        if not self._stopped:
+            self._spawn(self._contend())
+
+    async def _check_latch(self) -> Exception | None:
+        """One look at the latch; grants leadership when we are first. Returns the exception a
+        grant failed with, if any (handled by the caller, outside the lock)."""
         async with self._lock:
             if self._stopped or self._node is None or not self.zk.connected:
-                return
+                return None
             client = self.zk.client
             assert client is not None
             try:
@@ -167,21 +188,26 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                 # Our ephemeral node is gone (the session expired): contend anew.
                 self._node = None
                 self._spawn(self._contend())
-                return
+                return None
             index = ordered.index(mine)
             if index == 0:
-                if self._session_id is None and self._may_lead():
-                    self._session_id = new_leader_session_id()
-                    log.info(
-                        "%s: leadership granted (session %s)", self.name, short(self._session_id)
-                    )
-                    assert self._contender is not None
-                    await self._contender.grant_leadership(self._session_id)
-                return
+                if self._session_id is not None or not self._may_lead():
+                    return None
+                session_id = self._session_id = new_leader_session_id()
+                log.info("%s: leadership granted (session %s)", self.name, short(session_id))
+                assert self._contender is not None
+                try:
+                    await self._contender.grant_leadership(session_id)
+                except Exception as exc:
+                    if self._session_id == session_id:
+                        self._session_id = None
+                        return exc
+                return None
             predecessor = f"{self.latch_path}/{ordered[index - 1]}"
             exists = await self.zk.call(client.exists, predecessor, watch=self._on_predecessor)
             if exists is None:
                 self._spawn(self._check())
+            return None
 
     def _may_lead(self) -> bool:
         """Re-read after the awaits above: the connection may have been suspended meanwhile.

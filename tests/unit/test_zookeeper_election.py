@@ -1,4 +1,5 @@
-"""A leader's bounded tolerance of a suspended ZooKeeper connection.
+"""The ZooKeeper leader latch: a leader's bounded tolerance of a suspended connection, a
+contender stopped while disconnected, a grant that fails half-way.
 
 The election runs on a hand-written fake connection (its latch lives in a dict) whose state the
 test drives the way kazoo would: SUSPENDED while the client moves to another server, CONNECTED
@@ -251,5 +252,34 @@ def test_a_contender_stopped_while_suspended_deletes_its_latch_node_once_reconne
         zk.drive(Z.CONNECTED)
         await _settle()
         assert zk.kazoo.nodes == {}
+
+    asyncio.run(scenario())
+
+
+class FailingOnceContender(Contender):
+    """Its first grant fails, as a dispatcher's recovery does when its store read loses the
+    connection."""
+
+    async def grant_leadership(self, session_id: str) -> None:
+        if "failed" not in self.events:
+            self.events.append("failed")
+            raise ConnectionError("the job graph store could not be read")
+        await super().grant_leadership(session_id)
+
+
+def test_a_grant_that_fails_is_revoked_and_granted_again() -> None:
+    async def scenario() -> None:
+        zk = TestingZooKeeperConnection()
+        await zk.ensure_started()
+        election = ZooKeeperLeaderElectionService(
+            zk, "/test/leader/role", tolerate_suspended=True, name="role"
+        )
+        contender = FailingOnceContender()
+        await election.start(contender)
+        await asyncio.wait_for(contender.granted.wait(), 5)
+        assert contender.events == ["failed", "revoked", "granted"]
+        assert election._session_id is not None
+        assert election.has_leadership(election._session_id)
+        await election.stop()
 
     asyncio.run(scenario())
