@@ -273,11 +273,14 @@ def test_quorum_one_zookeeper_node_down_interrupts_nothing(
     wait_held(bed, client, job)
     jm = job_master_host(client, bed, job.job_id)
     restarts = client.status(job.job_id, timeout=30).restarts
+    # The server the JobMaster's client is connected to: the one whose loss the JobMaster sees
+    # as SUSPENDED while its client moves to another server.
+    server = zookeeper_server_of(bed, jm, "sparkmill-job-master")
     with LeaderWatch(bed) as watch:
         watch.watch(f"job-{job.job_id}")
         time.sleep(0.5)
         before = {role: watch.leader(role) for role in watch.roles}
-        with faults.zookeeper_stopped(bed.groups["zookeeper"][0]):
+        with faults.zookeeper_stopped(server) as stopped:
             time.sleep(2 * SESSION_TIMEOUT_S)
             job.release()
             finish_exact(client, job)
@@ -286,6 +289,23 @@ def test_quorum_one_zookeeper_node_down_interrupts_nothing(
         assert all(len(watch.changes[role]) == 1 for role in watch.roles), watch.changes
     assert client.status(job.job_id, timeout=30).restarts == restarts
     assert job_master_host(client, bed, job.job_id) == jm
+    log = journal(bed, jm, "sparkmill-job-master", stopped[0].at)
+    print(f"\n{jm} JobMaster while {server}'s ZooKeeper was stopped:\n{log[-2000:]}")
+    assert "SUSPENDED" in log, "the JobMaster's client never lost its server"
+    assert f"job-{job.job_id}: leadership revoked" not in log
+
+
+def zookeeper_server_of(bed: TestBed, host: str, unit: str) -> str:
+    """The bed host whose ZooKeeper server ``unit`` on ``host`` is connected to."""
+    established = bed.ssh(
+        host,
+        f"pid=$(systemctl show -p MainPID --value {unit}); "
+        "ss -Htnp state established '( dport = :2181 )' | grep \"pid=$pid,\"",
+    ).stdout.split()
+    # Local address and port, then the server's: 198.18.x.y:2181.
+    peer = next(field for field in established if field.endswith(":2181"))
+    address = peer.rsplit(":", 1)[0]
+    return next(h for h in bed.groups["zookeeper"] if bed.addresses[h] == address)
 
 
 def test_quorum_two_zookeeper_nodes_down_leaders_suspend_then_resume_and_the_job_finishes(
