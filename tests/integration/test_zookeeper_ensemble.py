@@ -131,3 +131,42 @@ def test_every_server_down_for_longer_than_the_session_revokes_within_the_timeou
         await connection.close()
 
     asyncio.run(scenario())
+
+
+def test_a_leader_stopped_without_a_quorum_does_not_block_its_successor(
+    ensemble: ZooKeeperEnsemble,
+) -> None:
+    # A JobMaster suspended while ZooKeeper had no quorum stops its election but cannot delete
+    # its latch node; its session survives the outage (the new ZooKeeper leader renews every
+    # session), and so would the node, before a JobMaster started elsewhere for the job.
+    async def scenario() -> None:
+        connection, election, contender, _ = await _lead(ensemble)
+        zk_session = connection.session_id
+        other = ZooKeeperConnection(
+            ensemble.address,
+            "/sparkmill/ensemble",
+            session_timeout_s=SESSION_TIMEOUT_S,
+            connection_timeout_s=10.0,
+        )
+        await other.ensure_started()
+        successor = ZooKeeperLeaderElectionService(
+            other, connection.path("leader", "job-1"), tolerate_suspended=True, name="jm-2"
+        )
+        waiting = Contender()
+        await successor.start(waiting)
+        await asyncio.sleep(1.0)
+        assert waiting.granted.empty()
+        for server in ensemble.servers[:2]:
+            await asyncio.to_thread(server.stop)
+        await asyncio.sleep(SESSION_TIMEOUT_S / 3 + 2)
+        assert contender.revoked_at, "no quorum, yet the leader kept leading past its grace"
+        await election.stop()  # what a suspended JobMaster does
+        for server in ensemble.servers[:2]:
+            await asyncio.to_thread(server.start)
+        await asyncio.wait_for(waiting.granted.get(), 30)
+        assert connection.session_id == zk_session, "the old session was expected to survive"
+        await successor.stop()
+        await other.close()
+        await connection.close()
+
+    asyncio.run(scenario())
