@@ -39,8 +39,8 @@ from tests.testbed.cluster import (
 )
 from tests.testbed.faults import Faults
 
-# Not yet proven stable (scenario 4 lost a job once with two ZooKeeper nodes down; scenario 5
-# and the soak have not run to the end on a quiet machine): opt in until they have.
+# Opt in (the lead decides about CI): scenarios 1-4 passed twice in a row on a loaded bed, but
+# scenario 5 and the soak have not run to the end on a quiet machine yet.
 OPT_IN = "SPARKMILL_TESTBED_SCENARIOS"
 pytestmark = [
     pytest.mark.timeout(900),
@@ -292,7 +292,9 @@ def test_quorum_one_zookeeper_node_down_interrupts_nothing(
     log = journal(bed, jm, "sparkmill-job-master", stopped[0].at)
     print(f"\n{jm} JobMaster while {server}'s ZooKeeper was stopped:\n{log[-2000:]}")
     assert "SUSPENDED" in log, "the JobMaster's client never lost its server"
-    assert f"job-{job.job_id}: leadership revoked" not in log
+    # Only the revocation of the finished job's election ("stopped"), none for the suspension.
+    revoked = [line for line in log.splitlines() if f"job-{job.job_id}: leadership revoked" in line]
+    assert all(line.endswith("leadership revoked: stopped") for line in revoked), revoked
 
 
 def zookeeper_server_of(bed: TestBed, host: str, unit: str) -> str:
