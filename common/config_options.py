@@ -547,9 +547,13 @@ HA_ZOOKEEPER_CONNECTION_TIMEOUT = _option(
 HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS = _option(
     "high-availability.zookeeper.client.tolerate-suspended-connections",
     BOOL,
-    False,
-    "Keep leadership while the ZooKeeper connection is only suspended (not yet lost); fewer "
-    "failovers on flaky networks, at the risk of two leaders for a short time.",
+    True,
+    "Keep leadership while the ZooKeeper connection is suspended, for at most the session "
+    "timeout less the client's read timeout (2/3 of it): a client that moves to another "
+    "server of the ensemble (its server stopped) interrupts nothing, and the grace ends "
+    "before the servers can expire the session, so a partitioned leader stops before a "
+    "successor can start. LOST always revokes at once. false: revoke on every suspension "
+    "(Flink's default).",
 )
 
 # --------------------------------------------------------------------------------------------

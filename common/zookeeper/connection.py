@@ -5,6 +5,15 @@ state change is posted to the owning event loop (``call_soon_threadsafe``) and h
 The session is started without waiting, so an unreachable ZooKeeper never blocks start-up:
 kazoo keeps retrying, the recipes wait for :meth:`ZooKeeperConnection.wait_connected`, and a
 warning says what is being waited for.
+
+How long a suspended connection may be trusted (:attr:`ZooKeeperConnection.suspended_grace_s`):
+kazoo pings every ``read timeout / 2`` and declares the connection dropped (SUSPENDED) when a
+ping is not answered by the next one, i.e. about one read timeout (2/3 of the *negotiated*
+session timeout, kazoo's ``ConnectionHandler._connect``) after the server last heard from it.
+The server expires the session one session timeout after that, so the session certainly
+exists until ``session timeout - read timeout`` after SUSPENDED; after that it may be gone
+while kazoo, unable to reach any server, still says SUSPENDED (it only reports LOST once a
+server tells it so).
 """
 
 from __future__ import annotations
@@ -28,6 +37,10 @@ from sparkmill.common.zookeeper.state import (
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
+# kazoo's read timeout as a fraction of the negotiated session timeout (kazoo's
+# ConnectionHandler._connect: ``read_timeout = negotiated_session_timeout * 2.0 / 3.0``).
+KAZOO_READ_TIMEOUT_FRACTION = 2.0 / 3.0
+
 StateListener = Callable[[ZooKeeperConnectionState], None]
 """Called on the event loop with every new connection state."""
 
@@ -48,6 +61,11 @@ class ZooKeeperConnection:
         self.session_timeout_s = session_timeout_s
         self.connection_timeout_s = connection_timeout_s
         self.client: KazooClient | None = None
+        # The server may grant a shorter (or longer) session than asked for; set on connect.
+        self.negotiated_session_timeout_s: float | None = None
+        # The id of the session last seen CONNECTED, kept while SUSPENDED (kazoo's client_id is
+        # None while it is not connected); None after LOST.
+        self.session_id: int | None = None
         self.state = ZooKeeperConnectionState.LOST  # no session yet
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[StateListener] = []
@@ -72,9 +90,45 @@ class ZooKeeperConnection:
             default_acl=list(self.auth.default_acl),
         )
         client.add_listener(self._on_kazoo_state)
+        self._record_negotiated_timeout(client)
         self.client = client
         client.start_async()
         log.info("connecting to ZooKeeper at %s (root %s)", self.quorum, self.root)
+
+    def _record_negotiated_timeout(self, client: KazooClient) -> None:
+        """Learn the session timeout the server granted: kazoo keeps it only inside its
+        connection handler's ``_connect``, which returns the read timeout (2/3 of it, in ms).
+        Without that hook (another kazoo) the requested timeout is used, and a warning says so."""
+        handler = getattr(client, "_connection", None)
+        connect = getattr(handler, "_connect", None)
+        if connect is None:
+            log.warning(
+                "this kazoo hides the negotiated session timeout; assuming the requested %g s",
+                self.session_timeout_s,
+            )
+            return
+
+        def recording_connect(*args: Any, **kwargs: Any) -> Any:  # kazoo's connection thread
+            result = connect(*args, **kwargs)
+            read_timeout_ms = float(result[0])
+            self.negotiated_session_timeout_s = (
+                read_timeout_ms / 1000.0 / KAZOO_READ_TIMEOUT_FRACTION
+            )
+            return result
+
+        handler._connect = recording_connect  # type: ignore[union-attr]
+
+    @property
+    def session_timeout_in_force_s(self) -> float:
+        """The negotiated session timeout once connected, else the requested one."""
+        negotiated = self.negotiated_session_timeout_s
+        return self.session_timeout_s if negotiated is None else negotiated
+
+    @property
+    def suspended_grace_s(self) -> float:
+        """How long after SUSPENDED the session certainly still exists on the servers (see the
+        module's doc): the session timeout less kazoo's read timeout."""
+        return self.session_timeout_in_force_s * (1.0 - KAZOO_READ_TIMEOUT_FRACTION)
 
     def _on_kazoo_state(self, state: str) -> None:  # kazoo thread: hand over, never block
         loop = self._loop
@@ -94,6 +148,11 @@ class ZooKeeperConnection:
         level = logging.INFO if connected or self._closing else logging.WARNING
         log.log(level, "ZooKeeper connection %s -> %s", previous.value, state.value)
         assert self._connected is not None
+        if connected:
+            client_id = self.client.client_id if self.client is not None else None
+            self.session_id = int(client_id[0]) if client_id else None
+        elif state is ZooKeeperConnectionState.LOST:
+            self.session_id = None
         if connected:
             self._connected.set()
         else:

@@ -12,10 +12,19 @@ latch node, so a contender that already lost the latch can never publish. The sa
 rewrites ``epoch``: the zxid of that write (its ``mzxid``) is the leader's **epoch**. Zxids are
 ZooKeeper's total order of writes across the whole ensemble, so every successor's epoch is
 greater than its predecessor's whatever the hosts' clocks say, and a deposed contender cannot
-obtain one at all (its transaction fails on the latch check). Connection states
-(Flink's semantics): on SUSPENDED the leader stops acting as leader unless
-``tolerate-suspended-connections`` is set; on LOST its ephemeral nodes are gone, so it gives up
-leadership and contends again once reconnected.
+obtain one at all (its transaction fails on the latch check).
+
+Connection states. LOST: the session and its ephemeral nodes are gone, so leadership is revoked
+at once and the contender contends again once reconnected. SUSPENDED: the connection dropped,
+which is also what a client sees while it merely moves to another server of the ensemble (the
+server it was connected to stopped). With ``tolerate-suspended-connections`` (the default) a
+leader keeps leadership for a *bounded* grace, as Curator's ``ConnectionStateManager`` does when
+it simulates session expiry: if the connection is back (CONNECTED, the same session) within the
+grace nothing happened; otherwise leadership is revoked when the grace ends. The grace is
+:attr:`ZooKeeperConnection.suspended_grace_s` (session timeout less kazoo's read timeout), so it
+ends no later than the servers can have expired the session and handed the latch to a
+successor: a partitioned leader stops acting before anyone else can start. Without the option,
+SUSPENDED revokes at once (Flink's default). Leadership is only ever *granted* while connected.
 """
 
 from __future__ import annotations
@@ -62,6 +71,10 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         self._lock = asyncio.Lock()
         self._stopped = False
         self._tasks: set[asyncio.Task[None]] = set()
+        # While a suspension is tolerated: the timer that revokes when the grace ends, and the
+        # session it was tolerated for (a different session on reconnect means ours expired).
+        self._grace: asyncio.TimerHandle | None = None
+        self._suspended_session: int | None = None
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run an election step in the background, kept referenced; a ZooKeeper error retries
@@ -139,9 +152,30 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                 continue
 
     async def _check(self) -> None:
+        failed = await self._check_latch()
+        if failed is None:
+            return
+        # A grant that failed half-way (e.g. the dispatcher's recovery lost its ZooKeeper
+        # connection while reading the job graphs) must not leave the contender believing it
+        # leads without having recovered or published: take it back and grant afresh.
+        log.error(
+            "%s: granting leadership failed (%s: %s); revoking it and contending again",
+            self.name,
+            type(failed).__name__,
+            failed,
+        )
+        if self._contender is not None:
+            await self._contender.revoke_leadership()
+        await asyncio.sleep(1.0)
+        if not self._stopped:
+            self._spawn(self._contend())
+
+    async def _check_latch(self) -> Exception | None:
+        """One look at the latch; grants leadership when we are first. Returns the exception a
+        grant failed with, if any (handled by the caller, outside the lock)."""
         async with self._lock:
             if self._stopped or self._node is None or not self.zk.connected:
-                return
+                return None
             client = self.zk.client
             assert client is not None
             try:
@@ -154,38 +188,80 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                 # Our ephemeral node is gone (the session expired): contend anew.
                 self._node = None
                 self._spawn(self._contend())
-                return
+                return None
             index = ordered.index(mine)
             if index == 0:
-                if self._session_id is None and self._may_lead():
-                    self._session_id = new_leader_session_id()
-                    log.info(
-                        "%s: leadership granted (session %s)", self.name, short(self._session_id)
-                    )
-                    assert self._contender is not None
-                    await self._contender.grant_leadership(self._session_id)
-                return
+                if self._session_id is not None or not self._may_lead():
+                    return None
+                session_id = self._session_id = new_leader_session_id()
+                log.info("%s: leadership granted (session %s)", self.name, short(session_id))
+                assert self._contender is not None
+                try:
+                    await self._contender.grant_leadership(session_id)
+                except Exception as exc:
+                    if self._session_id == session_id:
+                        self._session_id = None
+                        return exc
+                return None
             predecessor = f"{self.latch_path}/{ordered[index - 1]}"
             exists = await self.zk.call(client.exists, predecessor, watch=self._on_predecessor)
             if exists is None:
                 self._spawn(self._check())
+            return None
 
     def _may_lead(self) -> bool:
-        """Re-read after the awaits above: the connection may have been suspended meanwhile."""
-        return self.zk.connected or self.tolerate_suspended
+        """Re-read after the awaits above: the connection may have been suspended meanwhile.
+        A suspended contender is never granted: what it read may already be stale."""
+        return self.zk.connected
 
     def _on_predecessor(self, event: WatchedEvent) -> None:  # kazoo thread
         if event.type == EventType.DELETED:
             self.zk.post(lambda: self._spawn(self._check()))
 
     def _on_state(self, state: ZooKeeperConnectionState) -> None:
-        if state is ZooKeeperConnectionState.SUSPENDED and not self.tolerate_suspended:
-            self._spawn(self._revoke("ZooKeeper connection suspended"))
+        if state is ZooKeeperConnectionState.SUSPENDED:
+            if self.tolerate_suspended:
+                self._tolerate_suspension()
+            else:
+                self._spawn(self._revoke("ZooKeeper connection suspended"))
         elif state is ZooKeeperConnectionState.LOST:
+            self._end_grace()
             self._node = None  # the session's ephemeral nodes are gone
             self._spawn(self._revoke("ZooKeeper session lost"))
         elif state is ZooKeeperConnectionState.CONNECTED:
+            tolerated = self._grace is not None
+            self._end_grace()
+            if tolerated and self._suspended_session != self.zk.session_id:
+                # kazoo reports LOST before a new session; if it did not, trust nothing.
+                self._node = None
+                self._spawn(self._revoke("the ZooKeeper session changed while suspended"))
+            elif tolerated:
+                log.info(
+                    "%s: ZooKeeper connection back within the grace; leadership kept", self.name
+                )
             self._spawn(self._contend())
+
+    def _tolerate_suspension(self) -> None:
+        if self._session_id is None or self._grace is not None:
+            return  # nothing to keep (a pending grant waits for CONNECTED), or already counting
+        grace = self.zk.suspended_grace_s
+        self._suspended_session = self.zk.session_id
+        self._grace = asyncio.get_running_loop().call_later(grace, self._on_grace_expired)
+        log.warning(
+            "%s: ZooKeeper connection suspended; keeping leadership for at most %.1f s "
+            "(until the session could have expired)",
+            self.name,
+            grace,
+        )
+
+    def _on_grace_expired(self) -> None:
+        self._grace = None  # has_leadership() says no from now on, before the revoke runs
+        self._spawn(self._revoke("ZooKeeper connection suspended for longer than the grace"))
+
+    def _end_grace(self) -> None:
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
 
     async def _revoke(self, reason: str) -> None:
         # Under the lock: a check that is about to grant must not slip past a suspension.
@@ -234,17 +310,57 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         return epoch
 
     def has_leadership(self, session_id: str) -> bool:
-        return self._session_id == session_id and (self.zk.connected or self.tolerate_suspended)
+        return self._session_id == session_id and (self.zk.connected or self._grace is not None)
 
     async def stop(self) -> None:
         self._stopped = True
         self.zk.remove_listener(self._on_state)
+        self._end_grace()
         await self._revoke("stopped")
         node, self._node = self._node, None
+        if node is not None and not await self._delete_latch_node(node):
+            self._delete_once_reconnected(node)
+
+    async def _delete_latch_node(self, node: str) -> bool:
+        """Delete our latch node; False if ZooKeeper could not be reached to do it."""
         client = self.zk.client
-        if node is not None and client is not None and self.zk.connected:
+        if client is None or not self.zk.connected:
+            return False
+        try:
             with contextlib.suppress(NoNodeError):
                 await self.zk.call(client.delete, node)
+        except KazooException as exc:
+            log.info("%s: could not delete latch node %s yet: %s", self.name, node, exc)
+            return False
+        return True
+
+    def _delete_once_reconnected(self, node: str) -> None:
+        """A contender stopped while the connection was down (e.g. a JobMaster suspended while
+        ZooKeeper had no quorum). Its session may well survive (a new ZooKeeper leader renews
+        every session), and with it the latch node, which would then stand before every other
+        contender of this election for as long as this process lives: delete it as soon as the
+        connection is back. A LOST session took the node with it."""
+
+        def on_state(state: ZooKeeperConnectionState) -> None:
+            if state is ZooKeeperConnectionState.CONNECTED:
+                self.zk.remove_listener(on_state)
+                self._spawn_deletion(node)
+            elif state is ZooKeeperConnectionState.LOST:
+                self.zk.remove_listener(on_state)
+
+        log.info("%s: latch node %s will be deleted once ZooKeeper is back", self.name, node)
+        self.zk.add_listener(on_state)
+
+    def _spawn_deletion(self, node: str) -> None:
+        async def delete() -> None:
+            if not await self._delete_latch_node(node):
+                self._delete_once_reconnected(node)
+            else:
+                log.info("%s: deleted latch node %s left by a stopped contender", self.name, node)
+
+        task = asyncio.get_running_loop().create_task(delete())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
 class ZooKeeperLeaderRetrievalService(LeaderRetrievalService):

@@ -93,7 +93,11 @@ class ZooKeeperHaServices(HighAvailabilityServices):
         if client is None:
             raise RuntimeError("ZooKeeperHaServices.start() must run before the stores are used")
         return ZooKeeperJobGraphStore(
-            client, self.connection.path("jobgraphs"), self.storage_dir, owner
+            client,
+            self.connection.path("jobgraphs"),
+            self.storage_dir,
+            owner,
+            retry_deadline_s=self.connection.session_timeout_s,
         )
 
     def job_result_store(self) -> JobResultStore:

@@ -3,6 +3,9 @@
 Uses Debian's ``zookeeper`` package (``/usr/share/java/zookeeper.jar`` pulls its dependencies
 through its manifest; ``slf4j-simple`` makes it log). The harness can stop and restart the server
 on the same port and data directory, which is how tests simulate a ZooKeeper outage.
+:class:`ZooKeeperEnsemble` runs several servers on loopback as one replicated ensemble (each
+with its own client, quorum and election port), so a test can stop the one server a client is
+connected to while the others keep the quorum.
 """
 
 from __future__ import annotations
@@ -36,9 +39,20 @@ def _free_port() -> int:
 
 
 class ZooKeeperServer:
-    def __init__(self, directory: Path, port: int = 0, tick_ms: int = 200) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        port: int = 0,
+        tick_ms: int = 200,
+        *,
+        server_id: int = 0,
+        peers: tuple[str, ...] = (),
+    ) -> None:
         self.directory = directory
         self.port = port or _free_port()
+        # In an ensemble: this server's myid and the ``server.N=...`` lines of all servers.
+        self.server_id = server_id
+        self.peers = peers
         # Sessions are bounded below by 2 ticks, and ZooKeeper expires them at tick boundaries:
         # a dead leader's session ends up to one tick after its timeout, which adds to every
         # failover. 200 ms keeps that small for the short sessions of local clusters.
@@ -64,8 +78,13 @@ class ZooKeeperServer:
             "clientPortAddress=127.0.0.1\n"
             "admin.enableServer=false\n"
             "maxSessionTimeout=120000\n"
-            "4lw.commands.whitelist=ruok,srvr\n"
+            "4lw.commands.whitelist=ruok,srvr,cons\n"
         )
+        if self.peers:
+            lines = ["initLimit=10", "syncLimit=5", *self.peers]
+            with open(config, "a") as out:
+                out.write("".join(f"{line}\n" for line in lines))
+            (data / "myid").write_text(f"{self.server_id}\n")
         return config
 
     def command(self) -> list[str]:
@@ -100,15 +119,22 @@ class ZooKeeperServer:
                 raise RuntimeError(
                     f"ZooKeeper exited with {self.process.returncode}; see {self.log_file}"
                 )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-                    sock.sendall(b"ruok")
-                    if sock.recv(4) == b"imok":
-                        return
-            except OSError:
-                pass
+            if self.serving():
+                return
             time.sleep(0.1)
         raise TimeoutError(f"ZooKeeper on port {self.port} not ready after {timeout_s}s")
+
+    def serving(self) -> bool:
+        """Answers requests: up, and (in an ensemble) part of a quorum."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                sock.sendall(b"srvr")
+                answer = b""
+                while chunk := sock.recv(4096):
+                    answer += chunk
+        except OSError:
+            return False
+        return b"Mode:" in answer
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is None:
@@ -125,3 +151,44 @@ class ZooKeeperServer:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+class ZooKeeperEnsemble:
+    """``size`` servers on loopback forming one ensemble; ``address`` is the quorum string."""
+
+    def __init__(self, directory: Path, size: int = 3, tick_ms: int = 200) -> None:
+        ports = [(_free_port(), _free_port()) for _ in range(size)]
+        peers = tuple(
+            f"server.{i + 1}=127.0.0.1:{quorum}:{election}"
+            for i, (quorum, election) in enumerate(ports)
+        )
+        self.servers = [
+            ZooKeeperServer(directory / f"zk{i + 1}", tick_ms=tick_ms, server_id=i + 1, peers=peers)
+            for i in range(size)
+        ]
+
+    @property
+    def address(self) -> str:
+        return ",".join(server.address for server in self.servers)
+
+    def server_on(self, port: int) -> ZooKeeperServer:
+        return next(server for server in self.servers if server.port == port)
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        """Start every server, then wait until each serves (a quorum formed)."""
+        for server in self.servers:
+            server.directory.mkdir(parents=True, exist_ok=True)
+            with open(server.log_file, "ab") as log:
+                server.process = subprocess.Popen(
+                    server.command(),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+        for server in self.servers:
+            server.wait_ready(timeout_s)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()

@@ -12,6 +12,9 @@ to ``<job id>.pb`` (clean). A new leader that finds a result for a recovered gra
 is done and never runs it again; a dirty entry means only the clean-up is left.
 
 All methods block (ZooKeeper and disk I/O): services call them through ``run_blocking``.
+Each is idempotent and retried whole when a request is lost with its connection
+(``ConnectionLoss``: the client was moving to another server of the ensemble), so a server
+switch fails no submission, clean-up or recovery.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.retry import KazooRetry
 
 from sparkmill.common.ids import JobID, is_valid_id
 from sparkmill.common.job_stores import (
@@ -36,6 +42,8 @@ from sparkmill.common.job_stores import (
 from sparkmill.common.v1 import common_pb2, jobs_pb2
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -48,6 +56,17 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _retried(
+    method: Callable[Concatenate[ZooKeeperJobGraphStore, P], R],
+) -> Callable[Concatenate[ZooKeeperJobGraphStore, P], R]:
+    def retrying(self: ZooKeeperJobGraphStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        # A copy per call: KazooRetry counts its attempts, and calls run on several threads.
+        result: R = self.retry.copy()(method, self, *args, **kwargs)
+        return result
+
+    return retrying
+
+
 class ZooKeeperJobGraphStore(JobGraphStore):
     """Job graphs on the storage directory, their handles and owners' locks in ZooKeeper.
 
@@ -58,8 +77,20 @@ class ZooKeeperJobGraphStore(JobGraphStore):
     lock child exists, so it cannot race an owner that locks the graph at the same moment.
     """
 
-    def __init__(self, client: KazooClient, zk_path: str, storage_dir: Path, owner: str) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        zk_path: str,
+        storage_dir: Path,
+        owner: str,
+        *,
+        retry_deadline_s: float = 30.0,
+    ) -> None:
         self.client = client
+        # ConnectionLoss only: an expired session (SessionExpiredError) is not retried here.
+        self.retry = KazooRetry(
+            max_tries=-1, delay=0.1, max_delay=1.0, deadline=retry_deadline_s, ignore_expire=False
+        )
         self.zk_path = zk_path
         self.storage_dir = storage_dir / "job-graphs"
         self.quarantine_dir = self.storage_dir / "quarantine"
@@ -75,6 +106,7 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         with contextlib.suppress(NodeExistsError):
             self.client.create(f"{self._node(job_id)}/locks/{self.owner}", b"", ephemeral=True)
 
+    @_retried
     def put(self, graph: common_pb2.JobGraph) -> None:
         if not is_valid_id(graph.job_id):
             raise ValueError(f"not a job id: {graph.job_id!r}")
@@ -96,6 +128,7 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         self.client.set(node, str(handle).encode())
         self._lock(graph.job_id)
 
+    @_retried
     def remove(self, job_id: JobID) -> None:
         node = self._node(job_id)
         with contextlib.suppress(NoNodeError):
@@ -165,6 +198,7 @@ class ZooKeeperJobGraphStore(JobGraphStore):
             self.quarantine_dir.mkdir(parents=True, exist_ok=True)
             os.replace(handle, self.quarantine_dir / handle.name)
 
+    @_retried
     def recover(self) -> RecoveredJobGraphs:
         recovered = RecoveredJobGraphs()
         try:
@@ -187,6 +221,7 @@ class ZooKeeperJobGraphStore(JobGraphStore):
             recovered.graphs.append(graph)
         return recovered
 
+    @_retried
     def release_all(self) -> None:
         try:
             job_ids = self.client.get_children(self.zk_path)

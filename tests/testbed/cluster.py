@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from sparkmill.cli import load_pipeline
 from sparkmill.client import ClusterClient
@@ -162,10 +163,14 @@ class LeaderWatch:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    error: Exception | None = None
 
     def __enter__(self) -> LeaderWatch:
         hosts = ",".join(f"{self.bed.addresses[h]}:2181" for h in self.bed.groups["zookeeper"])
-        self._zk = KazooClient(hosts=hosts, timeout=6.0)
+        # The bed runs secure: sparkmill's znodes are readable with the play's digest only
+        # (unauthenticated, every read fails with NoAuth and nothing would be recorded).
+        digest = (self.bed.secrets / "keys" / "private" / "zookeeper.digest").read_text().strip()
+        self._zk = KazooClient(hosts=hosts, timeout=6.0, auth_data=[("digest", digest)])
         self._zk.start(timeout=30)
         self._thread = threading.Thread(target=self._run, name="leader-watch", daemon=True)
         self._thread.start()
@@ -198,14 +203,18 @@ class LeaderWatch:
             for role in roles:
                 try:
                     now = self._read(role)
-                except Exception:  # a connection loss (of any kind): try again next round
-                    continue
+                except (ConnectionLoss, SessionExpiredError, KazooTimeoutError, ConnectionError):
+                    continue  # a connection loss (of any kind): try again next round
+                except Exception as exc:  # e.g. NoAuth: the watch would see nothing, ever
+                    self.error = exc
+                    return
                 seen = self.changes.setdefault(role, [])
                 if not seen or seen[-1][1] != now:
                     seen.append((time.time(), now))
             self._stop.wait(0.1)
 
     def leader(self, role: str) -> str | None:
+        assert self.error is None, f"the leader watch failed: {self.error!r}"
         seen = self.changes.get(role, [])
         return seen[-1][1] if seen else None
 

@@ -121,6 +121,8 @@ def standalone(bed: TestBed) -> Iterator[str]:
                     "spark.conf.spark.executor.cores": "1",
                     "spark.conf.spark.executor.memory": "512m",
                     "spark.conf.spark.network.timeout": "20s",
+                    # Spark 4 refuses a timeout below the check interval (60 s by default).
+                    "spark.conf.spark.network.timeoutInterval": "10s",
                     "spark.conf.spark.executor.heartbeatInterval": "2s",
                 },
             )

@@ -1,0 +1,285 @@
+"""The ZooKeeper leader latch: a leader's bounded tolerance of a suspended connection, a
+contender stopped while disconnected, a grant that fails half-way.
+
+The election runs on a hand-written fake connection (its latch lives in a dict) whose state the
+test drives the way kazoo would: SUSPENDED while the client moves to another server, CONNECTED
+when it is back with the same session, LOST when the session expired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kazoo.exceptions import NoNodeError
+
+from sparkmill.common.zookeeper.connection import KAZOO_READ_TIMEOUT_FRACTION, ZooKeeperConnection
+from sparkmill.common.zookeeper.election import ZooKeeperLeaderElectionService
+from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
+
+Z = ZooKeeperConnectionState
+T = TypeVar("T")
+GRACE_S = 0.2
+
+
+@dataclass
+class _Stat:
+    ephemeralOwner: int  # kazoo's ZnodeStat field name
+
+
+class TestingKazooClient:
+    """The few kazoo calls the latch makes, on nodes kept in a dict."""
+
+    __test__ = False
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, int] = {}  # path -> owning session
+        self.session = 1
+        self._sequence = itertools.count()
+
+    @property
+    def client_id(self) -> tuple[int, bytes]:
+        return (self.session, b"")
+
+    def create(self, path: str, value: bytes, **flags: Any) -> str:
+        assert flags.get("sequence") and flags.get("ephemeral")
+        node = f"{path}{next(self._sequence):010d}"
+        self.nodes[node] = self.session
+        return node
+
+    def _children(self, parent: str) -> list[str]:
+        return [p.rsplit("/", 1)[-1] for p in self.nodes if p.rsplit("/", 1)[0] == parent]
+
+    def get_children(self, parent: str) -> list[str]:
+        return self._children(parent)
+
+    def get(self, path: str) -> tuple[bytes, _Stat]:
+        if path not in self.nodes:
+            raise NoNodeError(path)
+        return b"", _Stat(self.nodes[path])
+
+    def exists(self, path: str, watch: Callable[..., None] | None = None) -> _Stat | None:
+        return _Stat(self.nodes[path]) if path in self.nodes else None
+
+    def delete(self, path: str) -> None:
+        self.nodes.pop(path, None)
+
+    def expire(self, session: int) -> None:
+        """The servers expire ``session``: its ephemeral nodes go."""
+        self.nodes = {p: s for p, s in self.nodes.items() if s != session}
+
+
+class TestingZooKeeperConnection(ZooKeeperConnection):
+    """Connected at once; kazoo's calls run inline; the test drives the state."""
+
+    __test__ = False
+
+    def __init__(self) -> None:
+        super().__init__(
+            "fake:2181", "/test", session_timeout_s=3 * GRACE_S, connection_timeout_s=1
+        )
+        self.kazoo = TestingKazooClient()
+        self.client = self.kazoo
+        self.state = Z.CONNECTED
+        self.session_id = self.kazoo.session
+
+    async def ensure_started(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self._connected is None:
+            self._connected = asyncio.Event()
+            self._connected.set()
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return fn(*args, **kwargs)
+
+    def drive(self, state: ZooKeeperConnectionState) -> None:
+        self._apply_state(state.value)
+
+
+class Contender:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.granted = asyncio.Event()
+
+    async def grant_leadership(self, session_id: str) -> None:
+        self.events.append("granted")
+        self.granted.set()
+
+    async def revoke_leadership(self) -> None:
+        self.events.append("revoked")
+
+
+async def _leader(
+    *, tolerate: bool = True
+) -> tuple[TestingZooKeeperConnection, ZooKeeperLeaderElectionService, Contender, str]:
+    zk = TestingZooKeeperConnection()
+    await zk.ensure_started()
+    election = ZooKeeperLeaderElectionService(
+        zk, "/test/leader/role", tolerate_suspended=tolerate, name="role"
+    )
+    contender = Contender()
+    await election.start(contender)
+    await asyncio.wait_for(contender.granted.wait(), 5)
+    session = election._session_id
+    assert session is not None and election.has_leadership(session)
+    return zk, election, contender, session
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_the_grace_is_the_session_timeout_less_kazoos_read_timeout() -> None:
+    zk = ZooKeeperConnection("x:1", "/x", session_timeout_s=6.0, connection_timeout_s=1)
+    assert zk.suspended_grace_s == 6.0 * (1 - KAZOO_READ_TIMEOUT_FRACTION)
+    zk.negotiated_session_timeout_s = 3.0  # the server granted less than asked: that counts
+    assert abs(zk.suspended_grace_s - 1.0) < 1e-9
+
+
+def test_suspended_for_longer_than_the_grace_revokes_when_it_ends() -> None:
+    async def scenario() -> None:
+        zk, election, contender, session = await _leader()
+        zk.drive(Z.SUSPENDED)
+        await asyncio.sleep(GRACE_S / 2)
+        assert election.has_leadership(session) and contender.events == ["granted"]
+        await asyncio.sleep(GRACE_S / 2 + 0.1)
+        await _settle()
+        assert contender.events == ["granted", "revoked"]
+        assert not election.has_leadership(session)
+        # Back with the same session: its latch node is still first, so it leads anew.
+        contender.granted.clear()
+        zk.drive(Z.CONNECTED)
+        await asyncio.wait_for(contender.granted.wait(), 5)
+        assert election._session_id not in (None, session)
+        await election.stop()
+
+    asyncio.run(scenario())
+
+
+def test_reconnected_within_the_grace_keeps_leadership() -> None:
+    async def scenario() -> None:
+        zk, election, contender, session = await _leader()
+        zk.drive(Z.SUSPENDED)
+        await asyncio.sleep(GRACE_S / 2)
+        zk.drive(Z.CONNECTED)  # the client found another server: same session
+        await asyncio.sleep(2 * GRACE_S)
+        await _settle()
+        assert contender.events == ["granted"]
+        assert election.has_leadership(session)
+        await election.stop()
+
+    asyncio.run(scenario())
+
+
+def test_lost_revokes_at_once_even_within_the_grace() -> None:
+    async def scenario() -> None:
+        zk, election, contender, session = await _leader()
+        zk.drive(Z.SUSPENDED)
+        zk.kazoo.expire(zk.kazoo.session)
+        zk.drive(Z.LOST)
+        assert not election.has_leadership(session)
+        await _settle()
+        assert contender.events == ["granted", "revoked"]
+        await asyncio.sleep(2 * GRACE_S)  # the cancelled grace revokes nothing more
+        assert contender.events == ["granted", "revoked"]
+        await election.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_new_session_on_reconnect_is_not_taken_for_the_old_one() -> None:
+    async def scenario() -> None:
+        zk, election, contender, session = await _leader()
+        zk.drive(Z.SUSPENDED)
+        zk.kazoo.expire(zk.kazoo.session)
+        zk.kazoo.session = 2  # kazoo said CONNECTED without LOST first: trust nothing
+        zk.drive(Z.CONNECTED)
+        await _settle()
+        assert contender.events[:2] == ["granted", "revoked"]
+        assert not election.has_leadership(session)
+        await election.stop()
+
+    asyncio.run(scenario())
+
+
+def test_without_tolerance_suspended_revokes_at_once() -> None:
+    async def scenario() -> None:
+        zk, election, contender, session = await _leader(tolerate=False)
+        zk.drive(Z.SUSPENDED)
+        assert not election.has_leadership(session)
+        await _settle()
+        assert contender.events == ["granted", "revoked"]
+        await election.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_suspended_contender_is_not_granted() -> None:
+    async def scenario() -> None:
+        zk = TestingZooKeeperConnection()
+        await zk.ensure_started()
+        zk.kazoo.nodes["/test/leader/role/latch/n_0000000099"] = 7  # another leads for now
+        zk.kazoo._sequence = itertools.count(100)
+        election = ZooKeeperLeaderElectionService(
+            zk, "/test/leader/role", tolerate_suspended=True, name="role"
+        )
+        contender = Contender()
+        await election.start(contender)
+        await _settle()
+        zk.drive(Z.SUSPENDED)
+        zk.kazoo.expire(7)  # the leader's node goes while we cannot see it
+        await election._check()
+        assert contender.events == []
+        zk.drive(Z.CONNECTED)
+        await asyncio.wait_for(contender.granted.wait(), 5)
+        await election.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_contender_stopped_while_suspended_deletes_its_latch_node_once_reconnected() -> None:
+    # Else the node (its session survives a quorum loss) would stand before every successor.
+    async def scenario() -> None:
+        zk, election, contender, _session = await _leader()
+        zk.drive(Z.SUSPENDED)
+        await election.stop()
+        assert contender.events == ["granted", "revoked"]
+        assert len(zk.kazoo.nodes) == 1, "nothing can be deleted while suspended"
+        zk.drive(Z.CONNECTED)
+        await _settle()
+        assert zk.kazoo.nodes == {}
+
+    asyncio.run(scenario())
+
+
+class FailingOnceContender(Contender):
+    """Its first grant fails, as a dispatcher's recovery does when its store read loses the
+    connection."""
+
+    async def grant_leadership(self, session_id: str) -> None:
+        if "failed" not in self.events:
+            self.events.append("failed")
+            raise ConnectionError("the job graph store could not be read")
+        await super().grant_leadership(session_id)
+
+
+def test_a_grant_that_fails_is_revoked_and_granted_again() -> None:
+    async def scenario() -> None:
+        zk = TestingZooKeeperConnection()
+        await zk.ensure_started()
+        election = ZooKeeperLeaderElectionService(
+            zk, "/test/leader/role", tolerate_suspended=True, name="role"
+        )
+        contender = FailingOnceContender()
+        await election.start(contender)
+        await asyncio.wait_for(contender.granted.wait(), 5)
+        assert contender.events == ["failed", "revoked", "granted"]
+        assert election._session_id is not None
+        assert election.has_leadership(election._session_id)
+        await election.stop()
+
+    asyncio.run(scenario())
