@@ -18,6 +18,10 @@ Parquet, collect the ten most frequent words); plain PySpark runs the same DataF
 * **memory** - peak RSS (VmHWM) of a task executor process plus its Spark JVM, versus the plain
   PySpark driver (Python plus its JVM).
 
+``--event-log DIR`` also writes the warm clusters' Spark event logs under ``DIR`` and prints,
+per sparkmill job, its Spark jobs, tasks and task attempts (``spark_event_summary.py`` shows
+them one by one).
+
 Each side runs in its own process (``--worker``), one after the other, never concurrently; the
 1-minute load average during each case is printed with it: on a shared machine, compare runs
 with similar load only. ``--repo`` runs sparkmill from another checkout (its directory is put
@@ -44,6 +48,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from bench_wordcount import generate  # noqa: E402
+from spark_event_summary import read_jobs  # noqa: E402
 
 PLAIN_WORDCOUNT = """
 import os, sys, time
@@ -160,29 +165,36 @@ def worker_sparkmill(args: argparse.Namespace) -> dict[str, Any]:
     from sparkmill.local_cluster import LocalCluster
 
     example = Path(args.repo) / "examples" / "wordcount.py"
-    out: dict[str, Any] = {"jobs": {}, "load": {}, "ready_s": {}, "rss_mb": 0.0}
+    out: dict[str, Any] = {"jobs": {}, "load": {}, "ready_s": {}, "rss_mb": 0.0, "spark_jobs": {}}
     for size, data in zip(args.sizes, args.data, strict=True):
+        config = {"spark.session.start": "eager"}
+        if args.event_log:
+            events = Path(args.event_log) / f"{size}mb"
+            events.mkdir(parents=True, exist_ok=True)
+            config["spark.conf.spark.eventLog.enabled"] = "true"
+            config["spark.conf.spark.eventLog.dir"] = events.resolve().as_uri()
         cluster = LocalCluster(
             Path(args.work) / f"cluster-{size}",
             task_executors=args.task_executors,
             slots=args.slots,
-            extra_config={"spark.session.start": "eager"},
+            extra_config=config,
         )
         started = time.monotonic()
         cluster.start(wait_timeout_s=300)
         try:
             _wait_sessions_up(cluster, 300)
             out["ready_s"][size] = time.monotonic() - started
-            took = []
+            took, windows = [], []
             load = os.getloadavg()[0]
             with ClusterClient.from_config_file(cluster.config_path) as client:
                 for attempt in range(2):
                     os.environ["WORDCOUNT_INPUT"] = f"{data}/*.txt"
                     os.environ["WORDCOUNT_OUTPUT"] = str(Path(args.work) / f"sm-{size}-{attempt}")
                     graph = load_pipeline(example).build_job_graph()
-                    job_started = time.monotonic()
+                    job_started, wall_started = time.monotonic(), time.time()
                     result = client.wait(client.submit(graph), timeout=3600)
                     took.append(time.monotonic() - job_started)
+                    windows.append((wall_started, time.time()))
                     if result.status != common_pb2.FINISHED:
                         print(cluster.logs()[-5000:], file=sys.stderr)
                         raise RuntimeError(f"sparkmill job failed: {result.failure.message}")
@@ -192,10 +204,27 @@ def worker_sparkmill(args: argparse.Namespace) -> dict[str, Any]:
             out["rss_mb"] = max([out["rss_mb"], *(peak_rss_mb(pid) for pid in executors)])
         finally:
             cluster.stop()
+        if args.event_log:  # complete once the session stopped
+            out["spark_jobs"][size] = event_log_counts(Path(args.event_log) / f"{size}mb", windows)
     return out
 
 
 # -- the driver ---------------------------------------------------------------------------------
+
+
+def event_log_counts(directory: Path, windows: list[tuple[float, float]]) -> list[str]:
+    """Spark jobs, tasks and task attempts (job groups) of each sparkmill job, told apart by
+    the wall-clock window (epoch seconds) each ran in; the session's warm-up is left out."""
+    jobs = [j for log in directory.iterdir() for j in read_jobs(str(log)).values()]
+    lines = []
+    for number, (begin, finish) in enumerate(windows, 1):
+        run = [j for j in jobs if j["group"] != "-" and begin * 1000 <= j["start"] <= finish * 1000]
+        attempts = len({j["group"] for j in run})
+        tasks = sum(j["tasks"] for j in run)
+        lines.append(
+            f"job {number}: {len(run)} Spark jobs, {tasks} Spark tasks, {attempts} task attempts"
+        )
+    return lines
 
 
 def _env(repo: Path) -> dict[str, str]:
@@ -235,6 +264,8 @@ def _worker(kind: str, args: argparse.Namespace, sizes: list[int], data: list[Pa
         "--data",
         ",".join(map(str, data)),
     ]
+    if args.event_log:
+        command += ["--event-log", str(args.event_log)]
     done = subprocess.run(command, env=_env(args.repo), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         print(done.stderr[-5000:], file=sys.stderr)
@@ -257,6 +288,7 @@ def main() -> int:
     parser.add_argument("--task-executors", type=int, default=1, help="warm cluster")
     parser.add_argument("--slots", type=int, default=2, help="warm cluster")
     parser.add_argument("--repeat", type=int, default=1, help="cold runs (median reported)")
+    parser.add_argument("--event-log", type=Path, help="write the warm clusters' event logs here")
     parser.add_argument("--worker", choices=("plain", "sparkmill"), help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
@@ -333,6 +365,9 @@ def main() -> int:
             f"| peak RSS: task executor + JVM vs plain driver + JVM | {plain['rss_mb']:.0f} MB | "
             f"{ours['rss_mb']:.0f} MB | {ours['rss_mb'] - plain['rss_mb']:+.0f} MB |"
         )
+        for mb in sizes:
+            for line in ours["spark_jobs"].get(str(mb), []):
+                print(f"{mb} MB, Spark event log, {line}")
     print(f"sparkmill from {args.repo}; warm cluster {args.task_executors} x {args.slots} slots")
     print("| case | plain PySpark | sparkmill | ratio | load 1m | note")
     print("| --- | --- | --- | --- | --- | ---")

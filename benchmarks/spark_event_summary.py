@@ -12,15 +12,40 @@ last-job-end span. Jobs outside any attempt (the session's warm-up) are listed a
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 
-def summarize(path: str) -> None:
+def _lines(path: str) -> list[str]:
+    """The JSON lines of an event log: a file, or Spark 4's rolling directory
+    (``eventlog_v2_*/events_N_*``), each file plain or compressed with zstd (Spark 4's
+    default; decompressed with the ``zstd`` command)."""
+    target = Path(path)
+    files = [target]
+    if target.is_dir():
+        files = sorted(
+            (f for f in target.iterdir() if f.name.startswith("events_")),
+            key=lambda f: int(f.name.split("_")[1]),
+        )
+    lines: list[str] = []
+    for file in files:
+        if file.suffix == ".zstd":
+            text = subprocess.run(
+                ["zstd", "-dcq", str(file)], capture_output=True, text=True, check=True
+            ).stdout
+        else:
+            text = file.read_text(encoding="utf-8")
+        lines.extend(line for line in text.splitlines() if line.strip())
+    return lines
+
+
+def read_jobs(path: str) -> dict[int, dict[str, Any]]:
+    """Every Spark job of the event log: its job group, call site, stages, tasks, times."""
     jobs: dict[int, dict[str, Any]] = {}
-    with open(path, encoding="utf-8") as lines:
-        events = [json.loads(line) for line in lines]
+    events = [json.loads(line) for line in _lines(path)]
     for event in events:
         kind = event.get("Event")
         if kind == "SparkListenerJobStart":
@@ -34,6 +59,11 @@ def summarize(path: str) -> None:
             }
         elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
             jobs[event["Job ID"]]["end"] = event["Completion Time"]
+    return jobs
+
+
+def summarize(path: str) -> None:
+    jobs = read_jobs(path)
     groups: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
     for job_id, job in sorted(jobs.items()):
         groups[job["group"]].append((job_id, job))
