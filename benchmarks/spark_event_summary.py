@@ -43,8 +43,11 @@ def _lines(path: str) -> list[str]:
 
 
 def read_jobs(path: str) -> dict[int, dict[str, Any]]:
-    """Every Spark job of the event log: its job group, call site, stages, tasks, times."""
+    """Every Spark job of the event log: its job group, call site, the stages and tasks it ran
+    (a stage another job already ran - a shuffle reused, a query stage of adaptive execution -
+    is skipped, not counted), times."""
     jobs: dict[int, dict[str, Any]] = {}
+    ran: list[tuple[int, float, int]] = []  # stage id, submission time, tasks
     events = [json.loads(line) for line in _lines(path)]
     for event in events:
         kind = event.get("Event")
@@ -54,11 +57,23 @@ def read_jobs(path: str) -> dict[int, dict[str, Any]]:
                 "group": props.get("spark.jobGroup.id", "-"),
                 "site": (props.get("callSite.short") or "?").split(" at ")[0],
                 "start": event["Submission Time"],
-                "stages": len(event.get("Stage IDs", [])),
-                "tasks": sum(s.get("Number of Tasks", 0) for s in event.get("Stage Infos", [])),
+                "stage_ids": set(event.get("Stage IDs", [])),
+                "stages": 0,
+                "tasks": 0,
             }
         elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
             jobs[event["Job ID"]]["end"] = event["Completion Time"]
+        elif kind == "SparkListenerStageCompleted":
+            info = event["Stage Info"]
+            submitted = info.get("Submission Time", 0)
+            ran.append((info["Stage ID"], submitted, info.get("Number of Tasks", 0)))
+    for stage, submitted, tasks in ran:
+        # The stage ran for the latest job that lists it and was submitted before it.
+        owners = [j for j in jobs.values() if stage in j["stage_ids"] and j["start"] <= submitted]
+        if owners:
+            owner = max(owners, key=lambda j: j["start"])
+            owner["stages"] += 1
+            owner["tasks"] += tasks
     return jobs
 
 
