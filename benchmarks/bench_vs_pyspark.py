@@ -182,7 +182,7 @@ def worker_sparkmill(args: argparse.Namespace) -> dict[str, Any]:
         started = time.monotonic()
         cluster.start(wait_timeout_s=300)
         try:
-            _wait_sessions_up(cluster, 300)
+            _wait_sessions_up(cluster, 900)  # a busy machine: minutes per JVM
             out["ready_s"][size] = time.monotonic() - started
             took, windows = [], []
             load = os.getloadavg()[0]
