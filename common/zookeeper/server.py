@@ -101,6 +101,12 @@ class ZooKeeperServer:
         ]
 
     def start(self, timeout_s: float = 30.0) -> None:
+        self.launch()
+        self.wait_ready(timeout_s)
+
+    def launch(self) -> None:
+        """Start the server process without waiting for it (an ensemble's servers wait for
+        each other before any of them serves)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             self.process = subprocess.Popen(
@@ -110,7 +116,6 @@ class ZooKeeperServer:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        self.wait_ready(timeout_s)
 
     def wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -126,15 +131,20 @@ class ZooKeeperServer:
 
     def serving(self) -> bool:
         """Answers requests: up, and (in an ensemble) part of a quorum."""
+        return b"Mode:" in self.four_letter_word("srvr")
+
+    def four_letter_word(self, command: str, timeout_s: float = 1.0) -> bytes:
+        """The answer to one of ZooKeeper's four-letter commands (``srvr``, ``cons``...), or
+        nothing when the server does not answer."""
+        answer = b""
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
-                sock.sendall(b"srvr")
-                answer = b""
+            with socket.create_connection(("127.0.0.1", self.port), timeout=timeout_s) as sock:
+                sock.sendall(command.encode())
                 while chunk := sock.recv(4096):
                     answer += chunk
         except OSError:
-            return False
-        return b"Mode:" in answer
+            return b""
+        return answer
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is None:
@@ -177,15 +187,7 @@ class ZooKeeperEnsemble:
     def start(self, timeout_s: float = 60.0) -> None:
         """Start every server, then wait until each serves (a quorum formed)."""
         for server in self.servers:
-            server.directory.mkdir(parents=True, exist_ok=True)
-            with open(server.log_file, "ab") as log:
-                server.process = subprocess.Popen(
-                    server.command(),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
+            server.launch()
         for server in self.servers:
             server.wait_ready(timeout_s)
 

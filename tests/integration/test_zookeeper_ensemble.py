@@ -9,7 +9,6 @@ kazoo itself never reports LOST while it reaches no server.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections.abc import Iterator
 
@@ -56,15 +55,7 @@ class Contender:
 
 def _has_session(server: ZooKeeperServer, session_id: int) -> bool:
     """The server lists a connection of ``session_id`` (its ``cons`` command)."""
-    try:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=2) as sock:
-            sock.sendall(b"cons")
-            answer = b""
-            while chunk := sock.recv(4096):
-                answer += chunk
-    except OSError:
-        return False
-    return f"sid=0x{session_id:x}".encode() in answer
+    return f"sid=0x{session_id:x}".encode() in server.four_letter_word("cons", timeout_s=2)
 
 
 async def _lead(
