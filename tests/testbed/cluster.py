@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
@@ -224,3 +225,12 @@ class LeaderWatch:
             if at >= since and now is not None and now != before:
                 return at - since
         return None
+
+
+# Opt in until they have passed repeatedly: scenarios 1-4 passed twice in a row on a loaded
+# bed, but scenario 5 and the soak have not run to the end yet.
+SCENARIOS_OPT_IN = "SPARKMILL_TESTBED_SCENARIOS"
+only_when_opted_in = pytest.mark.skipif(
+    os.environ.get(SCENARIOS_OPT_IN) != "1",
+    reason=f"HA scenarios on the test bed run with {SCENARIOS_OPT_IN}=1",
+)

@@ -13,7 +13,6 @@ JobMasters on h3 and h4, task executors on h3-h5; ZooKeeper sessions of 6 s.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -32,6 +31,7 @@ from tests.testbed.cluster import (
     host_of,
     job_master_host,
     leader_hosts,
+    only_when_opted_in,
     status_name,
     submit_ha,
     wait_cluster,
@@ -39,15 +39,7 @@ from tests.testbed.cluster import (
 )
 from tests.testbed.faults import Faults
 
-# Opt in (the lead decides about CI): scenarios 1-4 passed twice in a row on a loaded bed, but
-# scenario 5 and the soak have not run to the end on a quiet machine yet.
-OPT_IN = "SPARKMILL_TESTBED_SCENARIOS"
-pytestmark = [
-    pytest.mark.timeout(900),
-    pytest.mark.skipif(
-        os.environ.get(OPT_IN) != "1", reason=f"HA scenarios on the test bed run with {OPT_IN}=1"
-    ),
-]
+pytestmark = [pytest.mark.timeout(900), only_when_opted_in]
 
 SESSION_TIMEOUT_S = 6.0
 MEASUREMENTS = CACHE / "ha-measurements.json"

@@ -11,20 +11,12 @@ import os
 import pytest
 
 from tests.testbed.bed import CACHE, TestBed
-from tests.testbed.cluster import wait_cluster
+from tests.testbed.cluster import only_when_opted_in, wait_cluster
 from tests.testbed.soak import soak
 
 MINUTES = float(os.environ.get("SPARKMILL_SOAK_MINUTES", "10"))
 
-# Not yet proven stable (scenario 4 lost a job once with two ZooKeeper nodes down; scenario 5
-# and the soak have not run to the end on a quiet machine): opt in until they have.
-OPT_IN = "SPARKMILL_TESTBED_SCENARIOS"
-pytestmark = [
-    pytest.mark.timeout(int(MINUTES * 60) + 1800),
-    pytest.mark.skipif(
-        os.environ.get(OPT_IN) != "1", reason=f"HA scenarios on the test bed run with {OPT_IN}=1"
-    ),
-]
+pytestmark = [pytest.mark.timeout(int(MINUTES * 60) + 1800), only_when_opted_in]
 
 
 def test_soak_random_faults_lose_no_job_and_write_no_row_wrong_or_twice(bed: TestBed) -> None:

@@ -11,7 +11,6 @@ executors' original configuration, no Spark master or worker left running.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from tests.testbed.cluster import (
     HaJob,
     answer,
     cluster_client,
+    only_when_opted_in,
     status_name,
     submit_ha,
     wait_cluster,
@@ -33,15 +33,7 @@ from tests.testbed.cluster import (
 )
 from tests.testbed.faults import Faults
 
-# Not yet proven stable (scenario 4 lost a job once with two ZooKeeper nodes down; scenario 5
-# and the soak have not run to the end on a quiet machine): opt in until they have.
-OPT_IN = "SPARKMILL_TESTBED_SCENARIOS"
-pytestmark = [
-    pytest.mark.timeout(900),
-    pytest.mark.skipif(
-        os.environ.get(OPT_IN) != "1", reason=f"HA scenarios on the test bed run with {OPT_IN}=1"
-    ),
-]
+pytestmark = [pytest.mark.timeout(900), only_when_opted_in]
 
 MASTER_HOST, WORKER_HOSTS = "h1", ("h1", "h2")
 SPARK_CLASS = "/opt/sparkmill/venv/lib/python3.11/site-packages/pyspark/bin/spark-class"
