@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import shlex
 import time
+import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -39,6 +41,7 @@ MASTER_HOST, WORKER_HOSTS = "h1", ("h1", "h2")
 SPARK_CLASS = "/opt/sparkmill/venv/lib/python3.11/site-packages/pyspark/bin/spark-class"
 TE_CONFIG = "/etc/sparkmill/task-executor-1.yaml"
 TE_UNIT = "sparkmill-task-executor@1.service"
+MASTER_UI_PORT = 8090
 
 
 def _spark_unit(bed: TestBed, host: str, unit: str, args: str, env: dict[str, str]) -> None:
@@ -75,7 +78,7 @@ def standalone(bed: TestBed) -> Iterator[str]:
             MASTER_HOST,
             "spark-master",
             f"org.apache.spark.deploy.master.Master --host {master_ip} --port 7077"
-            " --webui-port 8090",
+            f" --webui-port {MASTER_UI_PORT}",
             # A powered-off worker is declared dead after 10 s (default 60 s).
             {"SPARK_LOCAL_IP": master_ip, "SPARK_MASTER_OPTS": "-Dspark.worker.timeout=10"},
         )
@@ -87,18 +90,13 @@ def standalone(bed: TestBed) -> Iterator[str]:
                 "spark-worker",
                 f"org.apache.spark.deploy.worker.Worker --host {ip} --webui-port 8091"
                 f" --cores 4 --memory 1536m --work-dir /tmp/spark-worker {url}",
-                {"SPARK_LOCAL_IP": ip},
+                # A worker heartbeats every quarter of *its own* spark.worker.timeout: with the
+                # default 60 s it would miss the master's 10 s and be dropped every half minute.
+                {"SPARK_LOCAL_IP": ip, "SPARK_WORKER_OPTS": "-Dspark.worker.timeout=10"},
             )
         bed.wait_until(
             "both Spark workers registered at the master",
-            lambda: (
-                bed.ssh(
-                    MASTER_HOST,
-                    "journalctl --no-pager -o cat -u spark-master | grep -c 'Registering worker'",
-                    check=False,
-                ).stdout.strip()
-                == str(len(WORKER_HOSTS))
-            ),
+            lambda: _master_state(bed).get("aliveworkers") == len(WORKER_HOSTS),
             timeout=120,
         )
         for host in executors:
@@ -134,9 +132,22 @@ def standalone(bed: TestBed) -> Iterator[str]:
         wait_cluster(bed)
 
 
+def _master_state(bed: TestBed) -> dict[str, Any]:
+    """The Spark master's own view (its web UI's JSON): alive workers, running applications.
+
+    Asked of the master rather than counted in its journal, which keeps earlier runs' lines.
+    """
+    url = f"http://{bed.addresses[MASTER_HOST]}:{MASTER_UI_PORT}/json/"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            state: dict[str, Any] = json.load(response)
+            return state
+    except OSError:
+        return {}  # not up yet
+
+
 def _applications(bed: TestBed) -> int:
-    out = bed.ssh(MASTER_HOST, "journalctl --no-pager -o cat -u spark-master", check=False).stdout
-    return out.count("Registered app")
+    return len(_master_state(bed).get("activeapps", []))
 
 
 def _finish_exact(bed: TestBed, client: ClusterClient, job: HaJob) -> None:
