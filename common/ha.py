@@ -64,6 +64,12 @@ class HighAvailabilityServices(abc.ABC):
         JobLeaderIdService); ``None`` when jobs' leaders are not published (no HA)."""
         return None
 
+    async def job_master_contenders(self, job_id: JobID) -> int | None:
+        """How many JobMasters contend for ``job_id``'s leadership right now (leader or
+        standby), or ``None`` when that cannot be known (no HA, or no connection). A new
+        dispatcher leader uses it to start a recovered job at once when no process hosts it."""
+        return None
+
     def job_progress_store(self) -> JobProgressStore:
         """Where JobMasters record finished subtasks for a JobMaster that takes over (nothing
         without HA: no JobMaster ever takes a job over)."""

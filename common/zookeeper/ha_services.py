@@ -88,6 +88,27 @@ class ZooKeeperHaServices(HighAvailabilityServices):
     def job_leader_retrieval_factory(self) -> Callable[[JobID], LeaderRetrievalService] | None:
         return self.job_master_retrieval
 
+    async def job_master_contenders(self, job_id: JobID) -> int | None:
+        client = self.connection.client
+        if client is None or not self.connection.connected:
+            return None
+        latch = self.connection.path("leader", f"job-{job_id}", "latch")
+
+        def count() -> int:
+            # A read is served by the server we are connected to: catch it up with the leader
+            # first, so a latch node created a moment ago elsewhere is seen.
+            client.sync(latch)
+            try:
+                return len(client.get_children(latch))
+            except NoNodeError:
+                return 0  # no JobMaster of this job ever contended
+
+        try:
+            return await self.connection.call(count)
+        except Exception as exc:  # unknown: the caller keeps waiting, as without the question
+            log.info("could not count the contenders for job %s: %s", job_id[:8], exc)
+            return None
+
     def job_graph_store(self, owner: str) -> JobGraphStore:
         client = self.connection.client
         if client is None:

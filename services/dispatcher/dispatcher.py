@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -110,8 +111,11 @@ class Dispatcher(DispatcherServicer):
         result_store: JobResultStore,
         clients: RpcClientPool,
         identity: ServiceIdentity,
+        job_master_contenders: Callable[[JobID], Awaitable[int | None]] | None = None,
     ) -> None:
         self.settings = settings
+        # How many JobMasters contend for a job's leadership (None: cannot be known).
+        self._job_master_contenders = job_master_contenders
         self.runtime = runtime
         self.election = election
         self.job_store = job_store
@@ -150,7 +154,48 @@ class Dispatcher(DispatcherServicer):
         # them (a running JobMaster must not be started a second time).
         grace = 2 * self.settings.heartbeat_interval_s + self.settings.registration.max_timeout_s
         asyncio.get_running_loop().call_later(grace, self._end_recovery_grace)
+        if self._job_master_contenders is not None:
+            self.runtime.spawn(
+                self._release_uncontended_jobs(session_id, grace), "uncontended-recovered-jobs"
+            )
         self._schedule_waiting_jobs()
+
+    async def _release_uncontended_jobs(self, session_id: str, grace_s: float) -> None:
+        """Start a recovered job before the grace period ends once no JobMaster contends for it.
+
+        The grace period is for a job-master process that still hosts the job (leading, or
+        standby in its election) to claim it. A job whose election has no contender has no such
+        process: its JobMaster was lost with its host or its ZooKeeper session, and waiting
+        would only delay the takeover (its finished subtasks are kept either way). A process
+        that was given the job a moment before the leader change and has not entered the
+        election yet may still claim it; the job's own election then lets one of the two lead.
+        """
+        assert self._job_master_contenders is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        poll_s = min(1.0, self.settings.heartbeat_interval_s)
+        while self.session_id == session_id and loop.time() < deadline:
+            waiting = [j for j in self.jobs.values() if is_waiting_for_claim(j.placement)]
+            if not waiting:
+                return
+            released = 0
+            for job in waiting:
+                contenders = await self._job_master_contenders(job.job_id)
+                if (
+                    contenders == 0
+                    and self.session_id == session_id
+                    and is_waiting_for_claim(job.placement)
+                ):
+                    log.info(
+                        "recovered job %s: no JobMaster contends for it, started now instead"
+                        " of after the recovery grace period",
+                        short(job.job_id),
+                    )
+                    job.move_to(JobPlacement.WAITING)
+                    released += 1
+            if released:
+                self._schedule_waiting_jobs()
+            await asyncio.sleep(poll_s)
 
     async def _recover(self) -> None:
         """Rebuild the job table from the stores; a job with a result is never run again."""

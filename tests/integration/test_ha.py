@@ -142,6 +142,37 @@ def test_job_master_process_killed_mid_job(ha_cluster: RunningCluster) -> None:
     assert client.status(job_id).job_master_address != address
 
 
+def test_a_recovered_job_whose_job_master_is_gone_is_started_without_waiting_out_the_grace(
+    cluster_factory: ClusterFactory,
+) -> None:
+    # The recovery grace is as long as in production (2 heartbeats + a 30 s registration
+    # back-off): it is for a live job-master process to claim its job. The job's process dies
+    # with the dispatcher leader, so its latch node goes with its ZooKeeper session and the new
+    # leader starts the job as soon as it sees no contender.
+    cluster = cluster_factory(
+        task_executors=2,
+        slots=2,
+        ha=True,
+        standbys=1,
+        extra_config={"cluster.registration.max-timeout": "30 s"},
+    )
+    client = cluster.client
+    job_id = client.submit(long_job("jm-and-dispatcher").build_job_graph())
+    eventually(lambda: finished_tasks(cluster, job_id) >= 2, timeout=60)
+    address = client.status(job_id).job_master_address
+    view = client.cluster_status()
+    job_master = next(p.pid for p in view.job_master_process_infos if p.address == address)
+    kill(cluster, leader_pid(cluster, "dispatcher"))
+    kill(cluster, job_master)
+    result = client.wait(job_id, timeout=180)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    logs = "".join(
+        path.read_text(errors="replace")
+        for path in cluster.cluster.log_dir.glob("dispatcher-*.log")
+    )
+    assert f"recovered job {job_id[:8]}: no JobMaster contends for it" in logs
+
+
 def test_finished_job_is_not_rerun_after_every_control_process_restarts(
     ha_cluster: RunningCluster,
 ) -> None:
