@@ -248,6 +248,11 @@ class TaskExecutor(TaskExecutorServicer):
             raise InvalidArgumentError(
                 f"slot index {index} does not exist (this executor has {table.number_slots})"
             )
+        previous = self.jobs.get(job_id)
+        if previous is not None and previous.session_id != request.job_master_session_id:
+            # A new JobMaster leads the job (verified above): what the old one had here is void.
+            # Closed before the new slot is allocated: closing frees every slot of the job.
+            self._close_job(job_id, "a new JobMaster took over the job")
         allocated = table.allocate_slot(
             index,
             job_id,
