@@ -81,6 +81,17 @@ def wait_held(bed: TestBed, client: ClusterClient, job: HaJob, timeout: float = 
     bed.wait_until(f"job {job.job_id[:8]} held", held, timeout=timeout, interval=1.0)
 
 
+def wait_finished_subtasks(bed: TestBed, client: ClusterClient, job: HaJob, at_least: int) -> None:
+    """Until ``at_least`` subtasks of ``job`` finished (recorded for a JobMaster taking over)."""
+
+    def finished() -> bool:
+        details = client.status(job.job_id, timeout=30)
+        done = sum(v.tasks_by_state.get(common_pb2.EXECUTION_FINISHED, 0) for v in details.vertices)
+        return done >= at_least
+
+    bed.wait_until(f"{at_least} subtasks of {job.job_id[:8]} finished", finished, timeout=300)
+
+
 def finish_exact(client: ClusterClient, job: HaJob, timeout: float = 300) -> Any:
     """The job FINISHES and both outputs are exactly the answer, no row missing or doubled."""
     result = wait_job(client, job.job_id, timeout=timeout)
@@ -163,6 +174,8 @@ def test_partition_the_job_masters_host_another_takes_over_and_the_old_leader_st
 ) -> None:
     job = submit_ha(client, bed, "s2-partition-jm", hold=True)
     wait_held(bed, client, job)
+    # The word count's two sources are done before the cut: the new JobMaster must keep them.
+    wait_finished_subtasks(bed, client, job, at_least=2)
     old = job_master_host(client, bed, job.job_id)
     role = f"job-{job.job_id}"
     with LeaderWatch(bed, roles=[role]) as watch:
