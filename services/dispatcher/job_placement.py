@@ -4,7 +4,7 @@ A job's :class:`~common.states.JobStatus` is what its JobMaster reports; the *pl
 dispatcher's own bookkeeping of which job-master process hosts the job (Flink's ``Dispatcher``
 keeps the same with its ``JobManagerRunner`` per job)::
 
-    RECOVERED --(recovery grace period over)--> WAITING
+    RECOVERED --(recovery grace period over, or no JobMaster contends for it)--> WAITING
     WAITING --(StartJob sent to the least loaded process)--> STARTING
     STARTING --(StartJob answered, or a report or registration claims the job)--> ASSIGNED
     STARTING / ASSIGNED --(StartJob refused, process lost, JobMaster suspended)--> WAITING
@@ -12,8 +12,9 @@ keeps the same with its ``JobManagerRunner`` per job)::
 
 A recovered job waits for the grace period before it is started anew, because the job-master
 process that led it under the previous dispatcher leader may still be alive and claim it when
-it registers (RECOVERED -> ASSIGNED). A job whose JobMaster waited as a standby can claim it
-with its first report from WAITING too. ASSIGNED -> ASSIGNED is a report or registration that
+it registers (RECOVERED -> ASSIGNED). When ZooKeeper shows that no JobMaster contends for the
+job's leadership any more, no process can claim it and it is started without waiting. A job
+whose JobMaster waited as a standby can claim it with its first report from WAITING too. ASSIGNED -> ASSIGNED is a report or registration that
 (re)names the hosting process.
 """
 
