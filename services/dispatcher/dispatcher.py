@@ -21,7 +21,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sparkmill.common.actor import ServiceRuntime
@@ -48,8 +47,9 @@ from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs
 from sparkmill.common.v1.gateways import DispatcherServicer, JobMasterClient
 from sparkmill.services.dispatcher import job_listing
 from sparkmill.services.dispatcher.job_placement import (
-    JOB_PLACEMENT_TRANSITIONS,
+    JobMasterProcessRecord,
     JobPlacement,
+    JobRecord,
     can_be_released,
     can_start,
     is_waiting_for_claim,
@@ -58,47 +58,6 @@ from sparkmill.services.dispatcher.job_placement import (
 log = logging.getLogger(__name__)
 # The longest a GetJobResult call may wait for its job to end (its RPC deadline must be longer).
 _MAX_RESULT_WAIT_MS = 60_000
-
-
-@dataclass
-class _JobMasterProcess:
-    process_id: str
-    address: str
-    client: JobMasterClient
-    info: common_pb2.ServiceInfo
-    jobs: set[JobID] = field(default_factory=set)
-
-
-@dataclass
-class _Job:
-    job_id: JobID
-    name: str
-    graph: common_pb2.JobGraph
-    submitted_at: float
-    status: JobStatus = JobStatus.INITIALIZING
-    ended_at: float = 0.0
-    process_id: str = ""
-    session_id: str = ""
-    address: str = ""
-    details: jobs_pb2.JobDetails | None = None
-    result: jobs_pb2.JobResult | None = None
-    placement: JobPlacement = JobPlacement.WAITING
-    # Set once the result is recorded: wakes the GetJobResult calls that wait for the end.
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def terminal(self) -> bool:
-        return self.status.is_globally_terminal
-
-    def move_to(self, placement: JobPlacement) -> None:
-        """Change the placement; one the table does not allow is a bug."""
-        JOB_PLACEMENT_TRANSITIONS.check(self.placement, placement, f"job {short(self.job_id)}")
-        self.placement = placement
-
-    def record_result(self, result: jobs_pb2.JobResult) -> jobs_pb2.JobResult:
-        self.result = result
-        self.ended.set()
-        return result
 
 
 class Dispatcher(DispatcherServicer):
@@ -123,8 +82,8 @@ class Dispatcher(DispatcherServicer):
         self.clients = clients
         self.identity = identity
         self.session_id: str | None = None
-        self.jobs: dict[JobID, _Job] = {}
-        self.processes: dict[str, _JobMasterProcess] = {}
+        self.jobs: dict[JobID, JobRecord] = {}
+        self.processes: dict[str, JobMasterProcessRecord] = {}
         self.heartbeats = HeartbeatManager(
             "dispatcher->jm",
             interval_s=settings.heartbeat_interval_s,
@@ -202,7 +161,7 @@ class Dispatcher(DispatcherServicer):
         results = await self.runtime.run_blocking(self.result_store.results)
         for result, dirty in results:
             job_id = JobID(result.job_id)
-            job = _Job(
+            job = JobRecord(
                 job_id,
                 result.details.name,
                 common_pb2.JobGraph(job_id=job_id),
@@ -225,7 +184,7 @@ class Dispatcher(DispatcherServicer):
                 log.info("job %s already has a result; removing its stale graph", short(job_id))
                 await self._clean_up(job_id)
                 continue
-            self.jobs[job_id] = _Job(
+            self.jobs[job_id] = JobRecord(
                 job_id, graph.name, graph, time.time(), placement=JobPlacement.RECOVERED
             )
             log.info("recovered job %s ('%s') from the job graph store", short(job_id), graph.name)
@@ -241,7 +200,7 @@ class Dispatcher(DispatcherServicer):
             await self._clean_up(job_id)
             return
         message = f"the job graph could not be read back from the HA store: {lost.reason}"
-        job = _Job(
+        job = JobRecord(
             job_id, "(unreadable job graph)", common_pb2.JobGraph(job_id=job_id), time.time()
         )
         self.jobs[job_id] = job
@@ -251,7 +210,7 @@ class Dispatcher(DispatcherServicer):
         )
         await self._fail_for_good(job, failure)
 
-    async def _fail_for_good(self, job: _Job, failure: common_pb2.ErrorInfo) -> None:
+    async def _fail_for_good(self, job: JobRecord, failure: common_pb2.ErrorInfo) -> None:
         """End ``job`` FAILED with ``failure`` without running it: recorded, then cleaned up."""
         job.status = JobStatus.FAILED
         job.ended_at = time.time()
@@ -310,7 +269,7 @@ class Dispatcher(DispatcherServicer):
         # Persist before acknowledging: once the client hears "submitted", no leader change
         # may lose the job.
         await self.runtime.run_blocking(self.job_store.put, request.job_graph)
-        self.jobs[job_id] = _Job(job_id, graph.name, request.job_graph, time.time())
+        self.jobs[job_id] = JobRecord(job_id, graph.name, request.job_graph, time.time())
         self.submitted_total += 1
         log.info(
             "job %s ('%s') submitted: %d vertices, %d subtasks (stored in %.1f ms)",
@@ -337,7 +296,7 @@ class Dispatcher(DispatcherServicer):
                 process.jobs.add(job.job_id)
                 self.runtime.spawn(self._start_job(job, process), "start-job")
 
-    def _assign(self, job: _Job, process_id: str, address: str) -> None:
+    def _assign(self, job: JobRecord, process_id: str, address: str) -> None:
         old = self.processes.get(job.process_id)
         if old is not None and old.process_id != process_id:
             old.jobs.discard(job.job_id)
@@ -348,12 +307,12 @@ class Dispatcher(DispatcherServicer):
         if new is not None:
             new.jobs.add(job.job_id)
 
-    def _least_loaded_process(self) -> _JobMasterProcess | None:
+    def _least_loaded_process(self) -> JobMasterProcessRecord | None:
         if not self.processes:
             return None
         return min(self.processes.values(), key=lambda p: (len(p.jobs), p.process_id))
 
-    async def _start_job(self, job: _Job, process: _JobMasterProcess) -> None:
+    async def _start_job(self, job: JobRecord, process: JobMasterProcessRecord) -> None:
         try:
             reply = await process.client.start_job(
                 job_master_pb2.StartJobRequest(
@@ -397,7 +356,7 @@ class Dispatcher(DispatcherServicer):
             short(job.session_id),
         )
 
-    async def _refuse_job(self, job: _Job, exc: InvalidArgumentError) -> None:
+    async def _refuse_job(self, job: JobRecord, exc: InvalidArgumentError) -> None:
         log.error("job %s FAILED: the JobMaster refused to start it: %s", short(job.job_id), exc)
         failure = common_pb2.ErrorInfo(
             code=cast(Any, int(exc.code)),
@@ -472,7 +431,7 @@ class Dispatcher(DispatcherServicer):
         if request.process_id in self.processes:
             self._lose_process(request.process_id, "it registered again")
         client = JobMasterClient(self.clients.get(request.address))
-        process = _JobMasterProcess(request.process_id, request.address, client, request.info)
+        process = JobMasterProcessRecord(request.process_id, request.address, client, request.info)
         self.processes[request.process_id] = process
         for hosted in request.jobs:
             job = self.jobs.get(JobID(hosted.job_id))
@@ -516,7 +475,9 @@ class Dispatcher(DispatcherServicer):
         self._schedule_waiting_jobs()
         return dispatcher_pb2.RegisterJobMasterProcessResponse(dispatcher_id=self.identity.id)
 
-    async def _stop_orphan(self, process: _JobMasterProcess, job_id: JobID, session: str) -> None:
+    async def _stop_orphan(
+        self, process: JobMasterProcessRecord, job_id: JobID, session: str
+    ) -> None:
         log.warning(
             "job %s ended here but job-master process %s still runs it; cancelling it there",
             short(job_id),
@@ -564,7 +525,7 @@ class Dispatcher(DispatcherServicer):
 
     # -- queries and control ---------------------------------------------------------------------
 
-    def _job(self, job_id: str) -> _Job:
+    def _job(self, job_id: str) -> JobRecord:
         job = self.jobs.get(JobID(job_id))
         if job is None:
             raise NotFoundError(
@@ -612,7 +573,7 @@ class Dispatcher(DispatcherServicer):
                 log.debug("live details of %s unavailable: %s", short(job.job_id), exc)
         return self._details(job)
 
-    def _details(self, job: _Job) -> jobs_pb2.JobDetails:
+    def _details(self, job: JobRecord) -> jobs_pb2.JobDetails:
         details = jobs_pb2.JobDetails()
         if job.details is not None:
             details.CopyFrom(job.details)

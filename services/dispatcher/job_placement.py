@@ -1,4 +1,5 @@
-"""Where the dispatcher stands with each job's JobMaster: :class:`JobPlacement`.
+"""Where the dispatcher stands with each job and job-master process: :class:`JobPlacement`,
+:class:`JobRecord` and :class:`JobMasterProcessRecord`.
 
 A job's :class:`~common.states.JobStatus` is what its JobMaster reports; the *placement* is the
 dispatcher's own bookkeeping of which job-master process hosts the job (Flink's ``Dispatcher``
@@ -14,15 +15,21 @@ A recovered job waits for the grace period before it is started anew, because th
 process that led it under the previous dispatcher leader may still be alive and claim it when
 it registers (RECOVERED -> ASSIGNED). When ZooKeeper shows that no JobMaster contends for the
 job's leadership any more, no process can claim it and it is started without waiting. A job
-whose JobMaster waited as a standby can claim it with its first report from WAITING too. ASSIGNED -> ASSIGNED is a report or registration that
-(re)names the hosting process.
+whose JobMaster waited as a standby can claim it with its first report from WAITING too.
+ASSIGNED -> ASSIGNED is a report or registration that (re)names the hosting process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
+from dataclasses import dataclass, field
 
+from sparkmill.common.ids import JobID, short
 from sparkmill.common.state_machine import TransitionTable
+from sparkmill.common.states import JobStatus
+from sparkmill.common.v1 import common_pb2, jobs_pb2
+from sparkmill.common.v1.gateways import JobMasterClient
 
 
 class JobPlacement(enum.Enum):
@@ -65,9 +72,56 @@ def is_waiting_for_claim(placement: JobPlacement) -> bool:
     return placement is JobPlacement.RECOVERED
 
 
+@dataclass
+class JobMasterProcessRecord:
+    """A registered job-master process and the jobs the dispatcher placed on it."""
+
+    process_id: str
+    address: str
+    client: JobMasterClient
+    info: common_pb2.ServiceInfo
+    jobs: set[JobID] = field(default_factory=set)
+
+
+@dataclass
+class JobRecord:
+    """The dispatcher's record of one job: graph, last reported status, placement, result."""
+
+    job_id: JobID
+    name: str
+    graph: common_pb2.JobGraph
+    submitted_at: float
+    status: JobStatus = JobStatus.INITIALIZING
+    ended_at: float = 0.0
+    process_id: str = ""
+    session_id: str = ""
+    address: str = ""
+    details: jobs_pb2.JobDetails | None = None
+    result: jobs_pb2.JobResult | None = None
+    placement: JobPlacement = JobPlacement.WAITING
+    # Set once the result is recorded: wakes the GetJobResult calls that wait for the end.
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.is_globally_terminal
+
+    def move_to(self, placement: JobPlacement) -> None:
+        """Change the placement; one the table does not allow is a bug."""
+        JOB_PLACEMENT_TRANSITIONS.check(self.placement, placement, f"job {short(self.job_id)}")
+        self.placement = placement
+
+    def record_result(self, result: jobs_pb2.JobResult) -> jobs_pb2.JobResult:
+        self.result = result
+        self.ended.set()
+        return result
+
+
 __all__ = [
     "JOB_PLACEMENT_TRANSITIONS",
+    "JobMasterProcessRecord",
     "JobPlacement",
+    "JobRecord",
     "can_be_released",
     "can_start",
     "is_waiting_for_claim",
