@@ -31,7 +31,7 @@ from tests.testbed.cluster import (
     host_of,
     job_master_host,
     leader_hosts,
-    only_when_opted_in,
+    skip_when_scenarios_off,
     status_name,
     submit_ha,
     wait_cluster,
@@ -39,7 +39,7 @@ from tests.testbed.cluster import (
 )
 from tests.testbed.faults import Faults
 
-pytestmark = [pytest.mark.timeout(900), only_when_opted_in]
+pytestmark = [pytest.mark.timeout(900), skip_when_scenarios_off]
 
 SESSION_TIMEOUT_S = 6.0
 MEASUREMENTS = CACHE / "ha-measurements.json"

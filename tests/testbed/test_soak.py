@@ -11,12 +11,12 @@ import os
 import pytest
 
 from tests.testbed.bed import CACHE, TestBed
-from tests.testbed.cluster import only_when_opted_in, wait_cluster
+from tests.testbed.cluster import skip_when_scenarios_off, wait_cluster
 from tests.testbed.soak import soak
 
 MINUTES = float(os.environ.get("SPARKMILL_SOAK_MINUTES", "10"))
 
-pytestmark = [pytest.mark.timeout(int(MINUTES * 60) + 1800), only_when_opted_in]
+pytestmark = [pytest.mark.timeout(int(MINUTES * 60) + 1800), skip_when_scenarios_off]
 
 
 def test_soak_random_faults_lose_no_job_and_write_no_row_wrong_or_twice(bed: TestBed) -> None:

@@ -27,7 +27,7 @@ from tests.testbed.cluster import (
     HaJob,
     answer,
     cluster_client,
-    only_when_opted_in,
+    skip_when_scenarios_off,
     status_name,
     submit_ha,
     wait_cluster,
@@ -35,7 +35,7 @@ from tests.testbed.cluster import (
 )
 from tests.testbed.faults import Faults
 
-pytestmark = [pytest.mark.timeout(900), only_when_opted_in]
+pytestmark = [pytest.mark.timeout(900), skip_when_scenarios_off]
 
 MASTER_HOST, WORKER_HOSTS = "h1", ("h1", "h2")
 SPARK_CLASS = "/opt/sparkmill/venv/lib/python3.11/site-packages/pyspark/bin/spark-class"
