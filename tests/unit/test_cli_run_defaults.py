@@ -45,9 +45,10 @@ def _installed_manager(settings: ClusterSettings) -> SparkSessionManager:
 
 
 def test_the_warm_up_setting_reaches_the_task_executors_session_manager() -> None:
-    lazy = {"spark_session_start": "lazy"}  # nothing starts a JVM here
-    assert _installed_manager(ClusterSettings(**lazy)).warm_up is True
-    off = ClusterSettings(**lazy, spark_session_warm_up=False)
+    # spark.session.start lazy: nothing starts a JVM here
+    default = ClusterSettings(spark_session_start="lazy")
+    assert _installed_manager(default).warm_up is True
+    off = ClusterSettings(spark_session_start="lazy", spark_session_warm_up=False)
     assert _installed_manager(off).warm_up is False
 
 
