@@ -25,6 +25,7 @@ add up to the whole-process gap.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -81,8 +82,9 @@ class ProcessPoller(threading.Thread):
         while not self.done.is_set():
             now = time.time()
             for pid, cmd in self._descendants().items():
-                entry = self.seen.setdefault(pid, {"first": now, "cmd": cmd})
+                entry = self.seen.setdefault(pid, {"first": now, "cmd": cmd, "cpu": 0.0})
                 entry["last"] = now
+                entry["cpu"] = _cpu_seconds(pid, entry["cpu"])
             self.done.wait(self.period_s)
 
     def _descendants(self) -> dict[int, str]:
@@ -95,6 +97,9 @@ class ProcessPoller(threading.Thread):
                     continue
                 parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
         found, todo = {}, [self.root]
+        with contextlib.suppress(OSError):  # the process itself (the CLI, the plain driver)
+            raw = Path(f"/proc/{self.root}/cmdline").read_bytes()
+            found[self.root] = "main " + raw.replace(b"\0", b" ").decode(errors="replace")
         while todo:
             current = todo.pop()
             for pid, ppid in parents.items():
@@ -106,6 +111,15 @@ class ProcessPoller(threading.Thread):
                     found[pid] = raw.replace(b"\0", b" ").decode(errors="replace")
                     todo.append(pid)
         return found
+
+
+def _cpu_seconds(pid: int, last: float) -> float:
+    """User + system CPU seconds of ``pid`` so far (``last`` once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return last
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_observed(command: list[str], env: dict[str, str]) -> dict[str, Any]:
@@ -222,6 +236,7 @@ def plain_side(work: Path, source: str, env: dict[str, str]) -> dict[str, Any]:
         ],
         "spark_jobs": len(jobs),
         "spark_busy": sum(j["end"] - j["start"] for j in jobs),
+        "procs": run["procs"],
     }
 
 
@@ -283,6 +298,7 @@ def sparkmill_side(
             (warmups[0]["start"], max(j["end"] for j in warmups)) if warmups else None
         ),
         "spark_busy": sum(j["end"] - j["start"] for j in tasks),
+        "procs": run["procs"],
     }
 
 
@@ -310,8 +326,27 @@ def vertex_table(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- report --------------------------------------------------------------------------------------
 
 
+def _kind(cmd: str) -> str:
+    if re.search(r"(^|/)java ", cmd):
+        return "JVM"
+    role = re.search(r"sparkmill (dispatcher|resource-manager|job-master|task-executor) ", cmd)
+    if role:
+        return role.group(1)
+    if cmd.startswith("main "):
+        return "main process"
+    return "Python workers" if "pyspark" in cmd or "daemon" in cmd else "other"
+
+
 def print_timeline(title: str, side: dict[str, Any]) -> None:
-    print(f"\n{title}: {side['end'] - side['start']:.1f} s, {side['spark_jobs']} Spark jobs")
+    cpu = sum(p["cpu"] for p in side["procs"].values())
+    print(
+        f"\n{title}: {side['end'] - side['start']:.1f} s, {side['spark_jobs']} Spark jobs, "
+        f"{cpu:.1f} CPU-s in its processes (the JVM's included)"
+    )
+    kinds: dict[str, float] = defaultdict(float)
+    for proc in side["procs"].values():
+        kinds[_kind(proc["cmd"])] += proc["cpu"]
+    print("  CPU-s: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(kinds.items())))
     for name, stamp in sorted(side["points"], key=lambda p: p[1] or float("inf")):
         at = f"{stamp - side['start']:7.2f}" if stamp is not None else "      -"
         print(f"  {at} s  {name}")
