@@ -203,8 +203,7 @@ class LocalCluster:
         # start-up does not compete with theirs for the machine's cores.
         for index in range(self.task_executors):
             self._spawn("task-executor", index)
-        logs_info = str(config.get("log.level", "INFO")).upper() in ("DEBUG", "INFO")
-        if config.get("spark.session.start") == "eager" and logs_info:
+        if config.get("spark.session.start") == "eager":
             self._wait_for_log("task-executor", " listening on ", TASK_EXECUTORS_FIRST_WAIT_S)
         for index in range(1 + self.standbys):
             self._spawn("resource-manager", index)
