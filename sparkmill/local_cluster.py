@@ -43,8 +43,6 @@ from sparkmill.common.rpc.security import TransportSecurity, security_from_confi
 from sparkmill.common.service_base import ROLES
 
 CONFIG_FILE = "cluster.yaml"
-# How long start() lets task executors with an eager Spark session start alone.
-TASK_EXECUTORS_FIRST_WAIT_S = 5.0
 PROCESSES_FILE = "processes.json"
 KEYS_DIR = "keys"
 
@@ -196,35 +194,15 @@ class LocalCluster:
                     "zookeeper", 0, self.zookeeper.process.pid, str(self.zookeeper.log_file)
                 )
             )
-        config = self.write_config(zookeeper_address)
-        # With an eager Spark session, the task executors' JVM start is the longest step before
-        # a job can run: start them first, and the other services once the task executors are
-        # listening (their sessions are starting by then), so that the others' interpreter
-        # start-up does not compete with theirs for the machine's cores.
-        for index in range(self.task_executors):
-            self._spawn("task-executor", index)
-        if config.get("spark.session.start") == "eager":
-            self._wait_for_log("task-executor", " listening on ", TASK_EXECUTORS_FIRST_WAIT_S)
+        self.write_config(zookeeper_address)
         for index in range(1 + self.standbys):
             self._spawn("resource-manager", index)
             self._spawn("dispatcher", index)
             self._spawn("job-master", index)
+        for index in range(self.task_executors):
+            self._spawn("task-executor", index)
         self._save()
         self.wait_until_ready(wait_timeout_s)
-
-    def _wait_for_log(self, role: str, text: str, timeout_s: float) -> None:
-        """Until every ``role`` process logged ``text``, it exited, or ``timeout_s`` passed
-        (a head start, not a condition: whatever is wrong, wait_until_ready reports it)."""
-        deadline = time.monotonic() + timeout_s
-        pending = self.find(role)
-        while pending and time.monotonic() < deadline:
-            time.sleep(0.05)
-            pending = [
-                p
-                for p in pending
-                if _alive(p.pid, self._popen.get(p.pid))
-                and text not in Path(p.log_file).read_text(errors="replace")
-            ]
 
     def add_task_executor(self) -> ServiceProcess:
         return self.add_process("task-executor")
