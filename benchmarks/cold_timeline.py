@@ -84,7 +84,8 @@ class ProcessPoller(threading.Thread):
             for pid, cmd in self._descendants().items():
                 entry = self.seen.setdefault(pid, {"first": now, "cmd": cmd, "cpu": 0.0})
                 entry["last"] = now
-                entry["cmd"] = cmd  # the latest: spark-class execs the JVM in its own process
+                # The latest (spark-class execs the JVM in its own process), not a zombie's "".
+                entry["cmd"] = cmd if cmd.strip() else entry["cmd"]
                 entry["cpu"] = _cpu_seconds(pid, entry["cpu"])
             self.done.wait(self.period_s)
 
