@@ -6,7 +6,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -14,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from sparkmill.common.keys import rest_token_of
-from sparkmill.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.integration
 
@@ -82,18 +80,3 @@ def test_local_cluster_up_and_down(tmp_path: Path) -> None:
         )
     assert down.returncode == 0, down.stderr
     assert not (tmp_path / "processes.json").exists()
-
-
-def test_stopping_a_local_cluster_lets_its_task_executor_say_goodbye(tmp_path: Path) -> None:
-    # Task executors stop first: a resource manager stopping at the same moment never answers
-    # their goodbye, and each would wait 2 s for it before stopping its Spark session.
-    cluster = LocalCluster(tmp_path, task_executors=1, slots=1)
-    cluster.start(wait_timeout_s=120)
-    stopping = time.monotonic()
-    cluster.stop()
-    took = time.monotonic() - stopping
-    executor = (tmp_path / "logs" / "task-executor-0.log").read_text()
-    manager = (tmp_path / "logs" / "resource-manager-0.log").read_text()
-    assert "could not say goodbye" not in executor, executor
-    assert "the task executor disconnected: task executor shut down" in manager, manager
-    assert took < 10, f"stopping took {took:.1f}s"
