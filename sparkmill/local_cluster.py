@@ -301,7 +301,8 @@ class LocalCluster:
         for proc in executors:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
-        executors_by = min(deadline, time.monotonic() + EXECUTORS_FIRST_STOP_S)
+        # At most half the grace period: the others need their share of it.
+        executors_by = time.monotonic() + min(EXECUTORS_FIRST_STOP_S, grace_s / 2)
         while time.monotonic() < executors_by and any(
             _alive(p.pid, self._popen.get(p.pid)) for p in executors
         ):
