@@ -663,6 +663,16 @@ SPARK_SESSION_START = _option(
     "task runs.",
     choices=("eager", "lazy"),
 )
+SPARK_SESSION_WARM_UP = _option(
+    "spark.session.warm-up",
+    BOOL,
+    True,
+    "Run a small job of the kinds tasks run (text, aggregation, Parquet) right after the Spark "
+    "session starts, so that the first job submitted once the task executor is ready does not "
+    "pay for the JVM's class loading and code generation. Tasks that arrive meanwhile do not "
+    "wait for it. 'sparkmill run' turns it off: its job arrives with the session, and its own "
+    "tasks warm the JVM up.",
+)
 SPARK_UI_ENABLED = _option(
     "spark.ui.enabled",
     BOOL,

@@ -77,6 +77,7 @@ def settings_from_config(config: Configuration) -> ClusterSettings:
         exchange_dir=config.get(opt.EXCHANGE_DIR),
         spark_master=config.get(opt.SPARK_MASTER),
         spark_session_start=config.get(opt.SPARK_SESSION_START),
+        spark_session_warm_up=config.get(opt.SPARK_SESSION_WARM_UP),
         spark_ui_enabled=config.get(opt.SPARK_UI_ENABLED),
         spark_conf=config.prefixed("spark.conf."),
     )

@@ -59,6 +59,7 @@ class ClusterSettings:
     exchange_dir: str = "/tmp/sparkmill-exchange"
     spark_master: str = "local[2]"
     spark_session_start: str = "eager"
+    spark_session_warm_up: bool = True
     spark_ui_enabled: bool = False
     spark_conf: dict[str, str] = field(default_factory=dict)  # the spark.conf.* keys
 

@@ -568,6 +568,19 @@ def _local_cluster(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def run_cluster_config(pipeline: Any) -> dict[str, Any]:
+    """What ``sparkmill run`` sets on its local cluster for ``pipeline``."""
+    from sparkmill.pipeline import Pipeline
+
+    if not isinstance(pipeline, Pipeline):
+        return {}  # test operators need no Spark at all
+    # A PySpark pipeline needs a Spark session: start it with the task executor, in parallel,
+    # instead of on the first task. No warm-up job: the job is submitted while the session
+    # starts, so a warm-up would only take cores from its tasks (which warm the JVM up
+    # themselves).
+    return {"spark.session.start": "eager", "spark.session.warm-up": False}
+
+
 def _run(args: argparse.Namespace) -> int:
     from sparkmill.client import ClusterClient
     from sparkmill.local_cluster import LocalCluster
@@ -587,13 +600,11 @@ def _run(args: argparse.Namespace) -> int:
         ) from None
     with tempfile.TemporaryDirectory(prefix="sparkmill-run-") as tmp:
         directory = (args.dir or Path(tmp)).resolve()
-        from sparkmill.pipeline import Pipeline
-
-        # A PySpark pipeline needs Spark sessions: start them with the task executors, in
-        # parallel, instead of on the first task (test operators do not need Spark at all).
-        extra = {"spark.session.start": "eager"} if isinstance(pipeline, Pipeline) else {}
         cluster = LocalCluster(
-            directory, task_executors=args.task_executors, slots=args.slots, extra_config=extra
+            directory,
+            task_executors=args.task_executors,
+            slots=args.slots,
+            extra_config=run_cluster_config(pipeline),
         )
         print(
             f"starting a local cluster ({args.task_executors} task executors x {args.slots} "

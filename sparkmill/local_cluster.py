@@ -43,6 +43,8 @@ from sparkmill.common.rpc.security import TransportSecurity, security_from_confi
 from sparkmill.common.service_base import ROLES
 
 CONFIG_FILE = "cluster.yaml"
+# How long stop() lets the task executors stop alone before it stops the other services.
+EXECUTORS_FIRST_STOP_S = 5.0
 PROCESSES_FILE = "processes.json"
 KEYS_DIR = "keys"
 
@@ -287,12 +289,28 @@ class LocalCluster:
 
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM every service, then SIGKILL what is still alive after ``grace_s``; then
-        ZooKeeper (last: the services deregister from it while they stop)."""
+        ZooKeeper (last: the services deregister from it while they stop).
+
+        Task executors first, and the others once they are gone (or after a few seconds): a
+        stopping task executor says goodbye to the resource manager before it stops its Spark
+        session, and waits up to 2 s for an answer that a resource manager stopping at the
+        same moment never sends."""
         services = [p for p in self.processes if p.role != "zookeeper"]
-        for proc in reversed(services):
+        deadline = time.monotonic() + grace_s
+        executors = [p for p in services if p.role == "task-executor"]
+        for proc in executors:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
+        # At most half the grace period: the others need their share of it.
+        executors_by = time.monotonic() + min(EXECUTORS_FIRST_STOP_S, grace_s / 2)
+        while time.monotonic() < executors_by and any(
+            _alive(p.pid, self._popen.get(p.pid)) for p in executors
+        ):
+            time.sleep(0.05)
+        for proc in reversed(services):
+            if proc.role != "task-executor":
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
         for proc in services:
             while _alive(proc.pid, self._popen.get(proc.pid)) and time.monotonic() < deadline:
                 time.sleep(0.05)

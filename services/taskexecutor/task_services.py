@@ -26,6 +26,7 @@ def install_task_services(
         app_name=f"sparkmill-{runtime.name}",
         ui_enabled=ui_enabled,
         conf=conf,
+        warm_up=settings.spark_session_warm_up,
     )
     services[SERVICE_KEY] = manager
     if settings.spark_session_start == "eager":

@@ -1,0 +1,58 @@
+"""``LocalCluster.stop`` stops the task executors before the services they say goodbye to."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sparkmill.local_cluster import LocalCluster, ServiceProcess
+
+# A stand-in service: notes when SIGTERM came, takes ``argv[2]`` seconds to stop, exits.
+FAKE_SERVICE = """
+import pathlib, signal, sys, time
+out = pathlib.Path(sys.argv[1])
+def stop(*_):
+    out.write_text(repr(time.time()))
+    time.sleep(float(sys.argv[2]))
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+pathlib.Path(sys.argv[1] + ".ready").write_text("")
+while True:
+    time.sleep(0.02)
+"""
+
+
+def _fake(cluster: LocalCluster, role: str, stop_s: float) -> Path:
+    marker = cluster.directory / f"{role}.sigterm"
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_SERVICE, str(marker), str(stop_s)])
+    cluster._popen[proc.pid] = proc
+    cluster.processes.append(ServiceProcess(role, 0, proc.pid, str(marker) + ".log"))
+    deadline = time.monotonic() + 30
+    while not Path(str(marker) + ".ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return marker
+
+
+def test_task_executors_stop_before_the_resource_manager_is_told_to(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path)
+    manager = _fake(cluster, "resource-manager", 0.0)
+    executor = _fake(cluster, "task-executor", 0.5)  # saying goodbye, stopping Spark
+    cluster.stop(grace_s=10)
+    executor_told, manager_told = float(executor.read_text()), float(manager.read_text())
+    assert manager_told >= executor_told + 0.4  # only once the executor was gone
+    assert all(p.poll() is not None for p in cluster._popen.values())
+
+
+def test_a_task_executor_that_does_not_stop_holds_the_others_back_only_briefly(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster(tmp_path)
+    manager = _fake(cluster, "resource-manager", 0.0)
+    _fake(cluster, "task-executor", 60.0)  # hangs: SIGKILLed after the grace period
+    started = time.monotonic()
+    cluster.stop(grace_s=3)
+    assert manager.exists()  # told to stop although the executor was still there
+    assert time.monotonic() - started < 12
+    assert all(p.poll() is not None for p in cluster._popen.values())
