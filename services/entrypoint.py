@@ -120,6 +120,7 @@ def _build(
             ha.job_result_store(),
             clients,
             identity,
+            ha.job_master_contenders,
         )
     if role == "resource-manager":
         return ResourceManager(
