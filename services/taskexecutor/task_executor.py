@@ -27,6 +27,7 @@ from sparkmill.common.errors import (
     DeadlineExceededError,
     FailedPreconditionError,
     FencingMismatchError,
+    IllegalStateBug,
     InvalidArgumentError,
     NotFoundError,
     RpcError,
@@ -301,11 +302,14 @@ class TaskExecutor(TaskExecutorServicer):
             self._close_job(job_id, "the JobMaster lost its job's leadership")
 
     def _job_connection(self, job_id: JobID, address: str, session_id: str) -> _JobConnection:
+        """The job's connection to the JobMaster of ``session_id``, made if there is none
+        (``request_slot`` has closed one to an earlier JobMaster already)."""
         connection = self.jobs.get(job_id)
         if connection is not None and connection.session_id != session_id:
-            # A new JobMaster leads the job: whatever the old one had here is void.
-            self._close_job(job_id, "a new JobMaster took over the job")
-            connection = None
+            raise IllegalStateBug(
+                f"job {short(job_id)} still has a connection to JobMaster session "
+                f"{short(connection.session_id)}, not {short(session_id)}"
+            )
         if connection is None:
             client = JobMasterClient(self.clients.get(address), fencing_token=session_id)
             connection = _JobConnection(job_id, address, session_id, client)

@@ -39,8 +39,11 @@ def fresh(graph: ExecutionGraph, vertex: object) -> TaskDeployment:
     )
 
 
-def cached(graph: ExecutionGraph, vertex: object, gates: InputGateCache) -> TaskDeployment:
-    proto = deployment_proto_of(
+def descriptor(
+    graph: ExecutionGraph, vertex: object, gates: InputGateCache
+) -> task_executor_pb2.TaskDeploymentDescriptor:
+    """The descriptor the JobMaster sends for ``vertex``'s current execution."""
+    return deployment_proto_of(
         vertex.current_execution,  # type: ignore[attr-defined]
         ALLOCATION,
         gates,
@@ -49,7 +52,10 @@ def cached(graph: ExecutionGraph, vertex: object, gates: InputGateCache) -> Task
         job_master_epoch=7,
         job_config={"k": "v"},
     )
-    return TaskDeployment.from_proto(proto)
+
+
+def cached(graph: ExecutionGraph, vertex: object, gates: InputGateCache) -> TaskDeployment:
+    return TaskDeployment.from_proto(descriptor(graph, vertex, gates))
 
 
 def test_consumers_of_an_all_to_all_edge_share_one_cached_gate_equal_to_a_fresh_one() -> None:
@@ -104,15 +110,7 @@ def offloaded(
 ) -> tuple[task_executor_pb2.TaskDeploymentDescriptor, TaskDeployment]:
     """A descriptor as the JobMaster sends it, and what a task executor that fetched its
     offloaded gates from ``gates`` makes of it."""
-    proto = deployment_proto_of(
-        vertex.current_execution,  # type: ignore[attr-defined]
-        ALLOCATION,
-        gates,
-        job_id=JobID(graph.job_id),
-        job_name="j",
-        job_master_epoch=7,
-        job_config={"k": "v"},
-    )
+    proto = descriptor(graph, vertex, gates)
     fetched = {
         key: input_gate_from_proto(gates.shared_gate(*key)) for key in shared_gate_keys(proto)
     }
