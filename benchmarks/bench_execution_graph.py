@@ -17,8 +17,8 @@ import sys
 import time
 import tracemalloc
 
-from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
-from sparkmill.common.jobgraph import (
+from sparkmill.common.core.ids import new_dataset_id, new_job_id, new_vertex_id
+from sparkmill.common.jobgraph.model import (
     DistributionPattern,
     IntermediateDataSet,
     JobEdge,
@@ -27,7 +27,7 @@ from sparkmill.common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
+from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 
 
 def two_vertex_job(

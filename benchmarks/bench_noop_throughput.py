@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from sparkmill.client import ClusterClient
-from sparkmill.common.errors import DeadlineExceededError
+from sparkmill.common.core.errors import DeadlineExceededError
 from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from sparkmill.client import ClusterClient
+from sparkmill.common.ha.zookeeper.server import zookeeper_available
 from sparkmill.common.v1 import common_pb2
-from sparkmill.common.zookeeper.server import zookeeper_available
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline
 

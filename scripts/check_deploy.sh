@@ -249,14 +249,14 @@ note "units: $(ls "$R/etc/systemd/system" | tr '\n' ' ')"
 for conf in sparkmill.yaml dispatcher.yaml resource-manager.yaml job-master.yaml task-executor-1.yaml \
     task-executor-2.yaml; do
   [ -f "$R/etc/sparkmill/$conf" ] || fail "$conf was not rendered"
-  (cd "$ROOT" && "$PY" -c "from sparkmill.common.config import Configuration; Configuration.load('$R/etc/sparkmill/$conf')") ||
+  (cd "$ROOT" && "$PY" -c "from sparkmill.common.config.configuration import Configuration; Configuration.load('$R/etc/sparkmill/$conf')") ||
     fail "$conf does not load with sparkmill's validation"
 done
 [ ! -e "$R/etc/sparkmill/task-executor-3.yaml" ] || fail "a third task executor configuration exists"
 "$PY" - "$R/etc/sparkmill" "$DISPATCHER_PORT" <<'EOF' || fail "the rendered configuration has unexpected values"
 import sys
-from sparkmill.common.config import Configuration
-from sparkmill.common import config_options as opt
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.config.configuration import options as opt
 etc, port = sys.argv[1], int(sys.argv[2])
 conf = Configuration.load(f"{etc}/sparkmill.yaml")
 assert conf.get(opt.DISPATCHER_RPC_ADDRESS) == f"tcp://127.0.0.1:{port}", conf.get(opt.DISPATCHER_RPC_ADDRESS)
@@ -269,9 +269,9 @@ assert own[0].get(opt.DISPATCHER_RPC_ADDRESS) == conf.get(opt.DISPATCHER_RPC_ADD
 te = [Configuration.load(f"{etc}/task-executor-{i}.yaml") for i in (1, 2)]
 assert [c.get(opt.METRICS_PORT) for c in te] == [9260, 9261], [c.get(opt.METRICS_PORT) for c in te]
 assert te[1].to_strings()["spark.conf.spark.local.dir"].endswith("/task-executor-2")
-print("   sparkmill.yaml, the services' own files and task-executor-{1,2}.yaml load with sparkmill.common.config and hold the expected values")
+print("   sparkmill.yaml, the services' own files and task-executor-{1,2}.yaml load with sparkmill.common.config.configuration and hold the expected values")
 EOF
-"$R/opt/sparkmill/venv/bin/python" -c "from sparkmill.common.config import Configuration; Configuration.load('$R/etc/sparkmill/sparkmill.yaml')" ||
+"$R/opt/sparkmill/venv/bin/python" -c "from sparkmill.common.config.configuration import Configuration; Configuration.load('$R/etc/sparkmill/sparkmill.yaml')" ||
   fail "the installed venv cannot load the configuration"
 note "the installed venv ($R/opt/sparkmill/venv) loads it too"
 
@@ -334,7 +334,7 @@ mkdir -p "$WORK/ha-etc"
 grep -qx 'high-availability.mode: zookeeper' "$WORK/ha-etc/sparkmill.yaml" || fail "HA mode not rendered"
 grep -qx 'high-availability.zookeeper.quorum: zk-1.invalid:2281,192.0.2.12:2281' "$WORK/ha-etc/sparkmill.yaml" ||
   { cat "$WORK/ha-etc/sparkmill.yaml"; fail "the ZooKeeper quorum was not rendered from the zookeeper group"; }
-(cd "$ROOT" && "$PY" -c "from sparkmill.common.config import Configuration; Configuration.load('$WORK/ha-etc/sparkmill.yaml')") ||
+(cd "$ROOT" && "$PY" -c "from sparkmill.common.config.configuration import Configuration; Configuration.load('$WORK/ha-etc/sparkmill.yaml')") ||
   fail "the HA configuration does not load"
 note "$(grep -E '^high-availability' "$WORK/ha-etc/sparkmill.yaml" | tr '\n' ' ')"
 

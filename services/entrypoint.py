@@ -15,20 +15,20 @@ import sys
 import time
 from pathlib import Path
 
-from sparkmill.common import config_options as opt
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.config import Configuration
-from sparkmill.common.errors import ConfigurationError
-from sparkmill.common.ha import HighAvailabilityServices
-from sparkmill.common.ha_factory import create_ha_services, settings_from_config
-from sparkmill.common.ids import new_resource_id
-from sparkmill.common.metrics import MetricsHttpServer, ProcessMetrics
+from sparkmill.common.config import options as opt
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import ConfigurationError
+from sparkmill.common.core.ids import new_resource_id
+from sparkmill.common.ha.factory import create_ha_services
+from sparkmill.common.ha.services import HighAvailabilityServices
 from sparkmill.common.rpc.addresses import RpcEndpoints, rpc_endpoints
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.security import INSECURE_WARNING, security_from_config
 from sparkmill.common.rpc.server import RpcServer
-from sparkmill.common.service_base import ServiceIdentity
-from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.metrics import MetricsHttpServer, ProcessMetrics
+from sparkmill.common.runtime.service_base import ServiceIdentity
+from sparkmill.common.runtime.settings import ClusterSettings, settings_from_config
 from sparkmill.services.dispatcher import metrics as dispatcher_metrics
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
 from sparkmill.services.dispatcher.rest_auth import (

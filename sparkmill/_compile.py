@@ -25,12 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from sparkmill._logical import LogicalPlan, Node
-from sparkmill.common import plan as S
-from sparkmill.common.errors import PipelineError
-from sparkmill.common.expressions import Expr
-from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
-from sparkmill.common.jobgraph import (
-    NO_DATA_PARTITIONER,
+from sparkmill.common.core.errors import PipelineError
+from sparkmill.common.core.ids import new_dataset_id, new_job_id, new_vertex_id
+from sparkmill.common.core.partitions import NO_DATA_PARTITIONER
+from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.jobgraph.model import (
     SPARK_OPERATOR_KIND,
     DistributionPattern,
     IntermediateDataSet,
@@ -39,7 +38,8 @@ from sparkmill.common.jobgraph import (
     JobVertex,
     OperatorSpec,
 )
-from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.pipeline import plan as S
+from sparkmill.common.pipeline.expressions import Expr
 
 COMMIT_VERTEX_NAME = "commit"
 _MERGE_OF = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sparkmill.common import plan as S
-from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.pipeline import plan as S
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkmill import keys
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     ConfigurationError,
     DeadlineExceededError,
     NotLeaderError,
@@ -38,7 +38,7 @@ from sparkmill.common.errors import (
     UnavailableError,
 )
 from sparkmill.common.rpc.security import INSECURE_WARNING
-from sparkmill.common.service_base import ROLES
+from sparkmill.common.runtime.service_base import ROLES
 from sparkmill.common.v1 import common_pb2, jobs_pb2
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3

@@ -16,8 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sparkmill.common.config import Configuration
-from sparkmill.common.errors import (
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     FailedPreconditionError,
@@ -25,12 +25,12 @@ from sparkmill.common.errors import (
     NotLeaderError,
     UnavailableError,
 )
-from sparkmill.common.jobgraph import JobGraph
-from sparkmill.common.jobgraph_codec import job_graph_to_proto
-from sparkmill.common.leader import LeaderInfo
+from sparkmill.common.ha.leader import LeaderInfo
+from sparkmill.common.jobgraph.codec import job_graph_to_proto
+from sparkmill.common.jobgraph.model import JobGraph
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.security import TransportSecurity, security_from_config
-from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
 from sparkmill.common.v1.gateways import DispatcherClient, ResourceManagerClient
 
@@ -60,7 +60,7 @@ class ClusterView:
 
 class ClusterClient:
     def __init__(self, settings: ClusterSettings, ha_config: Any = None) -> None:
-        from sparkmill.common.ha_factory import create_ha_services
+        from sparkmill.common.ha.factory import create_ha_services
 
         self.settings = settings
         self.security = (
@@ -78,7 +78,7 @@ class ClusterClient:
 
     @classmethod
     def from_config_file(cls, path: str | Path) -> ClusterClient:
-        from sparkmill.common.ha_factory import load_cluster_config
+        from sparkmill.common.runtime.settings import load_cluster_config
 
         settings, ha_config = load_cluster_config(Path(path))
         return cls(settings, ha_config)

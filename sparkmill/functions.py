@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkmill.common.expressions import (
+from sparkmill.common.pipeline.expressions import (
     Expr,
     contains_expr,
     describe,

@@ -17,8 +17,8 @@ import json
 import stat
 from pathlib import Path
 
-from sparkmill.common.errors import ConfigurationError, SparkmillError
-from sparkmill.common.keys import (
+from sparkmill.common.core.errors import ConfigurationError, SparkmillError
+from sparkmill.common.rpc.keys import (
     PRIVATE_DIR,
     PUBLIC_DIR,
     PUBLIC_SUFFIX,
@@ -122,8 +122,8 @@ def _secret_state(path: Path) -> str:
 
 def rest_tokens_note(config_path: Path) -> str:
     """Where a cluster's REST tokens are (the dashboard asks for one), or that it has none."""
-    from sparkmill.common import config_options as opt
-    from sparkmill.common.config import Configuration
+    from sparkmill.common.config import options as opt
+    from sparkmill.common.config.configuration import Configuration
 
     path = Configuration.load(config_path).get(opt.REST_AUTH_TOKEN_FILE)
     if not path:
@@ -137,8 +137,8 @@ def unanswered_hint(config_path: Path | None) -> str:
     A CURVE server's ZAP handler drops a client whose key it does not admit before any message
     is read, so the client sees no refusal, only silence: say so, naming the key file.
     """
-    from sparkmill.common import config_options as opt
-    from sparkmill.common.config import Configuration
+    from sparkmill.common.config import options as opt
+    from sparkmill.common.config.configuration import Configuration
 
     if config_path is None:
         return ""

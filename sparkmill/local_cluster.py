@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from sparkmill.common.keys import (
+from sparkmill.common.rpc.keys import (
     PRIVATE_DIR,
     PUBLIC_DIR,
     REST_TOKENS_FILE,
@@ -40,7 +40,7 @@ from sparkmill.common.keys import (
     generate_cluster_keys,
 )
 from sparkmill.common.rpc.security import TransportSecurity, security_from_config
-from sparkmill.common.service_base import ROLES
+from sparkmill.common.runtime.service_base import ROLES
 
 CONFIG_FILE = "cluster.yaml"
 # How long stop() lets the task executors stop alone before it stops the other services.
@@ -162,7 +162,7 @@ class LocalCluster:
 
     def transport_security(self, role: str = "client") -> TransportSecurity:
         """What a process holding ``role``'s key of this cluster presents (tests, tools)."""
-        from sparkmill.common.config import Configuration
+        from sparkmill.common.config.configuration import Configuration
 
         config = Configuration.load(self.config_path)
         return security_from_config(config, role, serves=False)
@@ -185,7 +185,7 @@ class LocalCluster:
     def start(self, *, wait_timeout_s: float = 60.0) -> None:
         zookeeper_address = ""
         if self.ha:
-            from sparkmill.common.zookeeper.server import ZooKeeperServer
+            from sparkmill.common.ha.zookeeper.server import ZooKeeperServer
 
             self.zookeeper = ZooKeeperServer(self.directory / "zookeeper")
             self.zookeeper.start()

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from sparkmill._logical import Edge, Node
-from sparkmill.common import plan as S
-from sparkmill.common.collect import CollectedRows, decode_rows, unpack_accumulators
-from sparkmill.common.errors import ConfigurationError, PipelineError
-from sparkmill.common.job_config import JobConfigValue, normalize_job_config
-from sparkmill.common.jobgraph import JobGraph
-from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.core.errors import ConfigurationError, PipelineError
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.jobgraph.job_config import JobConfigValue, normalize_job_config
+from sparkmill.common.jobgraph.model import JobGraph
+from sparkmill.common.pipeline import plan as S
+from sparkmill.common.pipeline.collect import CollectedRows, decode_rows, unpack_accumulators
 
 DEFAULT_COLLECT_LIMIT = 1000
 DEFAULT_JOB_CONFIG = {"slot.request.timeout": "300 s"}

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
-from sparkmill.common.job_config import JobConfigValue, normalize_job_config
-from sparkmill.common.jobgraph import (
+from sparkmill.common.core.ids import new_dataset_id, new_job_id, new_vertex_id
+from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.jobgraph.job_config import JobConfigValue, normalize_job_config
+from sparkmill.common.jobgraph.model import (
     NOOP_OPERATOR_KIND,
     DistributionPattern,
     IntermediateDataSet,
@@ -22,8 +23,7 @@ from sparkmill.common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from sparkmill.common.noop import NoOpOptions, encode_noop_payload
-from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.pipeline.noop import NoOpOptions, encode_noop_payload
 
 
 @dataclass

@@ -30,10 +30,9 @@ import shutil
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
-from sparkmill.common.errors import InvalidArgumentError
-from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
-from sparkmill.common.ids import is_valid_id
-from sparkmill.common.jobgraph import NO_DATA_PARTITIONER
+from sparkmill.common.core.errors import InvalidArgumentError
+from sparkmill.common.core.ids import is_valid_id
+from sparkmill.common.core.partitions import NO_DATA_PARTITIONER, InputGateInfo, InputPartitionInfo
 
 log = logging.getLogger(__name__)
 

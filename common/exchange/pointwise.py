@@ -14,7 +14,7 @@ cannot disagree.
 
 from __future__ import annotations
 
-from sparkmill.common.errors import IllegalStateBug
+from sparkmill.common.core.errors import IllegalStateBug
 
 
 def pointwise_readers(partition: int, producers: int, consumers: int) -> range:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkmill.common.errors import ConfigurationError
+from sparkmill.common.core.errors import ConfigurationError
 
 WILDCARD_HOSTS = frozenset({"", "*", "0.0.0.0", "::"})
 

@@ -1,11 +1,12 @@
 """The RPC client: one ZeroMQ DEALER socket per target address, shared by every caller.
 
-With CurveZMQ on (see :mod:`common.rpc.security`) the socket presents this process's member
-key and accepts only a server holding the cluster's server key. A call sends
+With CurveZMQ on (see :mod:`sparkmill.common.rpc.security`) the socket presents this process's
+member key and accepts only a server holding the cluster's server key. A call sends
 ``[MAGIC, header, payload]`` and waits for the reply with the same request id, up to its
 timeout; a reply that arrives later is dropped. Errors come back as the typed exceptions of
-:mod:`common.errors`; a call that gets no answer in time raises
-:class:`~common.errors.DeadlineExceededError`, whose message names the method and the target.
+:mod:`sparkmill.common.core.errors`; a call that gets no answer in time raises
+:class:`~sparkmill.common.core.errors.DeadlineExceededError`, whose message names the method and
+the target.
 
 ZeroMQ reconnects by itself, so a client outlives restarts of its target; whether a target is
 *gone* is decided above this layer (heartbeats, consecutive failures), not here. What this layer
@@ -28,7 +29,7 @@ import zmq.asyncio
 from google.protobuf.message import DecodeError, Message
 from zmq.utils.monitor import parse_monitor_message
 
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     DeadlineExceededError,
     ErrorCode,
     InternalError,

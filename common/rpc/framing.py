@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from google.protobuf.message import DecodeError, Message
 
-from sparkmill.common.errors import ErrorCode, RpcError
+from sparkmill.common.core.errors import ErrorCode, RpcError
 from sparkmill.common.v1 import envelope_pb2
 
 MAGIC = b"SM1"

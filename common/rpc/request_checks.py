@@ -15,7 +15,8 @@ Fields named ``address`` or ``*_address`` are addresses the service may dial bac
 be ``tcp://host:port`` (or empty).
 
 The job graph (``sparkmill.v1.JobGraph``) is not walked here: it is validated as a whole, with
-every problem named, by :mod:`common.jobgraph_validation` at submission and at ``StartJob``.
+every problem named, by :mod:`sparkmill.common.jobgraph.validation` at submission and at
+``StartJob``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from sparkmill.common.errors import InvalidArgumentError
+from sparkmill.common.core.errors import InvalidArgumentError
 
 __all__ = [
     "GENERATED_ID_FIELDS",
@@ -37,7 +38,7 @@ __all__ = [
     "is_id_field",
 ]
 
-# Ids the services generate (``common/ids.py``): 32 lowercase hex digits. Keys are a field name
+# Ids the services generate (``common/core/ids.py``): 32 lowercase hex digits. Keys are a field name
 # (any message) or ``Message.field``.
 GENERATED_ID_FIELDS = frozenset(
     {
@@ -55,7 +56,8 @@ GENERATED_ID_FIELDS = frozenset(
     }
 )
 # Ids that may be chosen names (a task executor's ``taskmanager.resource-id``, the vertex and
-# data set ids of a job graph): safe path segments, see :func:`common.ids.is_valid_name_id`.
+# data set ids of a job graph): safe path segments, see
+# :func:`sparkmill.common.core.ids.is_valid_name_id`.
 NAME_ID_FIELDS = frozenset(
     {
         "vertex_id",
@@ -91,7 +93,7 @@ REQUIRED_NESTED = frozenset(
 )
 # Every other string is length-limited: it may be stored and echoed to every caller of a listing
 # or a status (a 9 MB job name once broke `jobs list` for everyone). Errors are clipped well below
-# the general limit where they are made (common/proto_convert.py).
+# the general limit where they are made (common/core/proto_convert.py).
 MAX_STRING_CHARS = 256 * 1024
 SHORT_STRING_FIELDS = frozenset(
     {"ServiceInfo.role", "ServiceInfo.hostname", "ServiceInfo.metrics_url", "ServiceInfo.rest_url"}
@@ -104,8 +106,8 @@ _HEX_ID = re.compile(r"[0-9a-f]{32}")
 # Addresses a service dials back (a registering member's, a JobMaster's): tcp://host:port.
 _ADDRESS = re.compile(r"tcp://(\[[0-9A-Fa-f:.]{2,45}\]|[A-Za-z0-9.-]{1,253}):[0-9]{1,5}")
 _NAME_FORMAT = "letters, digits, '.', '_', '-'; at most 128 characters"
-# common.ids.is_valid_name_id as one regular expression (cheaper on the hot path; a unit test
-# holds the two to the same answers).
+# sparkmill.common.core.ids.is_valid_name_id as one regular expression (cheaper on the hot path; a
+# unit test holds the two to the same answers).
 _NAME_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 

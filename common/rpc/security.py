@@ -4,9 +4,10 @@ Every server socket is a CURVE server with the cluster's *server key*; every cli
 presents its process's *member key* and checks the server's public key. libzmq asks a ZAP
 handler (RFC 27, ``inproc://zeromq.zap.01`` in the socket's context) whether to admit a client:
 :class:`ZapHandler` admits exactly the public keys in the server's key directory and answers
-with the User-Id ``role:name`` of the key (see :mod:`common.keys`). libzmq attaches that User-Id
-to every message the peer sends, so the server knows the caller's role without trusting anything
-the caller wrote, and :func:`authorize` checks it against the method's ``callers`` option.
+with the User-Id ``role:name`` of the key (see :mod:`sparkmill.common.rpc.keys`). libzmq attaches
+that User-Id to every message the peer sends, so the server knows the caller's role without
+trusting anything the caller wrote, and :func:`authorize` checks it against the method's
+``callers`` option.
 
 ``security.curve.enabled: false`` turns all of this off for a lab: nothing is encrypted, anyone
 who reaches a port may call any method, and every process says so loudly in its log.
@@ -26,10 +27,11 @@ import zmq
 import zmq.asyncio
 import zmq.utils.z85
 
-from sparkmill.common import config_options as opt
-from sparkmill.common.config import Configuration
-from sparkmill.common.errors import ConfigurationError, PermissionDeniedError
-from sparkmill.common.keys import (
+from sparkmill.common.config import options as opt
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import ConfigurationError, PermissionDeniedError
+from sparkmill.common.rpc.framing import MethodSpec
+from sparkmill.common.rpc.keys import (
     PUBLIC_SUFFIX,
     SERVER,
     Member,
@@ -37,7 +39,6 @@ from sparkmill.common.keys import (
     load_public_key,
     load_secret_key,
 )
-from sparkmill.common.rpc.framing import MethodSpec
 
 log = logging.getLogger(__name__)
 

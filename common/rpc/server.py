@@ -1,12 +1,12 @@
 """The RPC server: a ZeroMQ ROUTER socket served by the owning service's asyncio event loop.
 
 Each request is dispatched to the :class:`Servicer` registered for its service, by method name,
-using the :class:`~common.rpc.framing.MethodSpec` table generated from the proto descriptors.
-Before the handler runs, the server
+using the :class:`~sparkmill.common.rpc.framing.MethodSpec` table generated from the proto
+descriptors. Before the handler runs, the server
 
 1. drops requests whose deadline already passed while they were queued (the caller gave up);
 2. checks that the caller's authenticated role (the ZeroMQ User-Id set by the ZAP handler, see
-   :mod:`common.rpc.security`) may call the method (its ``callers`` option): others get
+   :mod:`sparkmill.common.rpc.security`) may call the method (its ``callers`` option): others get
    ``PERMISSION_DENIED`` and nothing happens;
 3. refuses a request larger than its method's limit and a peer with too many requests in
    progress (``RESOURCE_EXHAUSTED``), so one peer cannot fill the server's memory;
@@ -15,14 +15,14 @@ Before the handler runs, the server
    ``FENCING_MISMATCH``, never obeyed.
 
 Between decoding and the fencing check, every id and enum field of the request is checked
-(:mod:`common.rpc.request_checks`): a bad one is answered ``INVALID_ARGUMENT`` naming the field,
-before any state is touched.
+(:mod:`sparkmill.common.rpc.request_checks`): a bad one is answered ``INVALID_ARGUMENT`` naming the
+field, before any state is touched.
 
 Handlers run as tasks on the event loop, so a slow handler does not stop others; they must not
-block (blocking work goes to an executor, see :mod:`common.actor`). A handler's
-:class:`~common.errors.RpcError` crosses the wire as its code; any other exception is a bug in
-the service and is answered with ``INTERNAL``: a short message with an error id for the caller,
-the traceback only in the service log.
+block (blocking work goes to an executor, see :mod:`sparkmill.common.runtime.actor`). A handler's
+:class:`~sparkmill.common.core.errors.RpcError` crosses the wire as its code; any other exception
+is a bug in the service and is answered with ``INTERNAL``: a short message with an error id for the
+caller, the traceback only in the service log.
 
 Malformed input never stops the server: it is counted, logged (rate-limited) and answered with
 ``INVALID_ARGUMENT`` when a request id can be recovered, dropped otherwise.
@@ -43,7 +43,7 @@ import zmq
 import zmq.asyncio
 from google.protobuf.message import Message
 
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     FencingMismatchError,
     InternalError,
     InvalidArgumentError,
@@ -115,7 +115,8 @@ class Servicer:
     def expected_fencing_token(self, spec: MethodSpec, request: Any) -> str:
         """The token a fenced request must carry (normally this leader's session id).
 
-        Raise :class:`~common.errors.NotLeaderError` when this process does not lead now.
+        Raise :class:`~sparkmill.common.core.errors.NotLeaderError` when this process does not lead
+        now.
         """
         raise InternalError(f"{type(self).__name__} serves fenced methods but defines no token")
 

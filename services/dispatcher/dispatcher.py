@@ -23,26 +23,26 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     RpcError,
 )
-from sparkmill.common.heartbeat import HeartbeatManager
-from sparkmill.common.ids import JobID, short
-from sparkmill.common.job_stores import JobGraphStore, JobResultStore, UnrecoverableJobGraph
-from sparkmill.common.jobgraph import KNOWN_OPERATOR_KINDS
-from sparkmill.common.jobgraph_codec import job_graph_from_proto
-from sparkmill.common.jobgraph_validation import validate_job_graph
-from sparkmill.common.leader import LeaderElectionService
+from sparkmill.common.core.ids import JobID, short
+from sparkmill.common.core.states import JobStatus
+from sparkmill.common.ha.job_stores import JobGraphStore, JobResultStore, UnrecoverableJobGraph
+from sparkmill.common.ha.leader import LeaderElectionService
+from sparkmill.common.jobgraph.codec import job_graph_from_proto
+from sparkmill.common.jobgraph.model import KNOWN_OPERATOR_KINDS
+from sparkmill.common.jobgraph.validation import validate_job_graph
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
-from sparkmill.common.service_base import ServiceIdentity, leader_session, require_leader
-from sparkmill.common.settings import ClusterSettings
-from sparkmill.common.states import JobStatus
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.heartbeat import HeartbeatManager
+from sparkmill.common.runtime.service_base import ServiceIdentity, leader_session, require_leader
+from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherServicer, JobMasterClient
 from sparkmill.services.dispatcher import job_listing

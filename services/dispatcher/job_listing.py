@@ -13,8 +13,8 @@ import math
 from collections.abc import Iterable
 from typing import Protocol, TypeVar
 
-from sparkmill.common.errors import InvalidArgumentError
-from sparkmill.common.ids import is_valid_id
+from sparkmill.common.core.errors import InvalidArgumentError
+from sparkmill.common.core.ids import is_valid_id
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000

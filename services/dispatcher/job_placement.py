@@ -1,9 +1,9 @@
 """Where the dispatcher stands with each job and job-master process: :class:`JobPlacement`,
 :class:`JobRecord` and :class:`JobMasterProcessRecord`.
 
-A job's :class:`~common.states.JobStatus` is what its JobMaster reports; the *placement* is the
-dispatcher's own bookkeeping of which job-master process hosts the job (Flink's ``Dispatcher``
-keeps the same with its ``JobManagerRunner`` per job)::
+A job's :class:`~sparkmill.common.core.states.JobStatus` is what its JobMaster reports; the
+*placement* is the dispatcher's own bookkeeping of which job-master process hosts the job (Flink's
+``Dispatcher`` keeps the same with its ``JobManagerRunner`` per job)::
 
     RECOVERED --(recovery grace period over, or no JobMaster contends for it)--> WAITING
     WAITING --(StartJob sent to the least loaded process)--> STARTING
@@ -25,9 +25,9 @@ import asyncio
 import enum
 from dataclasses import dataclass, field
 
-from sparkmill.common.ids import JobID, short
-from sparkmill.common.state_machine import TransitionTable
-from sparkmill.common.states import JobStatus
+from sparkmill.common.core.ids import JobID, short
+from sparkmill.common.core.state_machine import TransitionTable
+from sparkmill.common.core.states import JobStatus
 from sparkmill.common.v1 import common_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import JobMasterClient
 

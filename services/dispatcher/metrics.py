@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from prometheus_client import Histogram
 from prometheus_client.core import Metric
 
-from sparkmill.common.ids import JobID
-from sparkmill.common.metrics import PREFIX, RPC_BUCKETS, ProcessMetrics, counter, gauge
-from sparkmill.common.states import JobStatus
+from sparkmill.common.core.ids import JobID
+from sparkmill.common.core.states import JobStatus
+from sparkmill.common.runtime.metrics import PREFIX, RPC_BUCKETS, ProcessMetrics, counter, gauge
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
 
 ENDED_STATUSES = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)

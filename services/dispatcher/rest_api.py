@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError
 
-from sparkmill.common.errors import ErrorCode, RpcError
+from sparkmill.common.core.errors import ErrorCode, RpcError
 from sparkmill.common.rpc.server import CallContext
 from sparkmill.common.v1 import (
     common_pb2,

@@ -1,10 +1,10 @@
 """Bearer-token authentication of the REST API and the dashboard.
 
-``rest.auth.token-file`` lists ``ROLE TOKEN`` lines (see :func:`common.keys.read_rest_tokens`).
-A request presents one token as ``Authorization: Bearer TOKEN``. A ``viewer`` token may read
-(cluster, jobs, plans, results); an ``operator`` token may also submit and cancel. No token or
-an unknown one is answered ``401`` (with ``WWW-Authenticate: Bearer``), a known token asking
-for more than its role allows ``403``.
+``rest.auth.token-file`` lists ``ROLE TOKEN`` lines (see
+:func:`sparkmill.common.rpc.keys.read_rest_tokens`). A request presents one token as
+``Authorization: Bearer TOKEN``. A ``viewer`` token may read (cluster, jobs, plans, results); an
+``operator`` token may also submit and cancel. No token or an unknown one is answered ``401`` (with
+``WWW-Authenticate: Bearer``), a known token asking for more than its role allows ``403``.
 
 Tokens are compared in constant time: both sides are hashed to equal-length digests first,
 and every configured token is compared, so neither the timing nor the position of a match
@@ -18,9 +18,9 @@ import hmac
 import logging
 from pathlib import Path
 
-from sparkmill.common import config_options as opt
-from sparkmill.common.config import Configuration
-from sparkmill.common.keys import read_rest_tokens
+from sparkmill.common.config import options as opt
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.rpc.keys import read_rest_tokens
 from sparkmill.services.dispatcher.http_server import HttpRequest
 from sparkmill.services.dispatcher.rest_api import Action, AllowAll, Refusal, RestAuthorizer
 

@@ -12,17 +12,17 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkmill.common import config_options as opt
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.config import Configuration
-from sparkmill.common.config_kinds import port_range
-from sparkmill.common.errors import RpcError
-from sparkmill.common.ha import HighAvailabilityServices
-from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
+from sparkmill.common.config import options as opt
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.config.kinds import port_range
+from sparkmill.common.core.errors import RpcError
+from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
+from sparkmill.common.ha.leader import LeaderInfo, LeaderRetrievalService
+from sparkmill.common.ha.services import HighAvailabilityServices
 from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
 from sparkmill.common.v1.gateways import ResourceManagerClient
-from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
 from sparkmill.services.dispatcher.http_server import HttpServer, StaticFiles, advertised_host
 from sparkmill.services.dispatcher.rest_api import RestApi, RestAuthorizer, WebSettings

@@ -1,8 +1,8 @@
 """What a JobMaster needs from the process hosting it: :class:`JobMasterHost`.
 
-A :class:`~services.jobmaster.job_master.JobMaster` leads one job; the job-master process
-(:class:`~services.jobmaster.service.JobMasterProcess`) hosts many of them and owns what they
-share: the process identity, the job result and progress stores, the resource manager leader it
+A :class:`~sparkmill.services.jobmaster.job_master.JobMaster` leads one job; the job-master process
+(:class:`~sparkmill.services.jobmaster.service.JobMasterProcess`) hosts many of them and owns what
+they share: the process identity, the job result and progress stores, the resource manager leader it
 follows, and the connection to the dispatcher leader that job status reports go to. A JobMaster
 sees its process only through this protocol (in Flink, a ``JobMaster`` likewise reaches its
 ``JobManagerRunner`` through the ``OnCompletionActions`` and high-availability services it is
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from sparkmill.common.ids import JobID
-from sparkmill.common.job_progress import JobProgressStore
-from sparkmill.common.job_stores import JobResultStore
-from sparkmill.common.leader import LeaderInfo
-from sparkmill.common.service_base import ServiceIdentity
+from sparkmill.common.core.ids import JobID
+from sparkmill.common.ha.job_stores import JobResultStore
+from sparkmill.common.ha.leader import LeaderInfo
+from sparkmill.common.ha.progress_log import JobProgressStore
+from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.v1 import dispatcher_pb2
 
 

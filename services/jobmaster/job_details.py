@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from sparkmill.common.states import ExecutionState, JobStatus
+from sparkmill.common.core.states import ExecutionState, JobStatus
 from sparkmill.common.v1 import common_pb2, jobs_pb2
-from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
-from sparkmill.services.jobmaster.scheduler import DefaultScheduler
+from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
+from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
 
 # The failure cause is shown while the job fails or restarts, and once it failed.
 _SHOWS_FAILURE_CAUSE = frozenset({JobStatus.FAILED, JobStatus.FAILING, JobStatus.RESTARTING})

@@ -16,24 +16,24 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sparkmill.common import config_options as opt
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.collect import pack_accumulators
-from sparkmill.common.config import Configuration
-from sparkmill.common.errors import RpcError, UnavailableError, error_from_code
+from sparkmill.common.config import options as opt
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import RpcError, UnavailableError, error_from_code
+from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
+from sparkmill.common.core.io_counters import io_from_proto
+from sparkmill.common.core.proto_convert import profile_from_proto, profile_to_proto
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.states import ExecutionState, JobStatus
 from sparkmill.common.exchange.layout import cleanup_job
-from sparkmill.common.heartbeat import HeartbeatManager
-from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
-from sparkmill.common.io_counters import io_from_proto
-from sparkmill.common.jobgraph import JobGraph
-from sparkmill.common.leader import LeaderElectionService, LeaderInfo
-from sparkmill.common.proto_convert import profile_from_proto, profile_to_proto
-from sparkmill.common.resources import ResourceProfile
-from sparkmill.common.retry import retry_registration
+from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo
+from sparkmill.common.jobgraph.model import JobGraph
+from sparkmill.common.pipeline.collect import pack_accumulators
 from sparkmill.common.rpc.client import RpcClientPool
-from sparkmill.common.settings import ClusterSettings
-from sparkmill.common.states import ExecutionState, JobStatus
-from sparkmill.common.timers import AsyncioTimerService
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.heartbeat import HeartbeatManager
+from sparkmill.common.runtime.retry import retry_registration
+from sparkmill.common.runtime.settings import ClusterSettings
+from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
     common_pb2,
     dispatcher_pb2,
@@ -43,25 +43,25 @@ from sparkmill.common.v1 import (
     task_executor_pb2,
 )
 from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
-from sparkmill.services.jobmaster.deployment_descriptor import (
+from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import (
     InputGateCache,
     deployment_proto_of,
 )
-from sparkmill.services.jobmaster.deployments import DeploymentTracker, is_live_state
-from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph
+from sparkmill.services.jobmaster.executiongraph.execution_graph import Execution, ExecutionGraph
 from sparkmill.services.jobmaster.host import JobMasterHost
 from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
-from sparkmill.services.jobmaster.restart_strategy import restart_strategy_from_config
-from sparkmill.services.jobmaster.scheduler import DefaultScheduler
-from sparkmill.services.jobmaster.slot_pool import (
+from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
+from sparkmill.services.jobmaster.scheduler.deployments import DeploymentTracker, is_live_state
+from sparkmill.services.jobmaster.scheduler.restart_strategy import restart_strategy_from_config
+from sparkmill.services.jobmaster.scheduler.task_submissions import TaskSubmissionBatcher
+from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PhysicalSlot,
     SlotOffer,
     SlotPool,
     TaskExecutorInfo,
 )
-from sparkmill.services.jobmaster.slot_requests import SlotRequestBatcher
-from sparkmill.services.jobmaster.task_submissions import TaskSubmissionBatcher
+from sparkmill.services.jobmaster.slotpool.slot_requests import SlotRequestBatcher
 
 log = logging.getLogger(__name__)
 # How long a suspended JobMaster keeps trying to hand its job back to the dispatcher.

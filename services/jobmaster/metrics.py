@@ -12,9 +12,9 @@ Everything is read from the hosted :class:`JobMaster` objects when scraped:
 The collector learns about a JobMaster when the process stores it in ``job_masters`` (a dict that
 tells the collector about insertions), so even a job shorter than a scrape interval is seen. A job
 that left the process (it ended, or was suspended) is read one last time and its final numbers are
-kept for :data:`~common.metrics.ENDED_JOB_RETENTION_S`, then its series are dropped. Per-job series
-come only from the JobMaster that leads the job (it has a session id); standby JobMasters (ZooKeeper
-HA) are only counted.
+kept for :data:`~sparkmill.common.runtime.metrics.ENDED_JOB_RETENTION_S`, then its series are
+dropped. Per-job series come only from the JobMaster that leads the job (it has a session id);
+standby JobMasters (ZooKeeper HA) are only counted.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from prometheus_client import Histogram
 from prometheus_client.core import Metric
 
-from sparkmill.common.ids import ExecutionAttemptID, JobID
-from sparkmill.common.metrics import (
+from sparkmill.common.core.ids import ExecutionAttemptID, JobID
+from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.common.runtime.metrics import (
     ENDED_JOB_RETENTION_S,
     LATENCY_BUCKETS,
     PREFIX,
@@ -37,7 +38,6 @@ from sparkmill.common.metrics import (
     gauge,
     one_hot,
 )
-from sparkmill.common.states import ExecutionState, JobStatus
 from sparkmill.services.jobmaster.job_master import JobMaster
 from sparkmill.services.jobmaster.service import JobMasterProcess
 

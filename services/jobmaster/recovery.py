@@ -1,10 +1,10 @@
 """Taking over a running batch job without running its finished subtasks again.
 
 The leading JobMaster records progress through :class:`ProgressRecorder` (a
-:class:`~services.jobmaster.scheduler.ProgressListener`): every finished attempt, and every
-finished attempt that a restart made void, goes to this JobMaster session's own progress log
-(:mod:`common.job_progress`) in the order the scheduler saw them - one writer, batched, off
-the event loop, each record numbered.
+:class:`~sparkmill.services.jobmaster.scheduler.default_scheduler.ProgressListener`): every
+finished attempt, and every finished attempt that a restart made void, goes to this JobMaster
+session's own progress log (:mod:`sparkmill.common.ha.progress_log`) in the order the scheduler saw
+them - one writer, batched, off the event loop, each record numbered.
 
 A JobMaster that takes the job over calls :func:`recover_finished_subtasks` before it
 schedules anything. A recorded attempt is restored as FINISHED - its consumers read its
@@ -26,12 +26,11 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 
-from sparkmill.common.actor import ServiceRuntime
+from sparkmill.common.core.ids import ExecutionAttemptID, JobVertexID, short
+from sparkmill.common.core.io_counters import NO_IO, IOCounters
+from sparkmill.common.core.partitions import InputPartitionInfo
 from sparkmill.common.exchange.layout import partition_readable
-from sparkmill.common.exchange.partitions import InputPartitionInfo
-from sparkmill.common.ids import ExecutionAttemptID, JobVertexID, short
-from sparkmill.common.io_counters import NO_IO, IOCounters
-from sparkmill.common.job_progress import (
+from sparkmill.common.ha.progress_log import (
     ADOPTED,
     FINISHED,
     INVALIDATED,
@@ -43,8 +42,13 @@ from sparkmill.common.job_progress import (
     ProgressEvent,
     replay,
 )
-from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
-from sparkmill.services.jobmaster.scheduler import DefaultScheduler
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.services.jobmaster.executiongraph.execution_graph import (
+    Execution,
+    ExecutionGraph,
+    ExecutionVertex,
+)
+from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""The job-master process: hosts one :class:`~services.jobmaster.job_master.JobMaster` per job.
+"""The job-master process: hosts one :class:`~sparkmill.services.jobmaster.job_master.JobMaster`
+per job.
 
 It registers at the dispatcher leader (with back-off; again whenever the leader changes) and
 is heartbeated by it. It also watches those heartbeats (Flink's JobMaster watches its
@@ -20,9 +21,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.config import Configuration
-from sparkmill.common.errors import (
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
@@ -30,18 +30,19 @@ from sparkmill.common.errors import (
     NotLeaderError,
     UnavailableError,
 )
-from sparkmill.common.ha import HighAvailabilityServices
-from sparkmill.common.heartbeat import HeartbeatManager
-from sparkmill.common.ids import JobID, SharedGateID, short
-from sparkmill.common.jobgraph import KNOWN_OPERATOR_KINDS
-from sparkmill.common.jobgraph_codec import job_graph_from_proto
-from sparkmill.common.jobgraph_validation import validate_job_graph
-from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
-from sparkmill.common.retry import Backoff, retry_registration, retry_with_backoff
+from sparkmill.common.core.ids import JobID, SharedGateID, short
+from sparkmill.common.ha.leader import LeaderInfo, LeaderRetrievalService
+from sparkmill.common.ha.services import HighAvailabilityServices
+from sparkmill.common.jobgraph.codec import job_graph_from_proto
+from sparkmill.common.jobgraph.model import KNOWN_OPERATOR_KINDS
+from sparkmill.common.jobgraph.validation import validate_job_graph
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
-from sparkmill.common.service_base import ServiceIdentity
-from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.heartbeat import HeartbeatManager
+from sparkmill.common.runtime.retry import Backoff, retry_registration, retry_with_backoff
+from sparkmill.common.runtime.service_base import ServiceIdentity
+from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.v1 import (
     common_pb2,
     dispatcher_pb2,
@@ -76,7 +77,7 @@ class _DispatcherConnection:
 
 
 class JobMasterProcess(JobMasterServicer):
-    """The job-master process; the :class:`~services.jobmaster.host.JobMasterHost` of its
+    """The job-master process; the :class:`~sparkmill.services.jobmaster.host.JobMasterHost` of its
     JobMasters."""
 
     def __init__(

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from prometheus_client import Histogram
 from prometheus_client.core import Metric
 
-from sparkmill.common.metrics import PREFIX, ProcessMetrics, counter, gauge
+from sparkmill.common.runtime.metrics import PREFIX, ProcessMetrics, counter, gauge
 from sparkmill.services.resourcemanager.resource_manager import ResourceManager
 from sparkmill.services.resourcemanager.slot_manager import SlotState
 

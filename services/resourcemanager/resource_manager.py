@@ -2,9 +2,9 @@
 
 It serves :class:`ResourceManagerGateway` while it leads. Task executors register (with
 retries) and report their slots; JobMasters register and request slots. The bookkeeping is the
-:class:`~services.resourcemanager.slot_manager.SlotManager`; this class is its I/O: it asks task
-executors for slots (``TaskExecutor.RequestSlot``), tells JobMasters when a request failed, and
-runs heartbeats to every task executor and JobMaster. A heartbeat reply carries the task
+:class:`~sparkmill.services.resourcemanager.slot_manager.SlotManager`; this class is its I/O: it
+asks task executors for slots (``TaskExecutor.RequestSlot``), tells JobMasters when a request
+failed, and runs heartbeats to every task executor and JobMaster. A heartbeat reply carries the task
 executor's slot report, from which the SlotManager reconciles its view.
 
 All state is owned by the service's event loop; RPC results come back to it as coroutines.
@@ -18,8 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     FailedPreconditionError,
     FencingMismatchError,
     NotFoundError,
@@ -27,11 +26,15 @@ from sparkmill.common.errors import (
     ResourceExhaustedError,
     RpcError,
 )
-from sparkmill.common.heartbeat import HeartbeatManager, TimeoutListener
-from sparkmill.common.ids import AllocationID, InstanceID, JobID, ResourceID, new_instance_id, short
-from sparkmill.common.job_leaders import JobLeaderRetrievalFactory, JobLeaderTracker
-from sparkmill.common.leader import LeaderElectionService, LeaderInfo
-from sparkmill.common.proto_convert import (
+from sparkmill.common.core.ids import (
+    AllocationID,
+    InstanceID,
+    JobID,
+    ResourceID,
+    new_instance_id,
+    short,
+)
+from sparkmill.common.core.proto_convert import (
     error_to_proto,
     profile_from_proto,
     profile_to_proto,
@@ -39,13 +42,17 @@ from sparkmill.common.proto_convert import (
     slot_report_from_proto,
     slot_status_to_proto,
 )
-from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.slots import SlotID, SlotStatus
+from sparkmill.common.ha.job_leaders import JobLeaderRetrievalFactory, JobLeaderTracker
+from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
-from sparkmill.common.service_base import ServiceIdentity, leader_session, require_leader
-from sparkmill.common.settings import ClusterSettings
-from sparkmill.common.slots import SlotID, SlotStatus
-from sparkmill.common.timers import AsyncioTimerService
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.heartbeat import HeartbeatManager, TimeoutListener
+from sparkmill.common.runtime.service_base import ServiceIdentity, leader_session, require_leader
+from sparkmill.common.runtime.settings import ClusterSettings
+from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
     common_pb2,
     job_master_pb2,

@@ -5,8 +5,8 @@ The :class:`SlotManager` is pure, single-threaded state owned by the resource ma
 loop. It does no I/O: every outward effect goes through the injected :class:`ResourceActions`,
 and every asynchronous answer comes back as a method call (:meth:`SlotManager.on_allocation_result`,
 :meth:`SlotManager.free_slot`, :meth:`SlotManager.report_slot_status`). Timeouts run on an
-injected :class:`~common.timers.TimerService`. Actions must not call back into the slot manager
-synchronously; their results are delivered later, on the loop.
+injected :class:`~sparkmill.common.runtime.timers.TimerService`. Actions must not call back into
+the slot manager synchronously; their results are delivered later, on the loop.
 
 Life of a slot request (``register_slot_request``)::
 
@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     IllegalStateBug,
@@ -44,11 +44,11 @@ from sparkmill.common.errors import (
     ResourceExhaustedError,
     RpcError,
 )
-from sparkmill.common.ids import AllocationID, InstanceID, JobID, ResourceID, short
-from sparkmill.common.resources import ResourceProfile
-from sparkmill.common.slots import SlotID, SlotReport
-from sparkmill.common.state_machine import TransitionTable
-from sparkmill.common.timers import TimerService
+from sparkmill.common.core.ids import AllocationID, InstanceID, JobID, ResourceID, short
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.slots import SlotID, SlotReport
+from sparkmill.common.core.state_machine import TransitionTable
+from sparkmill.common.runtime.timers import TimerService
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +343,7 @@ class SlotManager:
     ) -> bool:
         """The task executor's answer to ``allocate_slot``; ``False`` if it is stale (the
         attempt timed out, was superseded, or the task executor is gone). An
-        :class:`~common.errors.AlreadyExistsError` means the slot is taken by another
+        :class:`~sparkmill.common.core.errors.AlreadyExistsError` means the slot is taken by another
         allocation: it becomes ALLOCATED to an unknown owner until a report says more."""
         slot = self._slots.get(slot_id)
         if slot is None or slot.attempt is None:

@@ -7,8 +7,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sparkmill.common.exchange.partitions import InputGateInfo
-from sparkmill.common.io_counters import NO_IO, IOCounters
+from sparkmill.common.core.io_counters import NO_IO, IOCounters
+from sparkmill.common.core.partitions import InputGateInfo
 
 
 @dataclass(slots=True)

@@ -4,7 +4,8 @@ vertex, the Spark session.
 Slots and live tasks are read from the :class:`TaskSlotTable` when scraped. Attempt outcomes and
 record/byte counts are counted from the task state changes (the task executor calls
 :meth:`TaskExecutorCollector.on_task_state` for each). Series labelled with a job id are dropped
-:data:`~common.metrics.ENDED_JOB_RETENTION_S` after the job last had a slot or task here.
+:data:`~sparkmill.common.runtime.metrics.ENDED_JOB_RETENTION_S` after the job last had a slot or
+task here.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from operator import attrgetter
 
 from prometheus_client.core import Metric
 
-from sparkmill.common.ids import JobID
-from sparkmill.common.io_counters import NO_IO, IOCounters
-from sparkmill.common.metrics import ExpiringKeys, ProcessMetrics, counter, gauge
-from sparkmill.common.states import ExecutionState
+from sparkmill.common.core.ids import JobID
+from sparkmill.common.core.io_counters import NO_IO, IOCounters
+from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.runtime.metrics import ExpiringKeys, ProcessMetrics, counter, gauge
 from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.slot_table import TaskSlotState
 from sparkmill.services.taskexecutor.task import Task, TaskFailureInfo

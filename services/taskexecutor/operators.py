@@ -1,7 +1,7 @@
 """What a task runs: operator kinds and their invokables (Flink's ``AbstractInvokable``).
 
-A vertex's :class:`~common.jobgraph.OperatorSpec` names a ``kind`` and carries an opaque
-``payload``. The task executor looks the kind up in :data:`OPERATOR_KINDS` and runs the
+A vertex's :class:`~sparkmill.common.jobgraph.model.OperatorSpec` names a ``kind`` and carries an
+opaque ``payload``. The task executor looks the kind up in :data:`OPERATOR_KINDS` and runs the
 invokable's :meth:`Invokable.invoke` on the task's own thread, never on the event loop.
 
 Built in:
@@ -15,9 +15,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from sparkmill.common.errors import TaskCancelledError
-from sparkmill.common.jobgraph import NOOP_OPERATOR_KIND, SPARK_OPERATOR_KIND
-from sparkmill.common.noop import decode_noop_payload
+from sparkmill.common.core.errors import TaskCancelledError
+from sparkmill.common.jobgraph.model import NOOP_OPERATOR_KIND, SPARK_OPERATOR_KIND
+from sparkmill.common.pipeline.noop import decode_noop_payload
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 
 NOOP_KIND = NOOP_OPERATOR_KIND

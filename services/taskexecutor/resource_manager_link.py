@@ -14,14 +14,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.errors import NotLeaderError, RpcError
-from sparkmill.common.heartbeat import HeartbeatManager
-from sparkmill.common.ids import AllocationID, ResourceID, short
-from sparkmill.common.leader import LeaderInfo
-from sparkmill.common.retry import retry_registration
+from sparkmill.common.core.errors import NotLeaderError, RpcError
+from sparkmill.common.core.ids import AllocationID, ResourceID, short
+from sparkmill.common.ha.leader import LeaderInfo
 from sparkmill.common.rpc.client import RpcClientPool
-from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.heartbeat import HeartbeatManager
+from sparkmill.common.runtime.retry import retry_registration
+from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
 from sparkmill.common.v1.gateways import ResourceManagerClient
 

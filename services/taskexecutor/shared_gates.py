@@ -1,10 +1,10 @@
 """Offloaded input gates, fetched from each job's JobMaster once and cached per job.
 
 A deployment may refer to a large input gate that many consumers share instead of carrying it
-(see :mod:`sparkmill.common.deployment`). Like Flink's TaskManager, which fetches an offloaded
-shuffle descriptor from the blob server once and keeps it in its blob cache, the task executor
-fetches each referenced gate once per (gate id, generation) - concurrent deployments that need
-the same gate wait for the same fetch - parses it once, and hands every task the same
+(see :mod:`sparkmill.common.deployment.descriptor`). Like Flink's TaskManager, which fetches an
+offloaded shuffle descriptor from the blob server once and keeps it in its blob cache, the task
+executor fetches each referenced gate once per (gate id, generation) - concurrent deployments that
+need the same gate wait for the same fetch - parses it once, and hands every task the same
 :class:`InputGateInfo`. The cache of a job is bounded (least recently used gates go first) and
 dropped when the job leaves the executor.
 """
@@ -16,10 +16,10 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 
-from sparkmill.common.deployment import SharedGateKey, input_gate_from_proto
-from sparkmill.common.errors import FailedPreconditionError, RpcError
-from sparkmill.common.exchange.partitions import InputGateInfo
-from sparkmill.common.ids import JobID, short
+from sparkmill.common.core.errors import FailedPreconditionError, RpcError
+from sparkmill.common.core.ids import JobID, short
+from sparkmill.common.core.partitions import InputGateInfo
+from sparkmill.common.deployment.descriptor import SharedGateKey, input_gate_from_proto
 from sparkmill.common.v1 import task_executor_pb2
 
 log = logging.getLogger(__name__)

@@ -17,15 +17,17 @@ Slot life cycle (a free slot simply has no entry)::
 Decisions taken where Flink leaves room (the tests pin each of them):
 
 * A non-negative index at or beyond ``number_slots`` is a caller bug and raises
-  :class:`~common.errors.InvalidArgumentError`, unless it is exactly the index of an existing
-  dynamic slot being re-requested with the same allocation id and job (idempotent, ``True``).
+  :class:`~sparkmill.common.core.errors.InvalidArgumentError`, unless it is exactly the index of an
+  existing dynamic slot being re-requested with the same allocation id and job (idempotent,
+  ``True``).
 * Re-allocating an allocation id whose slot is RELEASING returns ``False``: the slot is already
   on its way out and must not be handed out again.
 * ``free_slot`` and ``mark_slot_active``/``mark_slot_inactive`` of an unknown allocation raise
   :class:`SlotNotFoundError`; ``try_mark_slot_active`` returns ``False`` instead (it is a guard).
 * ``add_task`` with an attempt id that is already in the table returns ``False`` (an expected
-  refusal is a return value in sparkmill, see :mod:`common.errors`).
-* Mutations need a RUNNING table (else :class:`~common.errors.IllegalStateBug`); queries,
+  refusal is a return value in sparkmill, see :mod:`sparkmill.common.core.errors`).
+* Mutations need a RUNNING table (else :class:`~sparkmill.common.core.errors.IllegalStateBug`);
+  queries,
   ``create_slot_report`` and ``remove_task`` work in every state, because tasks keep finishing
   (and being removed by the owner) after the table was closed.
 """
@@ -37,15 +39,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     FailedPreconditionError,
     IllegalStateBug,
     InvalidArgumentError,
 )
-from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID
-from sparkmill.common.resources import ResourceProfile
-from sparkmill.common.slots import SlotReport, SlotStatus
-from sparkmill.common.timers import TimerService
+from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.slots import SlotReport, SlotStatus
+from sparkmill.common.runtime.timers import TimerService
 from sparkmill.services.taskexecutor.slot_types import (
     SLOT_TRANSITIONS,
     TABLE_TRANSITIONS,
@@ -540,7 +542,8 @@ class TaskSlotTable(Generic[T]):
         """Every static index (free ones too, so the resource manager learns the full capacity
         even before anything is allocated), then every dynamic slot, in index order.
 
-        ``resource_id`` is only logged: :class:`~common.slots.SlotReport` does not carry it.
+        ``resource_id`` is only logged: :class:`~sparkmill.common.core.slots.SlotReport` does not
+        carry it.
         """
         dynamic = sorted(i for i in self._by_index if i >= self._number_slots)
         statuses: list[SlotStatus] = []

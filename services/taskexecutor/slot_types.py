@@ -8,10 +8,10 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from sparkmill.common.errors import FailedPreconditionError, NotFoundError, RpcError
-from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID
-from sparkmill.common.resources import ResourceProfile
-from sparkmill.common.state_machine import TransitionTable
+from sparkmill.common.core.errors import FailedPreconditionError, NotFoundError, RpcError
+from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.state_machine import TransitionTable
 
 
 class _SlotError(RpcError):

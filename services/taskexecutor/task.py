@@ -20,16 +20,16 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sparkmill.common.deployment import SharedGateKey, TaskDeployment
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     ErrorCode,
     PartitionNotFoundError,
     SuppressRestartsError,
     TaskCancelledError,
 )
-from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
-from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID
-from sparkmill.common.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
+from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID
+from sparkmill.common.core.partitions import InputGateInfo, InputPartitionInfo
+from sparkmill.common.core.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
+from sparkmill.common.deployment.descriptor import SharedGateKey, TaskDeployment
 from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 

@@ -20,9 +20,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.deployment import SharedGateKey, shared_gate_keys
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     FailedPreconditionError,
@@ -33,27 +31,29 @@ from sparkmill.common.errors import (
     RpcError,
     UnavailableError,
 )
-from sparkmill.common.exchange.partitions import InputGateInfo
-from sparkmill.common.heartbeat import HeartbeatManager
-from sparkmill.common.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
-from sparkmill.common.io_counters import io_to_proto
-from sparkmill.common.job_leaders import JobLeaderRetrievalFactory, JobLeaderTracker
-from sparkmill.common.leader import LeaderInfo, LeaderRetrievalService
-from sparkmill.common.proto_convert import (
+from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
+from sparkmill.common.core.io_counters import io_to_proto
+from sparkmill.common.core.partitions import InputGateInfo
+from sparkmill.common.core.proto_convert import (
     profile_from_proto,
     profile_to_proto,
     refusal_to_proto,
     slot_report_to_proto,
     slot_status_to_proto,
 )
-from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.slots import SlotStatus
+from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.deployment.descriptor import SharedGateKey, shared_gate_keys
+from sparkmill.common.ha.job_leaders import JobLeaderRetrievalFactory, JobLeaderTracker
+from sparkmill.common.ha.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
-from sparkmill.common.service_base import ServiceIdentity
-from sparkmill.common.settings import ClusterSettings
-from sparkmill.common.slots import SlotStatus
-from sparkmill.common.states import ExecutionState
-from sparkmill.common.timers import AsyncioTimerService
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.heartbeat import HeartbeatManager
+from sparkmill.common.runtime.service_base import ServiceIdentity
+from sparkmill.common.runtime.settings import ClusterSettings
+from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
     common_pb2,
     job_master_pb2,

@@ -1,16 +1,16 @@
 """Process-wide facilities a task executor offers its tasks (``TaskContext.services``).
 
 The control plane needs none; the data plane installs its per-process SparkSession manager
-here (``services["spark"]``, see :mod:`services.taskexecutor.spark.session`). The hooks are
-called on the task executor's event loop; anything slow runs in the background (the loop must
+here (``services["spark"]``, see :mod:`sparkmill.services.taskexecutor.spark.session`). The hooks
+are called on the task executor's event loop; anything slow runs in the background (the loop must
 keep answering heartbeats): the session starts on its own thread and stops on the runtime's
 blocking pool.
 """
 
 from __future__ import annotations
 
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
 
 

@@ -8,7 +8,7 @@ import time
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from sparkmill.common.jobgraph_codec import job_graph_to_proto
+from sparkmill.common.jobgraph.codec import job_graph_to_proto
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELED")
 # The bearer token requests send unless they name one (use_token); "" sends none.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkmill.common.keys import rest_token_of
+from sparkmill.common.rpc.keys import rest_token_of
 
 pytestmark = pytest.mark.integration
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import zmq
 
-from sparkmill.common.errors import InvalidJobGraphError
-from sparkmill.common.jobgraph import JobGraph
-from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.core.errors import InvalidJobGraphError
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.jobgraph.model import JobGraph
 from sparkmill.common.v1 import common_pb2
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import RunningCluster, eventually

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
-from sparkmill.common.jobgraph import (
+from sparkmill.common.core.ids import new_dataset_id, new_job_id, new_vertex_id
+from sparkmill.common.jobgraph.model import (
     NOOP_OPERATOR_KIND,
     DistributionPattern,
     IntermediateDataSet,
@@ -27,8 +27,8 @@ from sparkmill.common.jobgraph import (
     JobVertex,
     OperatorSpec,
 )
-from sparkmill.common.keys import rest_token_of
-from sparkmill.common.noop import NoOpOptions, encode_noop_payload
+from sparkmill.common.pipeline.noop import NoOpOptions, encode_noop_payload
+from sparkmill.common.rpc.keys import rest_token_of
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import start_local_cluster

@@ -32,9 +32,9 @@ from google.protobuf.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkmill.common.errors import DeadlineExceededError, RpcError
-from sparkmill.common.ids import new_job_id
-from sparkmill.common.jobgraph_codec import job_graph_to_proto
+from sparkmill.common.core.errors import DeadlineExceededError, RpcError
+from sparkmill.common.core.ids import new_job_id
+from sparkmill.common.jobgraph.codec import job_graph_to_proto
 from sparkmill.common.rpc import framing
 from sparkmill.common.rpc.client import RpcClient
 from sparkmill.common.rpc.framing import MethodSpec

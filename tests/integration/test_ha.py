@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from sparkmill.common.errors import FencingMismatchError, NotLeaderError
+from sparkmill.common.core.errors import FencingMismatchError, NotLeaderError
+from sparkmill.common.ha.zookeeper.server import zookeeper_available
 from sparkmill.common.rpc.client import RpcClient
 from sparkmill.common.v1 import (
     common_pb2,
@@ -27,7 +28,6 @@ from sparkmill.common.v1.gateways import (
     ResourceManagerClient,
     TaskExecutorClient,
 )
-from sparkmill.common.zookeeper.server import zookeeper_available
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import ClusterFactory, RunningCluster, eventually
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from sparkmill.common.ids import JobID, new_job_id
+from sparkmill.common.core.ids import JobID, new_job_id
+from sparkmill.common.ha.zookeeper.server import ZooKeeperServer, zookeeper_available
+from sparkmill.common.ha.zookeeper.stores import ZooKeeperJobGraphStore
 from sparkmill.common.v1 import common_pb2
-from sparkmill.common.zookeeper.server import ZooKeeperServer, zookeeper_available
-from sparkmill.common.zookeeper.stores import ZooKeeperJobGraphStore
 
 pytestmark = [
     pytest.mark.integration,

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from sparkmill.common.zookeeper.connection import ZooKeeperConnection
-from sparkmill.common.zookeeper.election import ZooKeeperLeaderElectionService
-from sparkmill.common.zookeeper.server import ZooKeeperServer, zookeeper_available
+from sparkmill.common.ha.zookeeper.connection import ZooKeeperConnection
+from sparkmill.common.ha.zookeeper.election import ZooKeeperLeaderElectionService
+from sparkmill.common.ha.zookeeper.server import ZooKeeperServer, zookeeper_available
 
 pytestmark = [
     pytest.mark.integration,

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sparkmill.common.keys import rest_token_of
+from sparkmill.common.rpc.keys import rest_token_of
 from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline

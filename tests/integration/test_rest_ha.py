@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sparkmill.common.keys import rest_token_of
+from sparkmill.common.rpc.keys import rest_token_of
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import ClusterFactory
 from tests.integration.rest_helpers import Reply, get, submit, use_token

@@ -16,19 +16,19 @@ import pytest
 import yaml
 
 from sparkmill.client import ClusterClient
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     DeadlineExceededError,
     FailedPreconditionError,
     PermissionDeniedError,
     RpcError,
     UnavailableError,
 )
-from sparkmill.common.keys import generate_key
+from sparkmill.common.ha.zookeeper.server import zookeeper_available
 from sparkmill.common.rpc.client import RpcClient
+from sparkmill.common.rpc.keys import generate_key
 from sparkmill.common.rpc.security import CurveKeyPair, TransportSecurity
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, resource_manager_pb2
 from sparkmill.common.v1.gateways import DispatcherClient, ResourceManagerClient
-from sparkmill.common.zookeeper.server import zookeeper_available
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import ClusterFactory, RunningCluster, eventually
@@ -49,7 +49,7 @@ def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running
 
 def stranger_security(cluster: LocalCluster, tmp: Path, role: str = "client") -> TransportSecurity:
     """An attacker who knows every public key (they are public) but holds no admitted key."""
-    from sparkmill.common.keys import load_secret_key
+    from sparkmill.common.rpc.keys import load_secret_key
 
     made = generate_key(tmp / "stranger", role)
     assert made is not None
@@ -121,7 +121,7 @@ def test_a_client_without_an_admitted_key_cannot_list_submit_or_cancel(
 
 
 def _proto(graph: Any) -> common_pb2.JobGraph:
-    from sparkmill.common.jobgraph_codec import job_graph_to_proto
+    from sparkmill.common.jobgraph.codec import job_graph_to_proto
 
     return job_graph_to_proto(graph)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkmill.common.errors import InvalidJobGraphError, RpcError
-from sparkmill.common.ids import JobID
+from sparkmill.common.core.errors import InvalidJobGraphError, RpcError
+from sparkmill.common.core.ids import JobID
 from sparkmill.common.v1 import common_pb2
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import ClusterFactory, RunningCluster, eventually

@@ -14,14 +14,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from sparkmill.common.zookeeper.connection import ZooKeeperConnection
-from sparkmill.common.zookeeper.election import ZooKeeperLeaderElectionService
-from sparkmill.common.zookeeper.server import (
+from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
+from sparkmill.common.ha.zookeeper.connection import ZooKeeperConnection
+from sparkmill.common.ha.zookeeper.election import ZooKeeperLeaderElectionService
+from sparkmill.common.ha.zookeeper.server import (
     ZooKeeperEnsemble,
     ZooKeeperServer,
     zookeeper_available,
 )
-from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
 
 pytestmark = [
     pytest.mark.integration,

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from sparkmill.client import ClusterClient
-from sparkmill.common.errors import NotFoundError, SparkmillError
+from sparkmill.common.core.errors import NotFoundError, SparkmillError
 from sparkmill.common.v1 import common_pb2
 from tests.testbed import ha_data
 from tests.testbed.bed import STATE, TestBed, parse_inventory

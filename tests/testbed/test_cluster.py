@@ -26,7 +26,7 @@ import yaml
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from sparkmill.common.keys import generate_key
+from sparkmill.common.rpc.keys import generate_key
 from tests.testbed.bed import CONTROLLER_ADDRESS, ROOT, TestBed, recap
 
 # The first test also waits for the session fixture (up and two converges): on a shared,

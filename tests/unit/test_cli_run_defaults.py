@@ -5,10 +5,9 @@ tasks."""
 from __future__ import annotations
 
 from sparkmill.cli import build_parser, run_cluster_config
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.config import Configuration
-from sparkmill.common.ha_factory import settings_from_config
-from sparkmill.common.settings import ClusterSettings
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.settings import ClusterSettings, settings_from_config
 from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
 from sparkmill.services.taskexecutor.task_services import install_task_services
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from sparkmill.common import config_options as opts
-from sparkmill.common.config import FILE_KEY, Configuration
-from sparkmill.common.config_kinds import (
+from sparkmill.common.config import options as opts
+from sparkmill.common.config.configuration import FILE_KEY, Configuration
+from sparkmill.common.config.kinds import (
     ADDRESS,
     BOOL,
     DURATION,
@@ -21,9 +21,9 @@ from sparkmill.common.config_kinds import (
     MEMORY,
     STRING,
 )
-from sparkmill.common.config_registry import REGISTRY
-from sparkmill.common.config_schema import ConfigOption
-from sparkmill.common.errors import ConfigurationError
+from sparkmill.common.config.registry import REGISTRY
+from sparkmill.common.config.schema import ConfigOption
+from sparkmill.common.core.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
@@ -576,7 +576,7 @@ def test_doc_check_fails_when_stale(tmp_path: Path) -> None:
 
 
 def test_a_resource_id_that_is_not_a_safe_name_is_refused_at_start() -> None:
-    from sparkmill.common.ha_factory import settings_from_config
+    from sparkmill.common.runtime.settings import settings_from_config
 
     for bad in ("my worker", "../te", ".hidden", "x" * 129):
         config = Configuration.from_mapping({"taskmanager.resource-id": bad})

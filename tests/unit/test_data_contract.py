@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from sparkmill.common.collect import (
+from sparkmill.common.core.partitions import InputGateInfo, InputPartitionInfo
+from sparkmill.common.deployment.descriptor import TaskDeployment
+from sparkmill.common.pipeline.collect import (
     decode_rows,
     encode_rows,
     pack_accumulators,
     unpack_accumulators,
 )
-from sparkmill.common.deployment import TaskDeployment
-from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
-from sparkmill.common.noop import NoOpOptions, decode_noop_payload, encode_noop_payload
+from sparkmill.common.pipeline.noop import NoOpOptions, decode_noop_payload, encode_noop_payload
 from sparkmill.common.v1 import common_pb2
 
 

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from sparkmill.common.deployment import TaskDeployment, input_gate_from_proto, shared_gate_keys
-from sparkmill.common.errors import FailedPreconditionError, IllegalStateBug, NotFoundError
-from sparkmill.common.ids import AllocationID, JobID, SharedGateID
+from sparkmill.common.core.errors import FailedPreconditionError, IllegalStateBug, NotFoundError
+from sparkmill.common.core.ids import AllocationID, JobID, SharedGateID
+from sparkmill.common.deployment.descriptor import (
+    TaskDeployment,
+    input_gate_from_proto,
+    shared_gate_keys,
+)
 from sparkmill.common.v1 import task_executor_pb2
-from sparkmill.services.jobmaster.deployment_descriptor import (
+from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import (
     InputGateCache,
     deployment_of,
     deployment_proto_of,
 )
-from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
+from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 from tests.unit.test_execution_graph import (
     ALL_TO_ALL,
     POINTWISE,

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from sparkmill.common.ids import ExecutionAttemptID, ResourceID, new_attempt_id, new_resource_id
-from sparkmill.common.states import ExecutionState
-from sparkmill.services.jobmaster.deployments import DeploymentTracker, is_live_state
+from sparkmill.common.core.ids import (
+    ExecutionAttemptID,
+    ResourceID,
+    new_attempt_id,
+    new_resource_id,
+)
+from sparkmill.common.core.states import ExecutionState
+from sparkmill.services.jobmaster.scheduler.deployments import DeploymentTracker, is_live_state
 
 
 class LiveAttempts:

@@ -7,9 +7,10 @@ import random
 
 import pytest
 
-from sparkmill.common.errors import IllegalStateBug
-from sparkmill.common.ids import new_dataset_id, new_job_id, new_vertex_id
-from sparkmill.common.jobgraph import (
+from sparkmill.common.core.errors import IllegalStateBug
+from sparkmill.common.core.ids import new_dataset_id, new_job_id, new_vertex_id
+from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.jobgraph.model import (
     DistributionPattern,
     IntermediateDataSet,
     JobEdge,
@@ -18,8 +19,7 @@ from sparkmill.common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from sparkmill.common.states import ExecutionState
-from sparkmill.services.jobmaster.execution_graph import (
+from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     MAX_PRIOR_ATTEMPTS_KEPT,
     ExecutionGraph,
     ExecutionVertexID,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from sparkmill.common.errors import UnavailableError
-from sparkmill.common.heartbeat import HeartbeatManager
+from sparkmill.common.core.errors import UnavailableError
+from sparkmill.common.runtime.heartbeat import HeartbeatManager
 
 
 class TestingTarget:

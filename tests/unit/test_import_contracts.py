@@ -58,17 +58,21 @@ def test_the_scratch_copy_keeps_every_contract(scratch: Path) -> None:
 
 def test_common_importing_a_service_is_refused(scratch: Path) -> None:
     append(
-        scratch / "common" / "ids.py", "\nfrom sparkmill.services.dispatcher import dispatcher\n"
+        scratch / "common" / "core" / "ids.py",
+        "\nfrom sparkmill.services.dispatcher import dispatcher\n",
     )
     result = run_check(scratch)
     assert result.returncode == 1
-    assert "sparkmill.common.ids must not import sparkmill.services.dispatcher" in result.stdout
+    assert (
+        "sparkmill.common.core.ids must not import sparkmill.services.dispatcher" in result.stdout
+    )
 
 
 def test_one_service_importing_another_is_refused_even_inside_a_function(scratch: Path) -> None:
     append(
         scratch / "services" / "dispatcher" / "job_placement.py",
-        "\n\ndef _late() -> None:\n    from sparkmill.services.jobmaster import scheduler\n",
+        "\n\ndef _late() -> None:\n"
+        "    from sparkmill.services.jobmaster.scheduler import default_scheduler\n",
     )
     result = run_check(scratch)
     assert result.returncode == 1
@@ -84,12 +88,15 @@ def test_the_public_api_reaching_into_a_service_is_refused(scratch: Path) -> Non
 
 def test_a_cycle_hidden_behind_type_checking_is_found(scratch: Path) -> None:
     append(
-        scratch / "common" / "ids.py",
+        scratch / "common" / "core" / "ids.py",
         "\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-        "    from sparkmill.common import config  # noqa\n",
+        "    from sparkmill.common.config import configuration  # noqa\n",
     )
-    append(scratch / "common" / "config.py", "\nfrom sparkmill.common import ids  # noqa\n")
+    append(
+        scratch / "common" / "config" / "configuration.py",
+        "\nfrom sparkmill.common.core import ids  # noqa\n",
+    )
     result = run_check(scratch)
     assert result.returncode == 1
     assert "import cycle:" in result.stdout
-    assert "sparkmill.common.ids" in result.stdout
+    assert "sparkmill.common.core.ids" in result.stdout

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkmill.common.collect import decode_rows, encode_rows
-from sparkmill.common.errors import InvalidArgumentError
+from sparkmill.common.core.errors import InvalidArgumentError
 from sparkmill.common.exchange import layout
+from sparkmill.common.pipeline.collect import decode_rows, encode_rows
 
 HOSTILE_IDS = ["/", "/tmp/victim", "..", "../x", "job-1", "A" * 32, "0" * 31, ""]
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from sparkmill.common.io_counters import NO_IO, IOCounters, io_from_proto, io_to_proto
+from sparkmill.common.core.io_counters import NO_IO, IOCounters, io_from_proto, io_to_proto
 from sparkmill.common.v1 import job_master_pb2
 
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 import sparkmill as sm
-from sparkmill.common.errors import ConfigurationError, PipelineError
-from sparkmill.common.job_config import normalize_job_config
+from sparkmill.common.core.errors import ConfigurationError, PipelineError
+from sparkmill.common.jobgraph.job_config import normalize_job_config
 from sparkmill.testing import noop_pipeline
 
 
@@ -63,7 +63,7 @@ def test_values_of_other_types_and_negative_durations_are_refused() -> None:
 
 
 def test_booleans_become_true_and_false() -> None:
-    from sparkmill.common.job_config import config_value_text
+    from sparkmill.common.jobgraph.job_config import config_value_text
 
     assert config_value_text("k", True) == "true"
     assert config_value_text("k", False) == "false"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
-from sparkmill.common.zookeeper.stores import ZooKeeperJobGraphStore
+from sparkmill.common.ha.zookeeper.stores import ZooKeeperJobGraphStore
 
 
 class TestingFlakyClient:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from sparkmill.common.ids import JobID, new_job_id
-from sparkmill.common.job_leaders import JobLeaderTracker
-from sparkmill.common.leader import LeaderInfo, LeaderListener, LeaderRetrievalService
+from sparkmill.common.core.ids import JobID, new_job_id
+from sparkmill.common.ha.job_leaders import JobLeaderTracker
+from sparkmill.common.ha.leader import LeaderInfo, LeaderListener, LeaderRetrievalService
 
 
 class TestingLeaderRetrievalService(LeaderRetrievalService):

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from sparkmill.common.errors import InvalidArgumentError
-from sparkmill.common.ids import new_job_id
+from sparkmill.common.core.errors import InvalidArgumentError
+from sparkmill.common.core.ids import new_job_id
 from sparkmill.services.dispatcher.job_listing import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,

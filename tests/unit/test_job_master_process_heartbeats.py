@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.config import Configuration
-from sparkmill.common.ha_factory import settings_from_config
-from sparkmill.common.job_progress import InMemoryJobProgressStore
-from sparkmill.common.job_stores import InMemoryJobResultStore
-from sparkmill.common.leader import LeaderInfo, LeaderListener, LeaderRetrievalService
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.ha.job_stores import InMemoryJobResultStore
+from sparkmill.common.ha.leader import LeaderInfo, LeaderListener, LeaderRetrievalService
+from sparkmill.common.ha.progress_log import InMemoryJobProgressStore
 from sparkmill.common.rpc.client import RpcClientPool
-from sparkmill.common.service_base import ServiceIdentity
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.service_base import ServiceIdentity
+from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.common.v1 import common_pb2
 from sparkmill.services.jobmaster.service import DISPATCHER_HEARTBEAT_TARGET, JobMasterProcess
 

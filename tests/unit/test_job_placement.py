@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from sparkmill.common.errors import IllegalStateBug
+from sparkmill.common.core.errors import IllegalStateBug
 from sparkmill.services.dispatcher.job_placement import (
     JOB_PLACEMENT_TRANSITIONS,
     JobPlacement,

@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
+from sparkmill.common.core.ids import new_attempt_id
+from sparkmill.common.core.io_counters import IOCounters
+from sparkmill.common.core.partitions import InputGateInfo, InputPartitionInfo
+from sparkmill.common.core.states import ExecutionState
 from sparkmill.common.exchange.layout import missing_partitions, partition_dir
-from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
-from sparkmill.common.ids import new_attempt_id
-from sparkmill.common.io_counters import IOCounters
-from sparkmill.common.job_progress import (
+from sparkmill.common.ha.progress_log import (
     ADOPTED,
     FINISHED,
     INVALIDATED,
@@ -34,8 +35,10 @@ from sparkmill.common.job_progress import (
     replay,
     trusted_prefix,
 )
-from sparkmill.common.states import ExecutionState
-from sparkmill.services.jobmaster.execution_graph import ExecutionGraph, ExecutionVertex
+from sparkmill.services.jobmaster.executiongraph.execution_graph import (
+    ExecutionGraph,
+    ExecutionVertex,
+)
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, plan_recovery
 from tests.unit.test_scheduler import A2A, BLOCKING, PIPELINED, POINTWISE, build_graph
 

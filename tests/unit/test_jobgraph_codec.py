@@ -1,4 +1,4 @@
-"""Unit tests of common/jobgraph_codec.py: round trips, wire defaults and lenient decoding."""
+"""Unit tests of common/jobgraph/codec.py: round trips, wire defaults and lenient decoding."""
 
 from __future__ import annotations
 
@@ -7,9 +7,15 @@ import random
 
 import pytest
 
-from sparkmill.common.errors import InvalidArgumentError, InvalidJobGraphError
-from sparkmill.common.ids import IntermediateDataSetID, JobID, JobVertexID
-from sparkmill.common.jobgraph import (
+from sparkmill.common.core.errors import InvalidArgumentError, InvalidJobGraphError
+from sparkmill.common.core.ids import IntermediateDataSetID, JobID, JobVertexID
+from sparkmill.common.core.proto_convert import profile_from_proto, profile_to_proto
+from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.jobgraph.codec import (
+    job_graph_from_proto,
+    job_graph_to_proto,
+)
+from sparkmill.common.jobgraph.model import (
     DEFAULT_MAX_PARALLELISM,
     DEFAULT_SLOT_SHARING_GROUP,
     KNOWN_OPERATOR_KINDS,
@@ -21,13 +27,7 @@ from sparkmill.common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from sparkmill.common.jobgraph_codec import (
-    job_graph_from_proto,
-    job_graph_to_proto,
-)
-from sparkmill.common.jobgraph_validation import validate_job_graph
-from sparkmill.common.proto_convert import profile_from_proto, profile_to_proto
-from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.jobgraph.validation import validate_job_graph
 from sparkmill.common.v1 import common_pb2
 
 V_SRC, V_MAP, V_SINK = JobVertexID("v-source"), JobVertexID("v-map"), JobVertexID("v-sink")

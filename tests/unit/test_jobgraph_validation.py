@@ -1,4 +1,4 @@
-"""Unit tests of common/jobgraph_validation.py: one test per check, and all problems at once."""
+"""Unit tests of common/jobgraph/validation.py: one test per check, and all problems at once."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from sparkmill.common.errors import InvalidArgumentError, InvalidJobGraphError
-from sparkmill.common.ids import IntermediateDataSetID, JobID, JobVertexID
-from sparkmill.common.jobgraph import (
+from sparkmill.common.core.errors import InvalidArgumentError, InvalidJobGraphError
+from sparkmill.common.core.ids import IntermediateDataSetID, JobID, JobVertexID
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.jobgraph.model import (
     KNOWN_OPERATOR_KINDS,
     DistributionPattern,
     IntermediateDataSet,
@@ -20,13 +21,12 @@ from sparkmill.common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from sparkmill.common.jobgraph_validation import (
+from sparkmill.common.jobgraph.validation import (
     MAX_LISTED_CYCLE_VERTICES,
     MAX_LISTED_PROBLEMS,
     JobGraphLimits,
     validate_job_graph,
 )
-from sparkmill.common.resources import ResourceProfile
 
 
 def vid(name: str) -> JobVertexID:

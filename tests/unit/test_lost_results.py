@@ -10,12 +10,12 @@ hand-written fakes for the outside world.
 
 from __future__ import annotations
 
-from sparkmill.common.ids import new_resource_id
-from sparkmill.common.io_counters import IOCounters
-from sparkmill.common.states import ExecutionState, JobStatus
-from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionVertex
-from sparkmill.services.jobmaster.restart_strategy import FixedDelayRestartStrategy
-from sparkmill.services.jobmaster.slot_pool import TaskExecutorInfo
+from sparkmill.common.core.ids import new_resource_id
+from sparkmill.common.core.io_counters import IOCounters
+from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.services.jobmaster.executiongraph.execution_graph import Execution, ExecutionVertex
+from sparkmill.services.jobmaster.scheduler.restart_strategy import FixedDelayRestartStrategy
+from sparkmill.services.jobmaster.slotpool.slot_pool import TaskExecutorInfo
 from tests.unit.test_scheduler import (
     A2A,
     BLOCKING,

@@ -12,9 +12,18 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import Metric
 
-from sparkmill.common.ids import new_allocation_id, new_instance_id, new_job_id, new_resource_id
-from sparkmill.common.io_counters import IOCounters
-from sparkmill.common.metrics import (
+from sparkmill.common.core.ids import (
+    new_allocation_id,
+    new_instance_id,
+    new_job_id,
+    new_resource_id,
+)
+from sparkmill.common.core.io_counters import IOCounters
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.slots import SlotReport, SlotStatus
+from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
+from sparkmill.common.runtime.metrics import (
     CONTENT_TYPE,
     ExpiringKeys,
     MetricsHttpServer,
@@ -23,13 +32,9 @@ from sparkmill.common.metrics import (
     RpcMetrics,
     ZooKeeperStateHolder,
 )
-from sparkmill.common.resources import ResourceProfile
-from sparkmill.common.slots import SlotReport, SlotStatus
-from sparkmill.common.states import ExecutionState, JobStatus
-from sparkmill.common.timers import ManualTimerService
-from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
+from sparkmill.common.runtime.timers import ManualTimerService
 from sparkmill.services.dispatcher.metrics import DispatcherCollector
-from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
+from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 from sparkmill.services.jobmaster.metrics import JobMasterCollector, _JobMasters
 from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState

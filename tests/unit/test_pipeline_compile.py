@@ -14,14 +14,14 @@ import pytest
 import sparkmill as sm
 from sparkmill import functions as F
 from sparkmill._compile import split_aggregates
-from sparkmill.common import plan as S
-from sparkmill.common.errors import CommitError, InvalidJobGraphError, PipelineError
+from sparkmill.common.core.errors import CommitError, InvalidJobGraphError, PipelineError
+from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.exchange import layout
 from sparkmill.common.exchange.pointwise import pointwise_readers
-from sparkmill.common.jobgraph import DistributionPattern, JobGraph, JobVertex
-from sparkmill.common.jobgraph_codec import job_graph_from_proto, job_graph_to_proto
-from sparkmill.common.jobgraph_validation import validate_job_graph
-from sparkmill.common.resources import ResourceProfile
+from sparkmill.common.jobgraph.codec import job_graph_from_proto, job_graph_to_proto
+from sparkmill.common.jobgraph.model import DistributionPattern, JobGraph, JobVertex
+from sparkmill.common.jobgraph.validation import validate_job_graph
+from sparkmill.common.pipeline import plan as S
 from sparkmill.services.taskexecutor.spark import errors, sinks, sources
 
 A2A = DistributionPattern.ALL_TO_ALL

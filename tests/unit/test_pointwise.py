@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkmill.common.errors import IllegalStateBug
+from sparkmill.common.core.errors import IllegalStateBug
+from sparkmill.common.core.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.exchange.layout import DATA_DIR, SCHEMA_FILE, partition_dir
-from sparkmill.common.exchange.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.exchange.pointwise import pointwise_readers
-from sparkmill.common.jobgraph import DistributionPattern, JobGraph, ResultPartitionType
-from sparkmill.common.plan import FORWARD
-from sparkmill.services.jobmaster.execution_graph import ExecutionGraph
+from sparkmill.common.jobgraph.model import DistributionPattern, JobGraph, ResultPartitionType
+from sparkmill.common.pipeline.plan import FORWARD
+from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 from sparkmill.services.taskexecutor.spark import exchange
 from tests.unit.test_scheduler import build_graph
 

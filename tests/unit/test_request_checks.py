@@ -14,8 +14,8 @@ import pytest
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from sparkmill.common.errors import InvalidArgumentError
-from sparkmill.common.ids import new_allocation_id, new_attempt_id, new_job_id, new_resource_id
+from sparkmill.common.core.errors import InvalidArgumentError
+from sparkmill.common.core.ids import new_allocation_id, new_attempt_id, new_job_id, new_resource_id
 from sparkmill.common.rpc.request_checks import (
     GENERATED_ID_FIELDS,
     NAME_ID_FIELDS,
@@ -140,7 +140,7 @@ def test_addresses_a_service_dials_back_must_be_tcp_host_port() -> None:
 
 
 def test_error_text_is_clipped_before_it_travels() -> None:
-    from sparkmill.common.proto_convert import MAX_ERROR_MESSAGE_CHARS, error_to_proto
+    from sparkmill.common.core.proto_convert import MAX_ERROR_MESSAGE_CHARS, error_to_proto
 
     info = error_to_proto(ValueError("z" * 10_000_000))
     assert len(info.message) < MAX_ERROR_MESSAGE_CHARS + 100
@@ -149,7 +149,7 @@ def test_error_text_is_clipped_before_it_travels() -> None:
 
 
 def test_the_fast_name_check_agrees_with_is_valid_name_id() -> None:
-    from sparkmill.common.ids import is_valid_name_id
+    from sparkmill.common.core.ids import is_valid_name_id
     from sparkmill.common.rpc.request_checks import _is_name_id
 
     samples = ["a", "A1", "0", "w7.lab-te_0", "x" * 128, "x" * 129, "", ".a", "-a", "_a", "a/b"]

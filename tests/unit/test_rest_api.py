@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sparkmill.common.config import Configuration
-from sparkmill.common.errors import ConfigurationError, FailedPreconditionError, NotFoundError
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import ConfigurationError, FailedPreconditionError, NotFoundError
 from sparkmill.common.rpc.server import CallContext
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
 from sparkmill.services.dispatcher import rest_json

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from sparkmill.common.config import Configuration
-from sparkmill.common.errors import ConfigurationError
-from sparkmill.common.keys import (
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import ConfigurationError
+from sparkmill.common.rpc.keys import (
     generate_cluster_keys,
     generate_rest_tokens,
     read_rest_tokens,

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from sparkmill.services.jobmaster.restart_strategy import (
+from sparkmill.services.jobmaster.scheduler.restart_strategy import (
     ExponentialDelayRestartStrategy,
     FailureRateRestartStrategy,
     FixedDelayRestartStrategy,

@@ -1,4 +1,4 @@
-"""Retrying with back-off until a message is taken (common/retry.py: retry_with_backoff)."""
+"""Retrying with back-off until a message is taken (common/runtime/retry.py: retry_with_backoff)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from sparkmill.common.errors import FailedPreconditionError, UnavailableError
-from sparkmill.common.retry import Backoff, retry_with_backoff
+from sparkmill.common.core.errors import FailedPreconditionError, UnavailableError
+from sparkmill.common.runtime.retry import Backoff, retry_with_backoff
 
 FAST = Backoff(initial_s=0.001, max_s=0.004)
 

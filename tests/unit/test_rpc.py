@@ -20,7 +20,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     DeadlineExceededError,
     ErrorCode,
     FencingMismatchError,
@@ -996,7 +996,7 @@ def test_server_stop_cancels_running_handlers() -> None:
 
 def test_rpc_error_codes_round_trip_through_error_headers() -> None:
     """Every typed error class survives encode_error -> decode_response -> error_from_code."""
-    from sparkmill.common.errors import _BY_CODE, error_from_code
+    from sparkmill.common.core.errors import _BY_CODE, error_from_code
 
     for code, cls in _BY_CODE.items():
         frames = framing.encode_error(42, cls(f"{code.name} happened", details="d"))

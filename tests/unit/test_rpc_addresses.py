@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import zmq.asyncio
 
-from sparkmill.common.config import Configuration
-from sparkmill.common.errors import ConfigurationError
-from sparkmill.common.ha_factory import settings_from_config
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import ConfigurationError
 from sparkmill.common.rpc.addresses import rpc_endpoints, with_bound_port
 from sparkmill.common.rpc.client import RpcClient
 from sparkmill.common.rpc.security import TransportSecurity
 from sparkmill.common.rpc.server import RpcServer
+from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.common.v1 import common_pb2
 from sparkmill.common.v1.gateways import DispatcherClient
 from sparkmill.services.entrypoint import EXIT_CONFIG_ERROR, rpc_endpoints_of, run_service
@@ -106,7 +106,7 @@ def test_a_server_bound_on_every_interface_publishes_the_advertised_address() ->
 
 
 def test_the_metrics_url_names_the_advertised_host() -> None:
-    from sparkmill.common.metrics import MetricsHttpServer
+    from sparkmill.common.runtime.metrics import MetricsHttpServer
 
     assert MetricsHttpServer(bytes, "0.0.0.0", 9249, advertised_host="node-1").url == (
         "http://node-1:0/metrics"  # the port is known once bound

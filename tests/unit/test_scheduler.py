@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sparkmill.common.errors import NotFoundError, RpcError, UnavailableError
-from sparkmill.common.ids import (
+from sparkmill.common.core.errors import NotFoundError, RpcError, UnavailableError
+from sparkmill.common.core.ids import (
     AllocationID,
     new_attempt_id,
     new_dataset_id,
@@ -26,8 +26,10 @@ from sparkmill.common.ids import (
     new_vertex_id,
     short,
 )
-from sparkmill.common.io_counters import IOCounters
-from sparkmill.common.jobgraph import (
+from sparkmill.common.core.io_counters import IOCounters
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.common.jobgraph.model import (
     NOOP_OPERATOR_KIND,
     DistributionPattern,
     IntermediateDataSet,
@@ -37,21 +39,23 @@ from sparkmill.common.jobgraph import (
     OperatorSpec,
     ResultPartitionType,
 )
-from sparkmill.common.resources import ResourceProfile
-from sparkmill.common.states import ExecutionState, JobStatus
-from sparkmill.common.timers import ManualTimerService
-from sparkmill.services.jobmaster.execution_graph import Execution, ExecutionGraph, ExecutionVertex
-from sparkmill.services.jobmaster.restart_strategy import (
-    FixedDelayRestartStrategy,
-    NoRestartStrategy,
-    RestartStrategy,
+from sparkmill.common.runtime.timers import ManualTimerService
+from sparkmill.services.jobmaster.executiongraph.execution_graph import (
+    Execution,
+    ExecutionGraph,
+    ExecutionVertex,
 )
-from sparkmill.services.jobmaster.scheduler import (
+from sparkmill.services.jobmaster.scheduler.default_scheduler import (
     SCHEDULING_SLICE,
     DefaultScheduler,
     ProgressListener,
 )
-from sparkmill.services.jobmaster.slot_pool import (
+from sparkmill.services.jobmaster.scheduler.restart_strategy import (
+    FixedDelayRestartStrategy,
+    NoRestartStrategy,
+    RestartStrategy,
+)
+from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PhysicalSlot,
     SlotOffer,
     SlotPool,

@@ -16,15 +16,17 @@ import zmq
 import zmq.asyncio
 import zmq.utils.z85
 
-from sparkmill.common.config import Configuration
-from sparkmill.common.errors import (
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import (
     ConfigurationError,
     DeadlineExceededError,
     InvalidArgumentError,
     PermissionDeniedError,
     ResourceExhaustedError,
 )
-from sparkmill.common.keys import (
+from sparkmill.common.rpc import framing
+from sparkmill.common.rpc.client import RpcClient
+from sparkmill.common.rpc.keys import (
     Member,
     generate_cluster_keys,
     generate_key,
@@ -32,8 +34,6 @@ from sparkmill.common.keys import (
     parse_stem,
     read_digest,
 )
-from sparkmill.common.rpc import framing
-from sparkmill.common.rpc.client import RpcClient
 from sparkmill.common.rpc.security import (
     ZAP_VERSION,
     TransportSecurity,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from sparkmill.common.deployment import SharedGateKey
-from sparkmill.common.errors import FailedPreconditionError, NotFoundError, UnavailableError
-from sparkmill.common.ids import JobID, SharedGateID
+from sparkmill.common.core.errors import FailedPreconditionError, NotFoundError, UnavailableError
+from sparkmill.common.core.ids import JobID, SharedGateID
+from sparkmill.common.deployment.descriptor import SharedGateKey
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
 from sparkmill.services.taskexecutor.shared_gates import SharedGateCache
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
     IllegalStateBug,
@@ -14,7 +14,7 @@ from sparkmill.common.errors import (
     RpcError,
     UnavailableError,
 )
-from sparkmill.common.ids import (
+from sparkmill.common.core.ids import (
     AllocationID,
     InstanceID,
     JobID,
@@ -24,9 +24,9 @@ from sparkmill.common.ids import (
     new_job_id,
     new_resource_id,
 )
-from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
-from sparkmill.common.slots import SlotID, SlotReport, SlotStatus
-from sparkmill.common.timers import ManualTimerService
+from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.core.slots import SlotID, SlotReport, SlotStatus
+from sparkmill.common.runtime.timers import ManualTimerService
 from sparkmill.services.resourcemanager.slot_manager import (
     SLOT_STATE_TRANSITIONS,
     AllocationStatus,

@@ -8,22 +8,22 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     DeadlineExceededError,
     FailedPreconditionError,
     ResourceExhaustedError,
     UnavailableError,
 )
-from sparkmill.common.ids import (
+from sparkmill.common.core.ids import (
     AllocationID,
     ResourceID,
     new_allocation_id,
     new_job_id,
     new_resource_id,
 )
-from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
-from sparkmill.common.timers import ManualTimerService
-from sparkmill.services.jobmaster.slot_pool import (
+from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.runtime.timers import ManualTimerService
+from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PhysicalSlot,
     SlotOffer,
     SlotPool,

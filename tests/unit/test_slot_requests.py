@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sparkmill.common.errors import RpcError, UnavailableError
-from sparkmill.common.ids import AllocationID
+from sparkmill.common.core.errors import RpcError, UnavailableError
+from sparkmill.common.core.ids import AllocationID
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
-from sparkmill.services.jobmaster.slot_requests import MAX_BATCH, SlotRequestBatcher
+from sparkmill.services.jobmaster.slotpool.slot_requests import MAX_BATCH, SlotRequestBatcher
 
 
 class TestingResourceManager:

@@ -6,19 +6,19 @@ from dataclasses import dataclass
 
 import pytest
 
-from sparkmill.common.errors import IllegalStateBug
-from sparkmill.common.ids import JobVertexID
-from sparkmill.common.jobgraph import (
+from sparkmill.common.core.errors import IllegalStateBug
+from sparkmill.common.core.ids import JobVertexID
+from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.core.states import ExecutionState as ES
+from sparkmill.common.core.states import JobStatus
+from sparkmill.common.jobgraph.model import (
     DEFAULT_SLOT_SHARING_GROUP,
     DistributionPattern,
     ResultPartitionType,
 )
-from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
-from sparkmill.common.states import ExecutionState as ES
-from sparkmill.common.states import JobStatus
-from sparkmill.services.jobmaster.execution_topology import ExecutionVertexID
-from sparkmill.services.jobmaster.restart_strategy import FixedDelayRestartStrategy
-from sparkmill.services.jobmaster.slot_sharing import SlotSharingStrategy
+from sparkmill.services.jobmaster.executiongraph.execution_topology import ExecutionVertexID
+from sparkmill.services.jobmaster.scheduler.restart_strategy import FixedDelayRestartStrategy
+from sparkmill.services.jobmaster.slotpool.slot_sharing import SlotSharingStrategy
 from tests.unit.test_scheduler import Harness, build_graph, run, settle
 
 A2A = DistributionPattern.ALL_TO_ALL

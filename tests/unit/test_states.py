@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sparkmill.common.errors import IllegalStateBug
-from sparkmill.common.state_machine import TransitionTable
-from sparkmill.common.states import (
+from sparkmill.common.core.errors import IllegalStateBug
+from sparkmill.common.core.state_machine import TransitionTable
+from sparkmill.common.core.states import (
     EXECUTION_STATE_TRANSITIONS,
     JOB_STATUS_TRANSITIONS,
     ExecutionState,

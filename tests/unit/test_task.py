@@ -7,17 +7,17 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from sparkmill.common.errors import ErrorCode, SuppressRestartsError, TaskCancelledError
-from sparkmill.common.ids import (
+from sparkmill.common.core.errors import ErrorCode, SuppressRestartsError, TaskCancelledError
+from sparkmill.common.core.ids import (
     new_allocation_id,
     new_attempt_id,
     new_dataset_id,
     new_job_id,
     new_vertex_id,
 )
-from sparkmill.common.io_counters import IOCounters
-from sparkmill.common.noop import NoOpOptions, encode_noop_payload
-from sparkmill.common.states import ExecutionState
+from sparkmill.common.core.io_counters import IOCounters
+from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.pipeline.noop import NoOpOptions, encode_noop_payload
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.operators import NoOpInvokable

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 
-from sparkmill.common.actor import ServiceRuntime
-from sparkmill.common.config import Configuration
-from sparkmill.common.ha_factory import settings_from_config
-from sparkmill.common.ids import AllocationID, JobID
-from sparkmill.common.leader import LeaderInfo, LeaderListener, LeaderRetrievalService
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.ids import AllocationID, JobID
+from sparkmill.common.ha.leader import LeaderInfo, LeaderListener, LeaderRetrievalService
 from sparkmill.common.rpc.client import RpcClientPool
-from sparkmill.common.service_base import ServiceIdentity
-from sparkmill.common.timers import AsyncioTimerService
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.service_base import ServiceIdentity
+from sparkmill.common.runtime.settings import settings_from_config
+from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
 from sparkmill.services.taskexecutor.task_executor import (

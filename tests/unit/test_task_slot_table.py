@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     ErrorCode,
     FailedPreconditionError,
     IllegalStateBug,
@@ -14,7 +14,7 @@ from sparkmill.common.errors import (
     NotFoundError,
     error_from_code,
 )
-from sparkmill.common.ids import (
+from sparkmill.common.core.ids import (
     AllocationID,
     ExecutionAttemptID,
     JobID,
@@ -23,9 +23,9 @@ from sparkmill.common.ids import (
     new_job_id,
     new_resource_id,
 )
-from sparkmill.common.resources import UNKNOWN_PROFILE, ResourceProfile
-from sparkmill.common.slots import SlotStatus
-from sparkmill.common.timers import ManualTimerService
+from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.core.slots import SlotStatus
+from sparkmill.common.runtime.timers import ManualTimerService
 from sparkmill.services.taskexecutor.slot_table import (
     SLOT_TRANSITIONS,
     TABLE_TRANSITIONS,

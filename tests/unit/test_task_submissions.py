@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sparkmill.common.errors import UnavailableError
-from sparkmill.common.ids import ResourceID
+from sparkmill.common.core.errors import UnavailableError
+from sparkmill.common.core.ids import ResourceID
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
-from sparkmill.services.jobmaster.task_submissions import TaskSubmissionBatcher
+from sparkmill.services.jobmaster.scheduler.task_submissions import TaskSubmissionBatcher
 
 
 class TestingTaskExecutor:

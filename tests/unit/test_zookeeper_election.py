@@ -16,9 +16,12 @@ from typing import Any, TypeVar
 
 from kazoo.exceptions import NoNodeError
 
-from sparkmill.common.zookeeper.connection import KAZOO_READ_TIMEOUT_FRACTION, ZooKeeperConnection
-from sparkmill.common.zookeeper.election import ZooKeeperLeaderElectionService
-from sparkmill.common.zookeeper.state import ZooKeeperConnectionState
+from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
+from sparkmill.common.ha.zookeeper.connection import (
+    KAZOO_READ_TIMEOUT_FRACTION,
+    ZooKeeperConnection,
+)
+from sparkmill.common.ha.zookeeper.election import ZooKeeperLeaderElectionService
 
 Z = ZooKeeperConnectionState
 T = TypeVar("T")

@@ -7,12 +7,12 @@ import itertools
 
 import pytest
 
-from sparkmill.common.metrics import ZooKeeperStateHolder
-from sparkmill.common.zookeeper.connection import ZooKeeperConnection
-from sparkmill.common.zookeeper.state import (
+from sparkmill.common.core.zookeeper_state import (
     ZOOKEEPER_CONNECTION_TRANSITIONS,
     ZooKeeperConnectionState,
 )
+from sparkmill.common.ha.zookeeper.connection import ZooKeeperConnection
+from sparkmill.common.runtime.metrics import ZooKeeperStateHolder
 
 Z = ZooKeeperConnectionState
 
@@ -44,7 +44,7 @@ def test_the_connection_hands_listeners_the_enum_and_counts_losses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     holder = ZooKeeperStateHolder()
-    monkeypatch.setattr("sparkmill.common.zookeeper.connection.ZOOKEEPER", holder)
+    monkeypatch.setattr("sparkmill.common.ha.zookeeper.connection.ZOOKEEPER", holder)
     seen: list[ZooKeeperConnectionState] = []
 
     async def main() -> ZooKeeperConnection:

@@ -4,7 +4,7 @@ A Python UDF that raises surfaces as a Py4J error wrapping a JVM exception wrapp
 worker's traceback; an unknown column as an ``AnalysisException`` followed by the whole logical
 plan. The task's failure *message* starts with what the user needs - the user's exception type
 and message, or Spark's error condition - and the full trace stays in the failure's details
-(the exception's ``__cause__``). The exception classes themselves are in ``common/errors.py``.
+(the exception's ``__cause__``). The exception classes themselves are in ``common/core/errors.py``.
 """
 
 from __future__ import annotations

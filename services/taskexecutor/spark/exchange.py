@@ -24,8 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sparkmill.common import plan as S
-from sparkmill.common.errors import IllegalStateBug, MissingPartitionError
+from sparkmill.common.core.errors import IllegalStateBug, MissingPartitionError
+from sparkmill.common.core.partitions import InputGateInfo
 from sparkmill.common.exchange.layout import (
     DATA_DIR,
     SCHEMA_FILE,
@@ -33,8 +33,8 @@ from sparkmill.common.exchange.layout import (
     partition_dir,
     sub_partition_dir,
 )
-from sparkmill.common.exchange.partitions import InputGateInfo
 from sparkmill.common.exchange.pointwise import pointwise_readers
+from sparkmill.common.pipeline import plan as S
 
 # -- writing ------------------------------------------------------------------------------------
 

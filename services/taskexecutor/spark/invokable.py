@@ -13,9 +13,9 @@ import threading
 import time
 from typing import Any
 
-from sparkmill.common import plan as S
-from sparkmill.common.errors import TaskCancelledError
-from sparkmill.common.expressions import set_live
+from sparkmill.common.core.errors import TaskCancelledError
+from sparkmill.common.pipeline import plan as S
+from sparkmill.common.pipeline.expressions import set_live
 from sparkmill.services.taskexecutor.context import TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
 

@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Any
 
-from sparkmill.common.io_counters import IOCounters
+from sparkmill.common.core.io_counters import IOCounters
 
 log = logging.getLogger(__name__)
 

@@ -13,24 +13,24 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from sparkmill.common import plan as S
-from sparkmill.common.collect import encode_rows
-from sparkmill.common.errors import (
+from sparkmill.common.core.errors import (
     CommitError,
     OperatorError,
     PartitionNotFoundError,
     SparkJobError,
     TaskCancelledError,
 )
+from sparkmill.common.core.ids import short
+from sparkmill.common.core.io_counters import NO_IO, IOCounters
 from sparkmill.common.exchange.layout import (
     cleanup_job,
     missing_partitions,
     partition_dir,
     sink_path_problem,
 )
-from sparkmill.common.expressions import resolve
-from sparkmill.common.ids import short
-from sparkmill.common.io_counters import NO_IO, IOCounters
+from sparkmill.common.pipeline import plan as S
+from sparkmill.common.pipeline.collect import encode_rows
+from sparkmill.common.pipeline.expressions import resolve
 from sparkmill.services.taskexecutor.context import TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.spark import exchange, sinks, sources
 from sparkmill.services.taskexecutor.spark.errors import summarize

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from sparkmill.common.errors import SparkSessionUnavailableError, TaskCancelledError
+from sparkmill.common.core.errors import SparkSessionUnavailableError, TaskCancelledError
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sparkmill.common import plan as S
-from sparkmill.common.errors import CommitError
+from sparkmill.common.core.errors import CommitError
 from sparkmill.common.exchange.layout import (
     TEMPORARY_DIR,
     local_path,
@@ -35,6 +34,7 @@ from sparkmill.common.exchange.layout import (
     remove_sink_temporaries,
     sink_temporary_dir,
 )
+from sparkmill.common.pipeline import plan as S
 
 SUCCESS_MARKER = "_SUCCESS"
 PLAN_FILE = "_plan.json"

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sparkmill.common import plan as S
-from sparkmill.common.errors import InputNotFoundError
+from sparkmill.common.core.errors import InputNotFoundError
+from sparkmill.common.pipeline import plan as S
 
 
 @dataclass(frozen=True)

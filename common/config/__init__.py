@@ -1,0 +1,1 @@
+"""Cluster configuration: value kinds, option declarations, loading and cross-key checks."""

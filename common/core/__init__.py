@@ -1,0 +1,1 @@
+"""The bottom layer: ids, errors, lifecycle states, resources, slots and I/O counters."""

@@ -1,0 +1,1 @@
+"""What crosses the wire about one task attempt: its deployment descriptor and its state updates."""

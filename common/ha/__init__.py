@@ -1,0 +1,2 @@
+"""High availability: leader election and retrieval, job stores and progress, standalone and
+ZooKeeper."""

@@ -1,0 +1,417 @@
+"""Leader election with a ZooKeeper leader latch, and leader retrieval with a data watch.
+
+Layout under a role's path (e.g. ``<root>/leader/dispatcher``)::
+
+    latch/n_0000000007      EPHEMERAL_SEQUENTIAL, one per contender; the lowest leads
+    connection_info         EPHEMERAL, {"address": ..., "session_id": ...} of the leader
+    epoch                   PERSISTENT, rewritten by every leader as it publishes itself
+
+A contender that becomes first in the latch is granted leadership with a *fresh* leader session
+id; it publishes its address with :meth:`confirm_leadership`, atomically checked against its own
+latch node, so a contender that already lost the latch can never publish. The same transaction
+rewrites ``epoch``: the zxid of that write (its ``mzxid``) is the leader's **epoch**. Zxids are
+ZooKeeper's total order of writes across the whole ensemble, so every successor's epoch is
+greater than its predecessor's whatever the hosts' clocks say, and a deposed contender cannot
+obtain one at all (its transaction fails on the latch check).
+
+Connection states. LOST: the session and its ephemeral nodes are gone, so leadership is revoked
+at once and the contender contends again once reconnected. SUSPENDED: the connection dropped,
+which is also what a client sees while it merely moves to another server of the ensemble (the
+server it was connected to stopped). With ``tolerate-suspended-connections`` (the default) a
+leader keeps leadership for a *bounded* grace, as Curator's ``ConnectionStateManager`` does when
+it simulates session expiry: if the connection is back (CONNECTED, the same session) within the
+grace nothing happened; otherwise leadership is revoked when the grace ends. The grace is
+:attr:`ZooKeeperConnection.suspended_grace_s` (session timeout less kazoo's read timeout), so it
+ends no later than the servers can have expired the session and handed the latch to a
+successor: a partitioned leader stops acting before anyone else can start. Without the option,
+SUSPENDED revokes at once (Flink's default). Leadership is only ever *granted* while connected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.protocol.states import EventType, WatchedEvent
+
+from sparkmill.common.core.ids import new_leader_session_id, short
+from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
+from sparkmill.common.ha.leader import (
+    LeaderContender,
+    LeaderElectionService,
+    LeaderInfo,
+    LeaderListener,
+    LeaderRetrievalService,
+)
+from sparkmill.common.ha.zookeeper.connection import ZooKeeperConnection
+
+log = logging.getLogger(__name__)
+
+
+def _sequence(node: str) -> int:
+    return int(node.rsplit("_", 1)[-1])
+
+
+class ZooKeeperLeaderElectionService(LeaderElectionService):
+    def __init__(
+        self, zk: ZooKeeperConnection, path: str, *, tolerate_suspended: bool, name: str
+    ) -> None:
+        self.zk = zk
+        self.path = path
+        self.tolerate_suspended = tolerate_suspended
+        self.name = name
+        self._contender: LeaderContender | None = None
+        self._node: str | None = None  # full path of our latch node
+        self._session_id: str | None = None
+        self._lock = asyncio.Lock()
+        self._stopped = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        # While a suspension is tolerated: the timer that revokes when the grace ends, and the
+        # session it was tolerated for (a different session on reconnect means ours expired).
+        self._grace: asyncio.TimerHandle | None = None
+        self._suspended_session: int | None = None
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run an election step in the background, kept referenced; a ZooKeeper error retries
+        the check after a pause instead of silently leaving the contender without a watch."""
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except KazooException as exc:
+                if self._stopped:
+                    return
+                log.warning("%s: election step failed (%s); retrying", self.name, exc)
+                await asyncio.sleep(1.0)
+                self._spawn(self._contend())
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def latch_path(self) -> str:
+        return f"{self.path}/latch"
+
+    @property
+    def info_path(self) -> str:
+        return f"{self.path}/connection_info"
+
+    @property
+    def epoch_path(self) -> str:
+        return f"{self.path}/epoch"
+
+    async def start(self, contender: LeaderContender) -> None:
+        self._contender = contender
+        self.zk.add_listener(self._on_state)
+        self._spawn(self._contend())
+
+    async def _contend(self) -> None:
+        await self.zk.wait_connected(f"leader election for {self.name}")
+        async with self._lock:
+            if self._stopped:
+                return
+            if self._node is None:
+                client = self.zk.client
+                assert client is not None
+                await self._remove_leftovers_of_this_session(client)
+                self._node = await self.zk.call(
+                    client.create,
+                    f"{self.latch_path}/n_",
+                    b"",
+                    ephemeral=True,
+                    sequence=True,
+                    makepath=True,
+                )
+        await self._check()
+
+    async def _remove_leftovers_of_this_session(self, client: Any) -> None:
+        """Delete latch nodes this ZooKeeper session still owns from an earlier contender of
+        this process (one that stopped while disconnected could not delete its node, and a
+        node that survives a short disconnection would stand before ours for good)."""
+        session = client.client_id[0] if client.client_id else None
+        if session is None:
+            return
+        try:
+            children = await self.zk.call(client.get_children, self.latch_path)
+        except NoNodeError:
+            return
+        for child in children:
+            path = f"{self.latch_path}/{child}"
+            try:
+                _, stat = await self.zk.call(client.get, path)
+                if stat.ephemeralOwner == session:
+                    log.info("%s: removing %s, left behind by this session", self.name, child)
+                    await self.zk.call(client.delete, path)
+            except NoNodeError:
+                continue
+
+    async def _check(self) -> None:
+        failed = await self._check_latch()
+        if failed is None:
+            return
+        # A grant that failed half-way (e.g. the dispatcher's recovery lost its ZooKeeper
+        # connection while reading the job graphs) must not leave the contender believing it
+        # leads without having recovered or published: take it back and grant afresh.
+        log.error(
+            "%s: granting leadership failed (%s: %s); revoking it and contending again",
+            self.name,
+            type(failed).__name__,
+            failed,
+        )
+        if self._contender is not None:
+            await self._contender.revoke_leadership()
+        await asyncio.sleep(1.0)
+        if not self._stopped:
+            self._spawn(self._contend())
+
+    async def _check_latch(self) -> Exception | None:
+        """One look at the latch; grants leadership when we are first. Returns the exception a
+        grant failed with, if any (handled by the caller, outside the lock)."""
+        async with self._lock:
+            if self._stopped or self._node is None or not self.zk.connected:
+                return None
+            client = self.zk.client
+            assert client is not None
+            try:
+                children = await self.zk.call(client.get_children, self.latch_path)
+            except NoNodeError:
+                children = []
+            mine = self._node.rsplit("/", 1)[-1]
+            ordered = sorted(children, key=_sequence)
+            if mine not in ordered:
+                # Our ephemeral node is gone (the session expired): contend anew.
+                self._node = None
+                self._spawn(self._contend())
+                return None
+            index = ordered.index(mine)
+            if index == 0:
+                if self._session_id is not None or not self._may_lead():
+                    return None
+                session_id = self._session_id = new_leader_session_id()
+                log.info("%s: leadership granted (session %s)", self.name, short(session_id))
+                assert self._contender is not None
+                try:
+                    await self._contender.grant_leadership(session_id)
+                except Exception as exc:
+                    if self._session_id == session_id:
+                        self._session_id = None
+                        return exc
+                return None
+            predecessor = f"{self.latch_path}/{ordered[index - 1]}"
+            exists = await self.zk.call(client.exists, predecessor, watch=self._on_predecessor)
+            if exists is None:
+                self._spawn(self._check())
+            return None
+
+    def _may_lead(self) -> bool:
+        """Re-read after the awaits above: the connection may have been suspended meanwhile.
+        A suspended contender is never granted: what it read may already be stale."""
+        return self.zk.connected
+
+    def _on_predecessor(self, event: WatchedEvent) -> None:  # kazoo thread
+        if event.type == EventType.DELETED:
+            self.zk.post(lambda: self._spawn(self._check()))
+
+    def _on_state(self, state: ZooKeeperConnectionState) -> None:
+        if state is ZooKeeperConnectionState.SUSPENDED:
+            if self.tolerate_suspended:
+                self._tolerate_suspension()
+            else:
+                self._spawn(self._revoke("ZooKeeper connection suspended"))
+        elif state is ZooKeeperConnectionState.LOST:
+            self._end_grace()
+            self._node = None  # the session's ephemeral nodes are gone
+            self._spawn(self._revoke("ZooKeeper session lost"))
+        elif state is ZooKeeperConnectionState.CONNECTED:
+            tolerated = self._grace is not None
+            self._end_grace()
+            if tolerated and self._suspended_session != self.zk.session_id:
+                # kazoo reports LOST before a new session; if it did not, trust nothing.
+                self._node = None
+                self._spawn(self._revoke("the ZooKeeper session changed while suspended"))
+            elif tolerated:
+                log.info(
+                    "%s: ZooKeeper connection back within the grace; leadership kept", self.name
+                )
+            self._spawn(self._contend())
+
+    def _tolerate_suspension(self) -> None:
+        if self._session_id is None or self._grace is not None:
+            return  # nothing to keep (a pending grant waits for CONNECTED), or already counting
+        grace = self.zk.suspended_grace_s
+        self._suspended_session = self.zk.session_id
+        self._grace = asyncio.get_running_loop().call_later(grace, self._on_grace_expired)
+        log.warning(
+            "%s: ZooKeeper connection suspended; keeping leadership for at most %.1f s "
+            "(until the session could have expired)",
+            self.name,
+            grace,
+        )
+
+    def _on_grace_expired(self) -> None:
+        self._grace = None  # has_leadership() says no from now on, before the revoke runs
+        self._spawn(self._revoke("ZooKeeper connection suspended for longer than the grace"))
+
+    def _end_grace(self) -> None:
+        if self._grace is not None:
+            self._grace.cancel()
+            self._grace = None
+
+    async def _revoke(self, reason: str) -> None:
+        # Under the lock: a check that is about to grant must not slip past a suspension.
+        async with self._lock:
+            if self._session_id is None:
+                return
+            log.warning("%s: leadership revoked: %s", self.name, reason)
+            self._session_id = None
+        if self._contender is not None:
+            await self._contender.revoke_leadership()
+
+    async def confirm_leadership(self, session_id: str, address: str) -> int | None:
+        if session_id != self._session_id or self._node is None:
+            return None
+        client = self.zk.client
+        assert client is not None
+        data = json.dumps({"address": address, "session_id": session_id}).encode()
+        node = self._node
+
+        def publish() -> int | None:
+            client.ensure_path(self.epoch_path)
+            for _ in range(3):
+                transaction = client.transaction()
+                transaction.check(node, 0)  # still ours: the latch node was never modified
+                if client.exists(self.info_path) is not None:
+                    transaction.delete(self.info_path)
+                transaction.create(self.info_path, data, ephemeral=True)
+                transaction.set_data(self.epoch_path, session_id.encode())
+                results = transaction.commit()
+                if not any(isinstance(r, Exception) for r in results):
+                    # The set_data's stat: its mzxid is this transaction's zxid.
+                    return int(results[-1].mzxid)
+                if any(isinstance(r, NoNodeError) for r in results[:1]):
+                    return None  # our latch node is gone: we are not the leader any more
+            return None
+
+        epoch = await self.zk.call(publish)
+        if epoch is not None:
+            log.info(
+                "%s: published leader %s (session %s, epoch %d)",
+                self.name,
+                address,
+                short(session_id),
+                epoch,
+            )
+        return epoch
+
+    def has_leadership(self, session_id: str) -> bool:
+        return self._session_id == session_id and (self.zk.connected or self._grace is not None)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        self.zk.remove_listener(self._on_state)
+        self._end_grace()
+        await self._revoke("stopped")
+        node, self._node = self._node, None
+        if node is not None and not await self._delete_latch_node(node):
+            self._delete_once_reconnected(node)
+
+    async def _delete_latch_node(self, node: str) -> bool:
+        """Delete our latch node; False if ZooKeeper could not be reached to do it."""
+        client = self.zk.client
+        if client is None or not self.zk.connected:
+            return False
+        try:
+            with contextlib.suppress(NoNodeError):
+                await self.zk.call(client.delete, node)
+        except KazooException as exc:
+            log.info("%s: could not delete latch node %s yet: %s", self.name, node, exc)
+            return False
+        return True
+
+    def _delete_once_reconnected(self, node: str) -> None:
+        """A contender stopped while the connection was down (e.g. a JobMaster suspended while
+        ZooKeeper had no quorum). Its session may well survive (a new ZooKeeper leader renews
+        every session), and with it the latch node, which would then stand before every other
+        contender of this election for as long as this process lives: delete it as soon as the
+        connection is back. A LOST session took the node with it."""
+
+        def on_state(state: ZooKeeperConnectionState) -> None:
+            if state is ZooKeeperConnectionState.CONNECTED:
+                self.zk.remove_listener(on_state)
+                self._spawn_deletion(node)
+            elif state is ZooKeeperConnectionState.LOST:
+                self.zk.remove_listener(on_state)
+
+        log.info("%s: latch node %s will be deleted once ZooKeeper is back", self.name, node)
+        self.zk.add_listener(on_state)
+
+    def _spawn_deletion(self, node: str) -> None:
+        async def delete() -> None:
+            if not await self._delete_latch_node(node):
+                self._delete_once_reconnected(node)
+            else:
+                log.info("%s: deleted latch node %s left by a stopped contender", self.name, node)
+
+        task = asyncio.get_running_loop().create_task(delete())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+class ZooKeeperLeaderRetrievalService(LeaderRetrievalService):
+    def __init__(self, zk: ZooKeeperConnection, path: str, name: str) -> None:
+        self.zk = zk
+        self.info_path = f"{path}/connection_info"
+        self.name = name
+        self._listener: LeaderListener | None = None
+        self._current: LeaderInfo | None = None
+        self._stopped = False
+
+    async def start(self, listener: LeaderListener) -> None:
+        self._listener = listener
+        await self.zk.ensure_started()
+        asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        await self.zk.wait_connected(f"leader retrieval of {self.name}")
+        client = self.zk.client
+        assert client is not None
+        await self.zk.call(client.DataWatch, self.info_path, self._on_data)
+
+    def _on_data(self, data: bytes | None, stat: Any) -> bool:  # kazoo thread
+        if self._stopped:
+            return False
+        info: LeaderInfo | None = None
+        if data:
+            try:
+                raw = json.loads(data)
+                info = LeaderInfo(str(raw["address"]), str(raw["session_id"]))
+            except (ValueError, KeyError, TypeError):
+                log.warning("%s: unreadable leader information %r", self.name, data[:200])
+        self.zk.post(lambda: self._notify(info))
+        return True
+
+    def _notify(self, info: LeaderInfo | None) -> None:
+        if info == self._current or self._stopped:
+            return
+        self._current = info
+        log.info(
+            "%s leader: %s",
+            self.name,
+            f"{info.address} (session {short(info.session_id)})" if info else "none",
+        )
+        if self._listener is not None:
+            result = self._listener(info)
+            if result is not None:
+                asyncio.get_running_loop().create_task(result)  # type: ignore[arg-type]
+
+    async def stop(self) -> None:
+        self._stopped = True
+
+    def current(self) -> LeaderInfo | None:
+        return self._current

@@ -1,0 +1,1 @@
+"""The pipeline contract both sides share: the chain plan, recorded expressions, collect results."""

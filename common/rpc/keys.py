@@ -1,0 +1,276 @@
+"""CurveZMQ key files of a cluster: generating, loading and naming them by role.
+
+A key directory has two halves::
+
+    D/public/<role>[-<name>].key          one public key per member (safe to copy anywhere)
+    D/public/server.key                   the public half of the cluster's server key
+    D/private/<role>[-<name>].key_secret  the matching secret keys (mode 0600)
+    D/private/server.key_secret           the server secret key every service process serves with
+    D/private/zookeeper.digest            "user:password" for ZooKeeper digest authentication
+    D/private/rest.tokens                 "role token" lines: the REST API's bearer tokens
+
+The *role* of a member is the file name's prefix (``client``, ``dispatcher``,
+``resource-manager``, ``job-master`` or ``task-executor``); the rest is a free name (a host, a
+person). Every process admits a caller only if the caller's public key is in its ``public``
+directory, and derives the caller's role from that file name (see
+:mod:`sparkmill.common.rpc.security`). The files use ZeroMQ's certificate format, so ``zmq.auth``
+tools can read them.
+
+Secret files are refused when their mode lets group or others read them (like ssh does).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import zmq
+import zmq.auth
+
+from sparkmill.common.core.errors import ConfigurationError
+
+ROLES = ("client", "dispatcher", "resource-manager", "job-master", "task-executor")
+SERVER = "server"
+PUBLIC_DIR = "public"
+PRIVATE_DIR = "private"
+PUBLIC_SUFFIX = ".key"
+SECRET_SUFFIX = ".key_secret"
+ZOOKEEPER_DIGEST_FILE = "zookeeper.digest"
+REST_TOKENS_FILE = "rest.tokens"
+# REST API roles: a viewer may read, an operator may also submit and cancel.
+REST_ROLES = ("viewer", "operator")
+REST_TOKEN_MIN_LENGTH = 16
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """An admitted public key and whom it belongs to."""
+
+    role: str
+    name: str
+    public_key: bytes  # Z85, 40 bytes
+    path: str = ""
+
+    @property
+    def user_id(self) -> str:
+        """What the ZAP handler returns as the ZeroMQ User-Id: ``role:name``."""
+        return f"{self.role}:{self.name}"
+
+    @property
+    def fingerprint(self) -> str:
+        return self.public_key.decode("ascii")[:12]
+
+
+def key_stem(role: str, name: str = "") -> str:
+    """The file name (without suffix) of a member's key: ``role`` or ``role-name``."""
+    if role not in (*ROLES, SERVER):
+        raise ValueError(f"unknown role {role!r}; one of {', '.join((*ROLES, SERVER))}")
+    if name and not _NAME.match(name):
+        raise ValueError(f"bad key name {name!r}: letters, digits, '.', '_' and '-' only")
+    return f"{role}-{name}" if name else role
+
+
+def parse_stem(stem: str) -> tuple[str, str] | None:
+    """``(role, name)`` of a key file name, or ``None`` when it names no known role."""
+    for role in sorted(ROLES, key=len, reverse=True):  # "job-master" before a shorter prefix
+        if stem == role:
+            return role, ""
+        if stem.startswith(role + "-") and len(stem) > len(role) + 1:
+            return role, stem[len(role) + 1 :]
+    return None
+
+
+def check_secret_file(path: Path, key: str) -> None:
+    """Refuse a secret file that is missing or readable by group or others (like ssh)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise ConfigurationError(key, f"cannot read secret file {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise ConfigurationError(key, f"secret file {path} is not a regular file")
+    if mode & 0o077:
+        raise ConfigurationError(
+            key,
+            f"secret file {path} is accessible by group or others (mode "
+            f"{stat.S_IMODE(mode):04o}); it must be private to its owner: chmod 600 {path}",
+        )
+
+
+def load_secret_key(path: Path, key: str) -> tuple[bytes, bytes]:
+    """``(public, secret)`` from a ``.key_secret`` file, permission-checked first."""
+    check_secret_file(path, key)
+    try:
+        public, secret = zmq.auth.load_certificate(str(path))
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(key, f"cannot load secret key {path}: {exc}") from None
+    if not secret:
+        raise ConfigurationError(key, f"{path} holds no secret-key (is it a public .key file?)")
+    return public, secret
+
+
+def load_public_key(path: Path, key: str) -> bytes:
+    try:
+        public, _ = zmq.auth.load_certificate(str(path))
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(key, f"cannot load public key {path}: {exc}") from None
+    if len(public) != 40:
+        raise ConfigurationError(key, f"{path} holds no valid Z85 public-key")
+    return public
+
+
+def load_members(public_dir: Path, key: str) -> dict[bytes, Member]:
+    """Every admitted member of a ``public`` directory, by public key (the server key is not a
+    member). A file that names no role is refused, so a typo cannot silently lock someone out."""
+    if not public_dir.is_dir():
+        raise ConfigurationError(key, f"public keys directory {public_dir} does not exist")
+    members: dict[bytes, Member] = {}
+    for path in sorted(public_dir.glob("*" + PUBLIC_SUFFIX)):
+        stem = path.name.removesuffix(PUBLIC_SUFFIX)
+        if stem == SERVER:
+            continue
+        parsed = parse_stem(stem)
+        if parsed is None:
+            raise ConfigurationError(
+                key,
+                f"public key {path} names no role: name it <role>[-<name>].key with a role of "
+                f"{', '.join(ROLES)}",
+            )
+        public = load_public_key(path, key)
+        members[public] = Member(parsed[0], parsed[1], public, str(path))
+    return members
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+
+
+def _certificate(role: str, name: str, public: bytes, secret: bytes | None) -> str:
+    lines = [
+        "#   ****  sparkmill CurveZMQ key (ZeroMQ certificate format)  ****",
+        "#   " + ("SECRET: keep private (mode 0600)" if secret else "public: safe to share"),
+        "metadata",
+        f'    role = "{role}"',
+        f'    name = "{name}"',
+        "curve",
+        f'    public-key = "{public.decode("ascii")}"',
+    ]
+    if secret is not None:
+        lines.append(f'    secret-key = "{secret.decode("ascii")}"')
+    return "\n".join(lines) + "\n"
+
+
+def generate_key(directory: Path, role: str, name: str = "") -> tuple[Path, Path] | None:
+    """Create a key pair for a member; ``None`` when it exists already (never overwritten)."""
+    stem = key_stem(role, name)
+    public_dir, private_dir = directory / PUBLIC_DIR, directory / PRIVATE_DIR
+    public_dir.mkdir(parents=True, exist_ok=True)
+    private_dir.mkdir(parents=True, exist_ok=True)
+    private_dir.chmod(0o700)
+    public_path = public_dir / (stem + PUBLIC_SUFFIX)
+    secret_path = private_dir / (stem + SECRET_SUFFIX)
+    if public_path.exists() or secret_path.exists():
+        return None
+    public, secret = zmq.curve_keypair()
+    _write_private(secret_path, _certificate(role, name, public, secret))
+    public_path.write_text(_certificate(role, name, public, None))
+    return public_path, secret_path
+
+
+def generate_zookeeper_digest(directory: Path, user: str = "sparkmill") -> Path | None:
+    """A random ``user:password`` file for ZooKeeper digest authentication (mode 0600)."""
+    private_dir = directory / PRIVATE_DIR
+    private_dir.mkdir(parents=True, exist_ok=True)
+    path = private_dir / ZOOKEEPER_DIGEST_FILE
+    if path.exists():
+        return None
+    _write_private(path, f"{user}:{secrets.token_urlsafe(24)}\n")
+    return path
+
+
+def generate_rest_tokens(directory: Path) -> Path | None:
+    """A REST token file with one random ``operator`` and one ``viewer`` token (mode 0600)."""
+    private_dir = directory / PRIVATE_DIR
+    private_dir.mkdir(parents=True, exist_ok=True)
+    path = private_dir / REST_TOKENS_FILE
+    if path.exists():
+        return None
+    lines = [f"{role} {secrets.token_urlsafe(32)}" for role in reversed(REST_ROLES)]
+    _write_private(path, "\n".join(lines) + "\n")
+    return path
+
+
+def generate_cluster_keys(directory: Path) -> list[Path]:
+    """The server key, one key per role, the ZooKeeper digest and the REST tokens; existing
+    files are kept."""
+    created: list[Path] = []
+    for role in (SERVER, *ROLES):
+        made = generate_key(directory, role)
+        if made is not None:
+            created.extend(made)
+    for made_file in (generate_zookeeper_digest(directory), generate_rest_tokens(directory)):
+        if made_file is not None:
+            created.append(made_file)
+    return created
+
+
+def read_digest(path: Path, key: str) -> tuple[str, str]:
+    """``(user, password)`` of a ZooKeeper digest file, permission-checked first."""
+    check_secret_file(path, key)
+    try:
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigurationError(key, f"cannot read {path}: {exc.strerror}") from None
+    user, sep, password = text.partition(":")
+    if not sep or not user or not password or "\n" in text:
+        raise ConfigurationError(key, f"{path} must hold one line 'user:password'")
+    return user, password
+
+
+def read_rest_tokens(path: Path, key: str) -> list[tuple[str, str]]:
+    """``(role, token)`` of every line of a REST token file, permission-checked first.
+
+    Each line is ``role token`` with a role of :data:`REST_ROLES`; blank lines and ``#``
+    comments are skipped. A bad line is refused with its number (never with its token).
+    """
+    check_secret_file(path, key)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(key, f"cannot read {path}: {exc}") from None
+    tokens: list[tuple[str, str]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        if len(fields) != 2 or fields[0] not in REST_ROLES:
+            raise ConfigurationError(
+                key,
+                f"{path}:{number}: expected 'ROLE TOKEN' with a role of {', '.join(REST_ROLES)}",
+            )
+        if len(fields[1]) < REST_TOKEN_MIN_LENGTH or not fields[1].isascii():
+            raise ConfigurationError(
+                key,
+                f"{path}:{number}: the token must be at least {REST_TOKEN_MIN_LENGTH} ASCII "
+                "characters (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')",
+            )
+        tokens.append((fields[0], fields[1]))
+    if not tokens:
+        raise ConfigurationError(key, f"{path} holds no token ('ROLE TOKEN' lines)")
+    return tokens
+
+
+def rest_token_of(path: Path, role: str) -> str:
+    """The first token of ``role`` in a REST token file (for tools and tests; no checks)."""
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == role:
+            return fields[1]
+    raise ValueError(f"{path} has no {role} token")

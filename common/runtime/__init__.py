@@ -1,0 +1,1 @@
+"""What every service process runs on: the actor, timers, retries, heartbeats, metrics, settings."""

@@ -1,0 +1,1 @@
+"""The ExecutionGraph: subtasks, attempts, intermediate results and pipelined regions."""

@@ -1,0 +1,333 @@
+"""The execution graph: the parallel, run-time form of a
+:class:`~sparkmill.common.jobgraph.model.JobGraph`.
+
+:meth:`ExecutionGraph.build` expands the job graph, vertex by vertex in topological order:
+
+* one :class:`ExecutionJobVertex` per job vertex, holding one :class:`ExecutionVertex` per
+  subtask (``parallelism`` of them) and one :class:`IntermediateResult` per produced data set,
+  which has one partition per producer subtask;
+* each consumer is connected to the results it reads, POINTWISE or ALL_TO_ALL (see
+  :mod:`sparkmill.services.jobmaster.executiongraph.edge_manager`);
+* each execution vertex starts with one :class:`Execution` (attempt 0) in state CREATED.
+
+An :class:`Execution` is one attempt to run a subtask. Its state changes are checked against
+:data:`~sparkmill.common.core.states.EXECUTION_STATE_TRANSITIONS`; the graph reacts to each change
+in O(1) per affected group: it keeps the per-state counts, marks the produced partitions finished
+when an attempt FINISHES (so consumability checks are O(1)), and indexes current attempts by id.
+:meth:`ExecutionGraph.reset_vertex_for_new_execution` replaces a terminal attempt with a new one.
+
+The job status is not kept here: it belongs to the job master, which uses :meth:`state_counts`
+and the ``all_vertices_*`` properties to decide it.
+
+Nothing here is thread-safe: the graph lives on the job master's event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from sparkmill.common.core.errors import IllegalStateBug
+from sparkmill.common.core.ids import (
+    ExecutionAttemptID,
+    IntermediateDataSetID,
+    JobID,
+    JobVertexID,
+    short,
+)
+from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.jobgraph.model import JobGraph, JobVertex
+from sparkmill.services.jobmaster.executiongraph.edge_manager import connect
+from sparkmill.services.jobmaster.executiongraph.execution_topology import (
+    ConsumedPartitionGroup,
+    ConsumerVertexGroup,
+    Execution,
+    ExecutionJobVertex,
+    ExecutionVertex,
+    ExecutionVertexID,
+    FailureInfo,
+    IntermediateResult,
+    IntermediateResultPartition,
+    PartitionID,
+    PipelinedRegion,
+)
+from sparkmill.services.jobmaster.executiongraph.pipelined_regions import compute_pipelined_regions
+
+MAX_PRIOR_ATTEMPTS_KEPT = 16
+"""How many superseded attempts an execution vertex remembers (for failure history displays)."""
+
+_TERMINAL_STATES = tuple(s for s in ExecutionState if s.is_terminal)
+
+
+class ExecutionGraph:
+    """All execution vertices of one job, their wiring, and their current attempts."""
+
+    def __init__(self, job_graph: JobGraph, clock: Callable[[], float] = time.time) -> None:
+        """An empty graph; use :meth:`build`."""
+        self.job_graph = job_graph
+        self._clock = clock
+        self._job_vertices: dict[JobVertexID, ExecutionJobVertex] = {}
+        self._vertices: list[ExecutionVertex] = []  # all of them, in topological order
+        self._results: dict[IntermediateDataSetID, IntermediateResult] = {}
+        self._groups: list[ConsumedPartitionGroup] = []  # every group once
+        self._executions: dict[ExecutionAttemptID, Execution] = {}  # current attempts only
+        self._state_counts: dict[ExecutionState, int] = dict.fromkeys(ExecutionState, 0)
+        self._regions: list[PipelinedRegion] | None = None
+
+    @classmethod
+    def build(
+        cls, job_graph: JobGraph, *, clock: Callable[[], float] = time.time
+    ) -> ExecutionGraph:
+        """Expand ``job_graph``. ``clock`` gives the wall-clock state timestamps.
+
+        Raises ``ValueError`` on a cycle, on an input whose data set is unknown, or on a
+        parallelism below 1 (the dispatcher's validation should have refused such a graph).
+        """
+        graph = cls(job_graph, clock)
+        for job_vertex in job_graph.topological_order():
+            graph._attach(job_vertex)
+        return graph
+
+    def _attach(self, job_vertex: JobVertex) -> None:
+        if job_vertex.id in self._job_vertices:
+            raise ValueError(f"vertex '{job_vertex.name}' appears twice in the job graph")
+        ejv = ExecutionJobVertex(self, job_vertex, len(self._vertices))
+        for edge in job_vertex.inputs:
+            result = self._results.get(edge.source)
+            if result is None:  # topological_order() already checked this; be explicit
+                raise ValueError(f"vertex '{job_vertex.name}' reads unknown data set {edge.source}")
+            ejv.inputs.append(result)
+            self._groups.extend(connect(ejv, result, edge.pattern))
+        for result in ejv.produced_results:
+            if result.id in self._results:
+                raise ValueError(f"data set {result.id} is produced twice")
+            self._results[result.id] = result
+        self._job_vertices[job_vertex.id] = ejv
+        self._vertices.extend(ejv.task_vertices)
+        for ev in ejv.task_vertices:
+            execution = ev.current_execution
+            self._executions[execution.attempt_id] = execution
+        self._state_counts[ExecutionState.CREATED] += len(ejv.task_vertices)
+
+    # ---------------------------------------------------------------- structure queries
+
+    @property
+    def job_id(self) -> JobID:
+        return self.job_graph.job_id
+
+    @property
+    def job_name(self) -> str:
+        return self.job_graph.name
+
+    @property
+    def job_vertices(self) -> list[ExecutionJobVertex]:
+        """In topological order (producers before consumers)."""
+        return list(self._job_vertices.values())
+
+    def job_vertex(self, job_vertex_id: JobVertexID) -> ExecutionJobVertex:
+        """Raises ``KeyError`` for an unknown id."""
+        return self._job_vertices[job_vertex_id]
+
+    def vertex(self, job_vertex_id: JobVertexID, subtask_index: int) -> ExecutionVertex:
+        """Raises ``KeyError`` for an unknown vertex or ``IndexError`` for a bad subtask."""
+        if subtask_index < 0:
+            raise IndexError(f"subtask index {subtask_index} is negative")
+        return self._job_vertices[job_vertex_id].task_vertices[subtask_index]
+
+    def vertex_by_id(self, vertex_id: ExecutionVertexID) -> ExecutionVertex:
+        return self.vertex(vertex_id.job_vertex_id, vertex_id.subtask_index)
+
+    def all_execution_vertices(self) -> Iterator[ExecutionVertex]:
+        """Every execution vertex, job vertex by job vertex in topological order."""
+        return iter(self._vertices)
+
+    @property
+    def num_execution_vertices(self) -> int:
+        return len(self._vertices)
+
+    def result(self, dataset_id: IntermediateDataSetID) -> IntermediateResult:
+        """Raises ``KeyError`` for an unknown data set."""
+        return self._results[dataset_id]
+
+    def partition(self, partition_id: PartitionID) -> IntermediateResultPartition:
+        """Raises ``KeyError`` / ``IndexError`` for an unknown partition."""
+        return self._results[partition_id.dataset_id].partitions[partition_id.partition_number]
+
+    def consumed_partition_groups(self) -> list[ConsumedPartitionGroup]:
+        """Every consumed partition group of the graph, each once."""
+        return list(self._groups)
+
+    def producers_of(self, vertex: ExecutionVertex) -> list[ExecutionVertex]:
+        """The distinct vertices whose partitions ``vertex`` reads, in input order."""
+        found: dict[int, ExecutionVertex] = {}
+        for group in vertex.consumed_partition_groups:
+            for partition in group.partitions:
+                found.setdefault(id(partition.producer), partition.producer)
+        return list(found.values())
+
+    def consumers_of(self, partition: IntermediateResultPartition) -> list[ExecutionVertex]:
+        """The distinct vertices that read ``partition``."""
+        groups = partition.consumer_vertex_groups
+        if len(groups) == 1:
+            return list(groups[0].vertices)
+        found: dict[int, ExecutionVertex] = {}
+        for group in groups:
+            for consumer in group.vertices:
+                found.setdefault(id(consumer), consumer)
+        return list(found.values())
+
+    def downstream_groups(self, vertex: ExecutionVertex) -> list[ConsumedPartitionGroup]:
+        """The distinct groups that read a partition of ``vertex``: after it finishes, these
+        are the ones that may have become consumable."""
+        found: dict[int, ConsumedPartitionGroup] = {}
+        for partition in vertex.produced_partitions:
+            for group in partition.consumed_partition_groups:
+                found.setdefault(id(group), group)
+        return list(found.values())
+
+    @staticmethod
+    def is_consumable(group: ConsumedPartitionGroup) -> bool:
+        """True when every producer of ``group`` has FINISHED its current attempt. O(1)."""
+        return group.is_consumable
+
+    # ---------------------------------------------------------------- attempts
+
+    def execution(self, attempt_id: ExecutionAttemptID) -> Execution | None:
+        """The *current* attempt with this id; None for an unknown or superseded attempt (a
+        report about it is stale and must be ignored or refused)."""
+        return self._executions.get(attempt_id)
+
+    def reset_vertex_for_new_execution(self, vertex: ExecutionVertex) -> Execution:
+        """Replace the vertex's terminal attempt by a new CREATED one and return it.
+
+        The attempt number and the vertex version go up by one, the vertex's partitions become
+        unfinished again, and the old attempt is no longer found by :meth:`execution`.
+        Resetting a vertex whose attempt is not terminal is a bug (:class:`IllegalStateBug`).
+        """
+        if vertex._graph is not self:
+            raise IllegalStateBug(f"{vertex!r} belongs to another execution graph")
+        old = vertex.current_execution
+        if not old.state.is_terminal:
+            raise IllegalStateBug(
+                f"cannot reset {old.description}: it is {old.state.name}, not terminal"
+            )
+        for partition in vertex.produced_partitions:
+            partition.mark_unfinished()
+        new = Execution(vertex, old.attempt_number + 1, self._clock())
+        prior = vertex._prior_executions
+        if prior is None:
+            prior = vertex._prior_executions = []
+        prior.append(old)
+        if len(prior) > MAX_PRIOR_ATTEMPTS_KEPT:
+            del prior[0]
+        vertex.current_execution = new
+        vertex.vertex_version += 1
+        del self._executions[old.attempt_id]
+        self._executions[new.attempt_id] = new
+        self._state_counts[old.state] -= 1
+        self._state_counts[ExecutionState.CREATED] += 1
+        return new
+
+    def restore_finished(
+        self,
+        vertex: ExecutionVertex,
+        attempt_id: ExecutionAttemptID,
+        attempt_number: int,
+        task_executor_id: str,
+    ) -> Execution:
+        """Make a finished attempt of an earlier JobMaster the vertex's current attempt.
+
+        Used when a JobMaster takes over a job whose results are still readable: consumers are
+        then deployed with ``attempt_id``'s partitions. Only an untouched vertex (attempt 0,
+        still CREATED) can be restored; anything else is a bug.
+        """
+        if vertex._graph is not self:
+            raise IllegalStateBug(f"{vertex!r} belongs to another execution graph")
+        current = vertex.current_execution
+        if current.state is not ExecutionState.CREATED or vertex.vertex_version != 0:
+            raise IllegalStateBug(f"cannot restore {vertex!r}: it has run in this graph already")
+        del self._executions[current.attempt_id]
+        current.attempt_id = attempt_id
+        current.attempt_number = attempt_number
+        current.task_executor_id = task_executor_id
+        self._executions[attempt_id] = current
+        now = self._clock()
+        current.state = ExecutionState.FINISHED
+        current.state_timestamps[ExecutionState.FINISHED] = now
+        self._state_counts[ExecutionState.CREATED] -= 1
+        self._state_counts[ExecutionState.FINISHED] += 1
+        for partition in vertex.produced_partitions:
+            partition.mark_finished()
+        return current
+
+    def now(self) -> float:
+        return self._clock()
+
+    def execution_transitioned(
+        self, execution: Execution, old: ExecutionState, new: ExecutionState
+    ) -> None:
+        if execution.vertex.current_execution is not execution:
+            # Only current attempts can move: superseded ones were terminal when replaced.
+            raise IllegalStateBug(f"{execution!r} changed state but is not the current attempt")
+        counts = self._state_counts
+        counts[old] -= 1
+        counts[new] += 1
+        if new is ExecutionState.FINISHED:
+            for partition in execution.vertex.produced_partitions:
+                partition.mark_finished()
+
+    # ---------------------------------------------------------------- progress
+
+    def state_counts(self) -> dict[ExecutionState, int]:
+        """How many current attempts are in each state (every state present, maybe 0)."""
+        return dict(self._state_counts)
+
+    @property
+    def all_vertices_finished(self) -> bool:
+        return self._state_counts[ExecutionState.FINISHED] == len(self._vertices)
+
+    @property
+    def all_vertices_terminal(self) -> bool:
+        counts = self._state_counts
+        return sum(counts[s] for s in _TERMINAL_STATES) == len(self._vertices)
+
+    # ---------------------------------------------------------------- regions
+
+    def pipelined_regions(self) -> list[PipelinedRegion]:
+        """The pipelined regions (computed once; the wiring never changes)."""
+        if self._regions is None:
+            self._regions = compute_pipelined_regions(self._vertices, self._groups)
+        return list(self._regions)
+
+    def region_of(self, vertex: ExecutionVertex) -> PipelinedRegion:
+        if vertex._graph is not self:
+            raise IllegalStateBug(f"{vertex!r} belongs to another execution graph")
+        if vertex._region is None:
+            self.pipelined_regions()
+        region = vertex._region
+        if region is None:
+            raise IllegalStateBug(f"{vertex!r} is not part of this execution graph")
+        return region
+
+    def __repr__(self) -> str:
+        return (
+            f"ExecutionGraph({self.job_name!r}, {short(self.job_id)}, "
+            f"{len(self._job_vertices)} job vertices, {len(self._vertices)} subtasks)"
+        )
+
+
+__all__ = [
+    "MAX_PRIOR_ATTEMPTS_KEPT",
+    "ConsumedPartitionGroup",
+    "ConsumerVertexGroup",
+    "Execution",
+    "ExecutionGraph",
+    "ExecutionJobVertex",
+    "ExecutionVertex",
+    "ExecutionVertexID",
+    "FailureInfo",
+    "IntermediateResult",
+    "IntermediateResultPartition",
+    "PartitionID",
+    "PipelinedRegion",
+]

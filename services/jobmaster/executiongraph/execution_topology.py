@@ -1,0 +1,499 @@
+"""The nodes and edges of an execution graph: subtasks and their attempts, intermediate results
+and their partitions, the wiring groups between them, and pipelined regions.
+
+These types point at each other (a subtask knows its produced partitions, a partition knows its
+producer and consumers, a subtask knows its region), so they live together, below the modules
+that build and use them: :mod:`sparkmill.services.jobmaster.executiongraph.edge_manager` wires
+consumers to results, :mod:`sparkmill.services.jobmaster.executiongraph.pipelined_regions` computes
+the regions, and :mod:`sparkmill.services.jobmaster.executiongraph.execution_graph` owns them all.
+The graph is seen from here only through :class:`ExecutionOwner` (Flink's
+``InternalExecutionGraphAccessor`` plays this part).
+
+Nothing here is thread-safe: the graph lives on the job master's event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from sparkmill.common.core.errors import IllegalStateBug
+from sparkmill.common.core.ids import (
+    ExecutionAttemptID,
+    IntermediateDataSetID,
+    JobVertexID,
+    new_attempt_id,
+    short,
+)
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
+from sparkmill.common.jobgraph.model import IntermediateDataSet, JobVertex, ResultPartitionType
+
+
+class ExecutionOwner(Protocol):
+    """What executions need from the graph that owns them: the clock of their state timestamps
+    and a hook that sees every state change (to keep counts and partition progress)."""
+
+    def now(self) -> float: ...
+
+    def execution_transitioned(
+        self, execution: Execution, old: ExecutionState, new: ExecutionState
+    ) -> None: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Subtasks and their attempts
+
+
+class ExecutionVertexID(NamedTuple):
+    """Identifies one subtask: its job vertex and its subtask index."""
+
+    job_vertex_id: JobVertexID
+    subtask_index: int
+
+    def __str__(self) -> str:
+        return f"{short(self.job_vertex_id)}_{self.subtask_index}"
+
+
+@dataclass(frozen=True, slots=True)
+class FailureInfo:
+    """Why an attempt FAILED, and when (wall-clock seconds)."""
+
+    message: str
+    timestamp: float
+    exception_class: str = ""  # e.g. "ConnectionError"; empty when unknown
+
+
+class Execution:
+    """One attempt to run one subtask."""
+
+    __slots__ = (
+        "assigned_resource",
+        "attempt_id",
+        "attempt_number",
+        "failure_info",
+        "state",
+        "state_timestamps",
+        "task_executor_id",
+        "vertex",
+    )
+
+    def __init__(self, vertex: ExecutionVertex, attempt_number: int, created_at: float) -> None:
+        self.vertex = vertex
+        self.attempt_id: ExecutionAttemptID = new_attempt_id()
+        self.attempt_number = attempt_number
+        self.state = ExecutionState.CREATED
+        self.state_timestamps: dict[ExecutionState, float] = {ExecutionState.CREATED: created_at}
+        # Whatever the scheduler deployed this attempt into (e.g. its slot); opaque here.
+        self.assigned_resource: object | None = None
+        # The task executor (resource id) it was deployed to: where its results were written.
+        self.task_executor_id = ""
+        self.failure_info: FailureInfo | None = None
+
+    @property
+    def is_current(self) -> bool:
+        """False once the vertex was reset for a newer attempt."""
+        return self.vertex.current_execution is self
+
+    @property
+    def description(self) -> str:
+        """E.g. ``map (3/8) attempt #1 (0a1b2c3d)``, for log lines and failure messages."""
+        return (
+            f"{self.vertex.task_name_with_subtask} attempt #{self.attempt_number} "
+            f"({short(self.attempt_id)})"
+        )
+
+    def state_timestamp(self, state: ExecutionState) -> float | None:
+        """When this attempt entered ``state`` (wall-clock seconds), or None if it never did."""
+        return self.state_timestamps.get(state)
+
+    def can_transition_to(self, target: ExecutionState) -> bool:
+        return EXECUTION_STATE_TRANSITIONS.can_transition(self.state, target)
+
+    def transition_to(
+        self, target: ExecutionState, *, failure: str | None = None, exception_class: str = ""
+    ) -> None:
+        """Move to ``target``; an illegal transition raises :class:`IllegalStateBug`.
+
+        ``failure`` (and ``exception_class``) describe the cause and belong only to FAILED.
+        """
+        current = self.state
+        if not EXECUTION_STATE_TRANSITIONS.can_transition(current, target):
+            EXECUTION_STATE_TRANSITIONS.check(current, target, self.description)
+        if target is not ExecutionState.FAILED and (failure is not None or exception_class):
+            raise IllegalStateBug(
+                f"{self.description}: a failure cause was given for a {target.name} transition"
+            )
+        graph = self.vertex._graph
+        now = graph.now()
+        self.state = target
+        self.state_timestamps[target] = now
+        if target is ExecutionState.FAILED:
+            self.failure_info = FailureInfo(
+                failure if failure is not None else "failed without a reported cause",
+                now,
+                exception_class,
+            )
+        graph.execution_transitioned(self, current, target)
+
+    def mark_failed(self, message: str, exception: BaseException | None = None) -> None:
+        """Shortcut for ``transition_to(FAILED, ...)`` with the cause taken from ``exception``."""
+        self.transition_to(
+            ExecutionState.FAILED,
+            failure=message,
+            exception_class=type(exception).__qualname__ if exception is not None else "",
+        )
+
+    def __repr__(self) -> str:
+        return f"Execution({self.description}, {self.state.name})"
+
+
+class ExecutionVertex:
+    """One parallel subtask of an :class:`ExecutionJobVertex`; survives across attempts."""
+
+    __slots__ = (
+        "_graph",
+        "_index",
+        "_prior_executions",
+        "_region",
+        "consumed_partition_groups",
+        "current_execution",
+        "id",
+        "job_vertex",
+        "produced_partitions",
+        "subtask_index",
+        "vertex_version",
+    )
+
+    def __init__(self, job_vertex: ExecutionJobVertex, subtask_index: int, index: int) -> None:
+        graph = job_vertex.graph
+        self._graph = graph
+        self._index = index  # position in the graph's topological list of all vertices
+        self._region: PipelinedRegion | None = None
+        self._prior_executions: list[Execution] | None = None
+        self.job_vertex = job_vertex
+        self.subtask_index = subtask_index
+        self.id = ExecutionVertexID(job_vertex.id, subtask_index)
+        # Bumped on every reset, so a late reply about an older deployment can be recognised.
+        self.vertex_version = 0
+        # produced_partitions[k] is this subtask's partition of job_vertex.produced_results[k].
+        self.produced_partitions: list[IntermediateResultPartition] = []
+        # consumed_partition_groups[k] is what this subtask reads for job_vertex.inputs[k].
+        self.consumed_partition_groups: list[ConsumedPartitionGroup] = []
+        self.current_execution = Execution(self, 0, graph.now())
+
+    @property
+    def execution_state(self) -> ExecutionState:
+        return self.current_execution.state
+
+    @property
+    def parallelism(self) -> int:
+        return self.job_vertex.parallelism
+
+    @property
+    def task_name_with_subtask(self) -> str:
+        """E.g. ``map (3/8)``; the subtask is shown 1-based, as Flink does."""
+        return f"{self.job_vertex.name} ({self.subtask_index + 1}/{self.job_vertex.parallelism})"
+
+    @property
+    def prior_executions(self) -> list[Execution]:
+        """Superseded attempts, oldest first (at most
+        :data:`~sparkmill.services.jobmaster.executiongraph.execution_graph.MAX_PRIOR_ATTEMPTS_KEPT`)."""
+        return list(self._prior_executions or ())
+
+    def __repr__(self) -> str:
+        return (
+            f"ExecutionVertex({self.task_name_with_subtask}, v{self.vertex_version}, "
+            f"{self.current_execution.state.name})"
+        )
+
+
+class ExecutionJobVertex:
+    """The run-time side of one :class:`~sparkmill.common.jobgraph.model.JobVertex`: all of its
+    subtasks."""
+
+    __slots__ = ("graph", "inputs", "job_vertex", "produced_results", "task_vertices")
+
+    def __init__(self, graph: ExecutionOwner, job_vertex: JobVertex, first_index: int) -> None:
+        if job_vertex.parallelism < 1:
+            raise ValueError(
+                f"vertex '{job_vertex.name}' has parallelism {job_vertex.parallelism}, "
+                "it must be at least 1"
+            )
+        self.graph = graph
+        self.job_vertex = job_vertex
+        self.produced_results = [IntermediateResult(ds, self) for ds in job_vertex.produced]
+        # inputs[k] is the result read through job_vertex.inputs[k].
+        self.inputs: list[IntermediateResult] = []
+        self.task_vertices = [
+            ExecutionVertex(self, i, first_index + i) for i in range(job_vertex.parallelism)
+        ]
+        for result in self.produced_results:
+            partitions = result.partitions
+            for ev in self.task_vertices:
+                partition = IntermediateResultPartition(result, ev)
+                partitions.append(partition)
+                ev.produced_partitions.append(partition)
+
+    @property
+    def id(self) -> JobVertexID:
+        return self.job_vertex.id
+
+    @property
+    def name(self) -> str:
+        return self.job_vertex.name
+
+    @property
+    def parallelism(self) -> int:
+        return self.job_vertex.parallelism
+
+    @property
+    def max_parallelism(self) -> int:
+        return self.job_vertex.max_parallelism
+
+    @property
+    def slot_sharing_group(self) -> str:
+        return self.job_vertex.slot_sharing_group
+
+    @property
+    def resource_profile(self) -> ResourceProfile:
+        return self.job_vertex.resource_profile
+
+    def __repr__(self) -> str:
+        return f"ExecutionJobVertex({self.name!r}, parallelism={self.parallelism})"
+
+
+# --------------------------------------------------------------------------------------------
+# Intermediate results, partitions and the wiring groups
+
+
+class PartitionID(NamedTuple):
+    """Identifies one partition of an intermediate result."""
+
+    dataset_id: IntermediateDataSetID
+    partition_number: int
+
+    def __str__(self) -> str:
+        return f"{short(self.dataset_id)}#{self.partition_number}"
+
+
+class IntermediateResult:
+    """The run-time side of an :class:`~sparkmill.common.jobgraph.model.IntermediateDataSet`.
+
+    It has one partition per subtask of its producer (``partitions[i]`` is written by subtask
+    ``i``) and knows every :class:`ConsumedPartitionGroup` built over it.
+    """
+
+    __slots__ = ("consumed_partition_groups", "id", "partitions", "producer", "result_type")
+
+    def __init__(self, dataset: IntermediateDataSet, producer: ExecutionJobVertex) -> None:
+        self.id: IntermediateDataSetID = dataset.id
+        self.producer = producer
+        self.result_type: ResultPartitionType = dataset.result_type
+        self.partitions: list[IntermediateResultPartition] = []
+        self.consumed_partition_groups: list[ConsumedPartitionGroup] = []
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def is_pipelined(self) -> bool:
+        return self.result_type is ResultPartitionType.PIPELINED
+
+    def __repr__(self) -> str:
+        return (
+            f"IntermediateResult({short(self.id)}, producer={self.producer.name!r}, "
+            f"{self.result_type.name}, partitions={len(self.partitions)})"
+        )
+
+
+class IntermediateResultPartition:
+    """The part of an :class:`IntermediateResult` written by one producer subtask."""
+
+    __slots__ = (
+        "consumed_partition_groups",
+        "consumer_vertex_groups",
+        "id",
+        "is_finished",
+        "producer",
+        "result",
+    )
+
+    def __init__(self, result: IntermediateResult, producer: ExecutionVertex) -> None:
+        self.result = result
+        self.producer = producer
+        self.id = PartitionID(result.id, producer.subtask_index)
+        # One ConsumerVertexGroup per job edge reading the result (usually exactly one).
+        self.consumer_vertex_groups: list[ConsumerVertexGroup] = []
+        # Every group this partition belongs to; told when the partition (un)finishes.
+        self.consumed_partition_groups: list[ConsumedPartitionGroup] = []
+        self.is_finished = False
+
+    @property
+    def partition_number(self) -> int:
+        return self.id.partition_number
+
+    @property
+    def result_type(self) -> ResultPartitionType:
+        return self.result.result_type
+
+    def mark_finished(self) -> None:
+        """The producer's current attempt finished: the data is complete. Idempotent."""
+        if self.is_finished:
+            return
+        self.is_finished = True
+        for group in self.consumed_partition_groups:
+            group._partition_finished()
+
+    def mark_unfinished(self) -> None:
+        """The producer is about to run again: the data must be produced anew. Idempotent."""
+        if not self.is_finished:
+            return
+        self.is_finished = False
+        for group in self.consumed_partition_groups:
+            group._partition_unfinished()
+
+    def __repr__(self) -> str:
+        state = "finished" if self.is_finished else "unfinished"
+        return f"IntermediateResultPartition({self.id}, {state})"
+
+
+class ConsumedPartitionGroup:
+    """Partitions of one result that a set of consumer subtasks all read for one input.
+
+    The partitions always form a contiguous range of the result's partitions.
+    """
+
+    __slots__ = ("_num_finished", "consumer_vertex_group", "generation", "partitions", "result")
+
+    def __init__(
+        self, result: IntermediateResult, partitions: Sequence[IntermediateResultPartition]
+    ) -> None:
+        if not partitions:
+            raise IllegalStateBug("a consumed partition group cannot be empty")
+        self.result = result
+        self.partitions: tuple[IntermediateResultPartition, ...] = tuple(partitions)
+        self._num_finished = sum(1 for p in self.partitions if p.is_finished)
+        # Goes up whenever a partition becomes unfinished (its producer runs again): while the
+        # group stays consumable, who wrote its partitions cannot change (see InputGateCache).
+        self.generation = 0
+        # Set right after construction by _link().
+        self.consumer_vertex_group: ConsumerVertexGroup
+
+    @property
+    def result_type(self) -> ResultPartitionType:
+        return self.result.result_type
+
+    @property
+    def num_finished(self) -> int:
+        return self._num_finished
+
+    @property
+    def is_consumable(self) -> bool:
+        """True when the current attempt of every producer of these partitions has FINISHED."""
+        return self._num_finished == len(self.partitions)
+
+    def _partition_finished(self) -> None:
+        if self._num_finished >= len(self.partitions):
+            raise IllegalStateBug(f"{self!r}: more partitions finished than it has")
+        self._num_finished += 1
+
+    def _partition_unfinished(self) -> None:
+        if self._num_finished <= 0:
+            raise IllegalStateBug(f"{self!r}: a partition unfinished while none was finished")
+        self._num_finished -= 1
+        self.generation += 1
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    def __iter__(self) -> Iterator[IntermediateResultPartition]:
+        return iter(self.partitions)
+
+    def __repr__(self) -> str:
+        first = self.partitions[0].partition_number
+        last = self.partitions[-1].partition_number
+        return (
+            f"ConsumedPartitionGroup({short(self.result.id)}[{first}..{last}], "
+            f"finished={self._num_finished}/{len(self.partitions)})"
+        )
+
+
+class ConsumerVertexGroup:
+    """Consumer subtasks that all read the same partitions for one input."""
+
+    __slots__ = ("consumed_partition_group", "vertices")
+
+    def __init__(self, vertices: Sequence[ExecutionVertex]) -> None:
+        if not vertices:
+            raise IllegalStateBug("a consumer vertex group cannot be empty")
+        self.vertices: tuple[ExecutionVertex, ...] = tuple(vertices)
+        # Set right after construction by _link().
+        self.consumed_partition_group: ConsumedPartitionGroup
+
+    @property
+    def result_type(self) -> ResultPartitionType:
+        return self.consumed_partition_group.result_type
+
+    def __len__(self) -> int:
+        return len(self.vertices)
+
+    def __iter__(self) -> Iterator[ExecutionVertex]:
+        return iter(self.vertices)
+
+    def __repr__(self) -> str:
+        first = self.vertices[0].subtask_index
+        last = self.vertices[-1].subtask_index
+        return f"ConsumerVertexGroup({self.vertices[0].job_vertex.name!r}[{first}..{last}])"
+
+
+# --------------------------------------------------------------------------------------------
+# Pipelined regions
+
+
+class PipelinedRegion:
+    """A set of execution vertices that must be scheduled together."""
+
+    __slots__ = ("blocking_consumed_groups", "index", "vertices")
+
+    def __init__(self, index: int, vertices: list[ExecutionVertex]) -> None:
+        self.index = index
+        self.vertices: tuple[ExecutionVertex, ...] = tuple(vertices)
+        # BLOCKING groups read by the region that are (at least partly) produced outside it:
+        # the region can start once all of them are consumable. Filled in by the computation.
+        self.blocking_consumed_groups: tuple[ConsumedPartitionGroup, ...] = ()
+
+    def __contains__(self, vertex: object) -> bool:
+        return getattr(vertex, "_region", None) is self
+
+    def __iter__(self) -> Iterator[ExecutionVertex]:
+        return iter(self.vertices)
+
+    def __len__(self) -> int:
+        return len(self.vertices)
+
+    @property
+    def inputs_consumable(self) -> bool:
+        """True when every BLOCKING input coming from outside the region is consumable."""
+        return all(group.is_consumable for group in self.blocking_consumed_groups)
+
+    def __repr__(self) -> str:
+        return f"PipelinedRegion(#{self.index}, {len(self.vertices)} vertices)"
+
+
+__all__ = [
+    "ConsumedPartitionGroup",
+    "ConsumerVertexGroup",
+    "Execution",
+    "ExecutionJobVertex",
+    "ExecutionOwner",
+    "ExecutionVertex",
+    "ExecutionVertexID",
+    "FailureInfo",
+    "IntermediateResult",
+    "IntermediateResultPartition",
+    "PartitionID",
+    "PipelinedRegion",
+]

@@ -1,0 +1,1 @@
+"""The scheduler of a batch job: deployments, failover, restart strategies."""

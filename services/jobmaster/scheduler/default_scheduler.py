@@ -1,0 +1,627 @@
+"""The scheduler of one job (Flink's ``DefaultScheduler``), for batch jobs.
+
+Scheduling is by pipelined region: a region is scheduled once every blocking input it consumes
+is finished (with blocking edges every subtask is its own region, so consumers start as soon as
+all their producers finished, and slots are reused from one wave of subtasks to the next).
+
+``allocate_slots_and_deploy``: every execution of the region goes SCHEDULED and
+asks the slot pool for a slot; only when *all* slots of the region are assigned are the tasks
+deployed. Each deployment remembers the vertex version it was made for: if the vertex was reset
+meanwhile (a restart), the stale deployment is refused and its slot released. A deployment that
+fails (RPC error or timeout) fails the attempt with a message naming the task and the executor.
+
+Failures go to the restart strategy (Flink's ``tryRestartOrFail``): restart the affected
+vertices after the back-off - the failed region and the regions downstream of it (``region``
+failover) or everything (``full``) - or fail the job, cancelling what still runs.
+
+Lost intermediate results: a task that cannot read an input names the lost partitions; their
+producers' regions are restarted along with the failed one (restarting only the consumer would
+fail again). When results live on the task executors' own storage (``exchange.storage:
+local``), the loss of an executor loses the finished results it wrote: those that a consumer
+still needs are produced again at once. Finished subtasks whose results are intact never run
+again. Which subtasks a failure or a loss touches is decided in
+:mod:`sparkmill.services.jobmaster.scheduler.failover`.
+
+All methods run on the job master's event loop. I/O goes through :class:`SchedulerActions`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sparkmill.common.core.errors import ResourceExhaustedError, RpcError
+from sparkmill.common.core.ids import ExecutionAttemptID, IntermediateDataSetID, short
+from sparkmill.common.core.io_counters import NO_IO, IOCounters
+from sparkmill.common.core.partitions import NO_DATA_PARTITIONER
+from sparkmill.common.core.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
+from sparkmill.services.jobmaster.executiongraph.execution_graph import (
+    Execution,
+    ExecutionGraph,
+    ExecutionVertex,
+)
+from sparkmill.services.jobmaster.executiongraph.execution_topology import PipelinedRegion
+from sparkmill.services.jobmaster.scheduler.failover import (
+    lost_results_still_needed,
+    producers_of_lost_partitions,
+    vertices_to_restart,
+)
+from sparkmill.services.jobmaster.scheduler.restart_strategy import RestartStrategy
+from sparkmill.services.jobmaster.slotpool.slot_pool import (
+    PendingSlotRequest,
+    PhysicalSlot,
+    SlotPool,
+)
+from sparkmill.services.jobmaster.slotpool.slot_sharing import (
+    SlotSharingManager,
+    SlotSharingStrategy,
+)
+
+log = logging.getLogger(__name__)
+
+ES = ExecutionState
+MAX_EXCEPTIONS_KEPT = 100
+# Regions scheduled per turn of the event loop. A burst - a wide job's sources, or every
+# consumer of an ALL_TO_ALL edge once its last producer finished - costs about half a
+# millisecond of CPU per region: 10,000 at once kept the loop from answering heartbeats and
+# RPCs for seconds (tens of seconds on a loaded machine), and the job lost its peers. 500 per
+# turn still kept a task executor's GetInputGate waiting past its deadline at load 38.
+SCHEDULING_SLICE = 100
+
+
+class SchedulerActions(Protocol):
+    async def submit_task(self, execution: Execution, slot: PhysicalSlot) -> None:
+        """Deploy the attempt into the slot (TaskExecutor.SubmitTask); raises RpcError."""
+        ...
+
+    async def cancel_task(self, execution: Execution, slot: PhysicalSlot) -> None:
+        """Ask the task executor to cancel the attempt; raises RpcError."""
+        ...
+
+    def job_status_changed(self, status: JobStatus, cause: str) -> None: ...
+
+
+class ProgressListener(Protocol):
+    """Told about finished attempts and about finished attempts that became void (a JobMaster
+    that takes the job over later restores what is still valid)."""
+
+    def attempt_finished(
+        self, execution: Execution, accumulator: bytes, io: IOCounters | None
+    ) -> None: ...
+
+    def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None: ...
+
+
+class NoProgressListener:
+    def attempt_finished(
+        self, execution: Execution, accumulator: bytes, io: IOCounters | None
+    ) -> None:
+        pass
+
+    def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRecord:
+    timestamp: float
+    vertex_name: str
+    subtask_index: int
+    attempt_number: int
+    task_executor: str
+    message: str
+    details: str
+    exception_type: str
+
+
+@dataclass
+class _Restart:
+    vertices: list[ExecutionVertex]
+    backoff_s: float
+    started: bool = False
+
+
+class DefaultScheduler:
+    def __init__(
+        self,
+        graph: ExecutionGraph,
+        slot_pool: SlotPool,
+        actions: SchedulerActions,
+        restart_strategy: RestartStrategy,
+        *,
+        failover_strategy: str = "region",
+        progress: ProgressListener | None = None,
+    ) -> None:
+        self.graph = graph
+        self.progress: ProgressListener = progress or NoProgressListener()
+        self.slot_pool = slot_pool
+        # Subtasks of one slot sharing group share physical slots (Flink's slot sharing).
+        self.slot_sharing = SlotSharingManager(slot_pool, SlotSharingStrategy(graph.job_vertices))
+        self.actions = actions
+        self.restart_strategy = restart_strategy
+        self.failover_strategy = failover_strategy
+        self.status = JobStatus.CREATED
+        self.failure_cause = ""
+        self.restarts = 0
+        self.recovered_subtasks = 0
+        self.exceptions: list[FailureRecord] = []
+        self.accumulators: dict[str, dict[int, bytes]] = {}
+        self.io: dict[str, IOCounters] = {}
+        self._slots: dict[ExecutionAttemptID, PhysicalSlot] = {}
+        self._requests: dict[ExecutionAttemptID, PendingSlotRequest] = {}
+        self._restarts: list[_Restart] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False  # the JobMaster let go of the job: nothing may change any more
+        # Data sets whose every consumer only waits for them (no records): never "lost".
+        consumed = [e for jv in graph.job_graph.vertices for e in jv.inputs]
+        self.no_data_results: frozenset[IntermediateDataSetID] = frozenset(
+            e.source for e in consumed if e.partitioner == NO_DATA_PARTITIONER
+        ) - {e.source for e in consumed if e.partitioner != NO_DATA_PARTITIONER}
+
+    # -- job status -----------------------------------------------------------------------------
+
+    def _transition(self, target: JobStatus, cause: str = "") -> None:
+        if self.status is target:
+            return
+        JOB_STATUS_TRANSITIONS.check(self.status, target, f"job {short(self.graph.job_id)}")
+        log.info(
+            "job %s: %s -> %s%s",
+            short(self.graph.job_id),
+            self.status.name,
+            target.name,
+            f" ({cause})" if cause else "",
+        )
+        self.status = target
+        if cause:
+            self.failure_cause = cause
+        self.actions.job_status_changed(target, cause)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("scheduler task %s died", task.get_name(), exc_info=task.exception())
+
+    def restore_finished(self, vertex: ExecutionVertex, accumulator: bytes, io: IOCounters) -> None:
+        """Take over what an earlier JobMaster's finished attempt of ``vertex`` reported (the
+        graph has restored the attempt itself)."""
+        name = vertex.job_vertex.name
+        if accumulator:
+            self.accumulators.setdefault(name, {})[vertex.subtask_index] = accumulator
+        self.io[name] = self.io.get(name, NO_IO) + io
+        self.recovered_subtasks += 1
+
+    # -- scheduling -----------------------------------------------------------------------------
+
+    def start_scheduling(self) -> None:
+        self._transition(JobStatus.RUNNING)
+        self._schedule_regions(r for r in self.graph.pipelined_regions() if r.inputs_consumable)
+        self._check_job_finished()
+
+    def _schedule_regions(self, regions: Iterable[PipelinedRegion]) -> None:
+        ready = list(regions)
+        for region in ready[:SCHEDULING_SLICE]:
+            if all(v.current_execution.state is ES.CREATED for v in region):
+                self.allocate_slots_and_deploy(list(region))
+        if len(ready) > SCHEDULING_SLICE:
+            later = [(r, [v.vertex_version for v in r]) for r in ready[SCHEDULING_SLICE:]]
+            asyncio.get_running_loop().call_soon(self._schedule_deferred, later)
+
+    def _schedule_deferred(self, queued: list[tuple[PipelinedRegion, list[int]]]) -> None:
+        """The rest of a burst, a slice per loop turn. Whatever happened in between (a
+        cancellation, a failover that reset a region or re-runs one of its producers, a
+        restart that scheduled it already) is seen here: such a region is left to whoever
+        changed it."""
+        if self._closed or self.status is not JobStatus.RUNNING:
+            return
+        for region, versions in queued[:SCHEDULING_SLICE]:
+            if (
+                [v.vertex_version for v in region] == versions
+                and all(v.current_execution.state is ES.CREATED for v in region)
+                and region.inputs_consumable
+            ):
+                self.allocate_slots_and_deploy(list(region))
+        if len(queued) > SCHEDULING_SLICE:
+            asyncio.get_running_loop().call_soon(self._schedule_deferred, queued[SCHEDULING_SLICE:])
+
+    def allocate_slots_and_deploy(self, vertices: list[ExecutionVertex]) -> None:
+        batch: list[tuple[ExecutionVertex, int, Execution, PendingSlotRequest]] = []
+        for vertex in vertices:
+            execution = vertex.current_execution
+            execution.transition_to(ES.SCHEDULED)
+            request = self.slot_sharing.allocate(execution.attempt_id, vertex.id)
+            self._requests[execution.attempt_id] = request
+            batch.append((vertex, vertex.vertex_version, execution, request))
+        self._spawn(self._wait_for_all_slots_and_deploy(batch), "deploy")
+
+    async def _wait_for_all_slots_and_deploy(
+        self, batch: list[tuple[ExecutionVertex, int, Execution, PendingSlotRequest]]
+    ) -> None:
+        results = await asyncio.gather(*(r.future for _, _, _, r in batch), return_exceptions=True)
+        assigned: list[tuple[Execution, PhysicalSlot]] = []
+        for (vertex, version, execution, _), result in zip(batch, results, strict=True):
+            self._requests.pop(execution.attempt_id, None)
+            if isinstance(result, BaseException):
+                if execution.is_current and execution.state is ES.SCHEDULED:
+                    self._fail_execution(
+                        execution,
+                        f"could not allocate a slot: {result}",
+                        type(result).__name__,
+                        # The resource manager said the request can never be served.
+                        suppress_restarts=isinstance(result, ResourceExhaustedError),
+                    )
+                continue
+            stale = (
+                vertex.vertex_version != version
+                or not execution.is_current
+                or execution.state is not ES.SCHEDULED
+            )
+            if stale:
+                # A superseded deployment is refused: the vertex was reset or cancelled while
+                # the slot was on its way, so the slot goes back instead of running old work.
+                self.slot_sharing.release(execution.attempt_id)
+                continue
+            assigned.append((execution, result))
+        for execution, slot in assigned:
+            # Failing a later member of the batch above may have cancelled (or failed) this
+            # one meanwhile: refuse that deployment too and give its slot back.
+            if execution.is_current and execution.state is ES.SCHEDULED:
+                self._deploy(execution, slot)
+            else:
+                self.slot_sharing.release(execution.attempt_id)
+
+    def _deploy(self, execution: Execution, slot: PhysicalSlot) -> None:
+        self._slots[execution.attempt_id] = slot
+        execution.assigned_resource = slot
+        execution.task_executor_id = slot.task_executor.resource_id
+        execution.transition_to(ES.DEPLOYING)
+        self._spawn(self._submit(execution, slot), "submit")
+
+    async def _submit(self, execution: Execution, slot: PhysicalSlot) -> None:
+        try:
+            await self.actions.submit_task(execution, slot)
+        except RpcError as exc:
+            if execution.is_current and execution.state is ES.DEPLOYING:
+                self._fail_execution(
+                    execution,
+                    f"could not deploy {execution.description} to task executor "
+                    f"{short(slot.task_executor.resource_id)} ({slot.task_executor.address}): "
+                    f"{type(exc).__name__}: {exc}",
+                    type(exc).__name__,
+                )
+
+    # -- state updates from task executors ------------------------------------------------------
+
+    def update_task_execution_state(
+        self,
+        attempt_id: ExecutionAttemptID,
+        state: ExecutionState,
+        *,
+        message: str = "",
+        details: str = "",
+        exception_type: str = "",
+        suppress_restarts: bool = False,
+        io: IOCounters | None = None,
+        accumulator: bytes = b"",
+        lost_partitions: Iterable[tuple[str, int, str]] = (),
+    ) -> bool:
+        """Apply a reported state; False when the attempt is unknown or superseded (stale).
+
+        ``lost_partitions`` (dataset id, partition number, producer attempt id) come with a
+        FAILED report of a task that could not read those inputs; ``suppress_restarts`` with
+        one whose task raised a :class:`~sparkmill.common.core.errors.SuppressRestartsError`."""
+        execution = self.graph.execution(attempt_id)
+        if self._closed or execution is None or execution.state.is_terminal:
+            return False
+        if execution.state is ES.CANCELING and state in (ES.FAILED, ES.FINISHED):
+            state = ES.CANCELED  # the cancellation wins (Flink does the same)
+        if state is ES.DEPLOYING or not execution.can_transition_to(state):
+            return False
+        if io is not None:
+            name = execution.vertex.job_vertex.name
+            self.io[name] = self.io.get(name, NO_IO) + io
+        if state is ES.FAILED:
+            self._fail_execution(
+                execution,
+                message or "the task failed",
+                exception_type,
+                details,
+                suppress_restarts=suppress_restarts,
+                lost_producers=producers_of_lost_partitions(self.graph, lost_partitions),
+            )
+        elif state is ES.FINISHED:
+            execution.transition_to(ES.FINISHED)
+            self.progress.attempt_finished(execution, accumulator, io)
+            if accumulator:
+                name = execution.vertex.job_vertex.name
+                self.accumulators.setdefault(name, {})[execution.vertex.subtask_index] = accumulator
+            self._release_slot(execution)
+            self._on_finished(execution)
+        elif state is ES.CANCELED:
+            execution.transition_to(ES.CANCELED)
+            self._release_slot(execution)
+            self._after_terminal()
+        else:
+            execution.transition_to(state)
+        return True
+
+    def _release_slot(self, execution: Execution) -> None:
+        # Returns the logical slot; the shared physical slot goes back with its last one.
+        self._slots.pop(execution.attempt_id, None)
+        self.slot_sharing.release(execution.attempt_id)
+
+    def _on_finished(self, execution: Execution) -> None:
+        if self.status is not JobStatus.RUNNING:
+            self._after_terminal()
+            return
+        ready: dict[int, PipelinedRegion] = {}
+        for group in self.graph.downstream_groups(execution.vertex):
+            if not group.is_consumable:
+                continue
+            for consumer in group.consumer_vertex_group:
+                region = self.graph.region_of(consumer)
+                if region.index not in ready and region.inputs_consumable:
+                    ready[region.index] = region
+        self._schedule_regions(ready.values())
+        self._after_terminal()
+
+    def _check_job_finished(self) -> None:
+        if self.status is JobStatus.RUNNING and self.graph.all_vertices_finished:
+            self._transition(JobStatus.FINISHED)
+
+    # -- failures -------------------------------------------------------------------------------
+
+    def _fail_execution(
+        self,
+        execution: Execution,
+        message: str,
+        exception_type: str = "",
+        details: str = "",
+        *,
+        suppress_restarts: bool = False,
+        lost_producers: list[ExecutionVertex] | None = None,
+    ) -> None:
+        slot = self._slots.get(execution.attempt_id)
+        if slot is None and isinstance(execution.assigned_resource, PhysicalSlot):
+            slot = execution.assigned_resource  # e.g. slot_lost already dropped it from _slots
+        execution.transition_to(ES.FAILED, failure=message, exception_class=exception_type)
+        self._release_slot(execution)
+        self.exceptions.append(
+            FailureRecord(
+                time.time(),
+                execution.vertex.job_vertex.name,
+                execution.vertex.subtask_index,
+                execution.attempt_number,
+                slot.task_executor.resource_id if slot is not None else "",
+                message,
+                details,
+                exception_type,
+            )
+        )
+        del self.exceptions[:-MAX_EXCEPTIONS_KEPT]
+        log.warning(
+            "job %s: %s failed: %s",
+            short(self.graph.job_id),
+            execution.description,
+            message.splitlines()[0] if message else "",
+        )
+        if self.status is JobStatus.RUNNING:
+            if suppress_restarts:
+                # Flink's SuppressRestartsException: no restart can fix this failure.
+                self.fail_job(
+                    f"{execution.description} failed: {message} (not restarted: "
+                    f"restarting cannot help)"
+                )
+            else:
+                lost = lost_producers or []
+                if lost:
+                    log.info(
+                        "job %s: %s lost results of %s; they run again",
+                        short(self.graph.job_id),
+                        execution.description,
+                        ", ".join(v.current_execution.description for v in lost[:5]),
+                    )
+                self._handle_failure(
+                    [execution.vertex, *lost], f"{execution.description} failed: {message}"
+                )
+        self._after_terminal()
+
+    def results_lost_with_task_executor(self, resource_id: str, cause: str) -> None:
+        """The finished results written on ``resource_id`` are gone (``exchange.storage:
+        local``): produce again those a consumer still needs (one failure for the restart
+        strategy, restarted after its back-off, before any consumer could read them)."""
+        if self._closed or self.status is not JobStatus.RUNNING:
+            return
+        pending = self._pending_restart()
+        written_there = [
+            v
+            for v in self.graph.all_execution_vertices()
+            if v.current_execution.state is ES.FINISHED
+            and v.current_execution.task_executor_id == resource_id
+            and id(v) not in pending
+        ]
+        lost = lost_results_still_needed(
+            self.graph, written_there, self.no_data_results, self.failover_strategy
+        )
+        if not lost:
+            return
+        message = (
+            f"the results of {len(lost)} finished subtask(s) were lost with task executor "
+            f"{short(resource_id)}: {cause}"
+        )
+        self.exceptions.append(
+            FailureRecord(
+                time.time(),
+                lost[0].job_vertex.name,
+                lost[0].subtask_index,
+                lost[0].current_execution.attempt_number,
+                resource_id,
+                message,
+                "\n".join(v.current_execution.description for v in lost),
+                "ResultPartitionLost",
+            )
+        )
+        del self.exceptions[:-MAX_EXCEPTIONS_KEPT]
+        log.warning("job %s: %s", short(self.graph.job_id), message)
+        self._handle_failure(lost, message)
+        self._after_terminal()
+
+    def _pending_restart(self) -> set[int]:
+        return {id(v) for restart in self._restarts for v in restart.vertices}
+
+    def _handle_failure(self, origins: list[ExecutionVertex], cause: str) -> None:
+        self.restart_strategy.notify_failure(time.monotonic())
+        if not self.restart_strategy.can_restart():
+            self.fail_job(f"{cause} (no restart left: {self.restart_strategy.describe()})")
+            return
+        pending = self._pending_restart()
+        # Vertices a restart already waits for are left to it (resetting them twice would
+        # throw away the attempt the first restart starts).
+        vertices = [
+            v
+            for v in vertices_to_restart(self.graph, origins, self.failover_strategy)
+            if id(v) not in pending
+        ]
+        self.restarts += 1
+        backoff_s = self.restart_strategy.backoff_s()  # once: it may be jittered per call
+        log.info(
+            "job %s: restarting %d subtasks after %.1fs (restart #%d, %s)",
+            short(self.graph.job_id),
+            len(vertices),
+            backoff_s,
+            self.restarts,
+            self.failover_strategy,
+        )
+        if self.failover_strategy == "full":
+            self._transition(JobStatus.RESTARTING, cause)
+        self.progress.attempts_invalidated(
+            [v for v in vertices if v.current_execution.state is ES.FINISHED]
+        )
+        for vertex in vertices:
+            self._cancel_execution(vertex.current_execution)
+            # Its output is void from now on (the reset would do this only after the back-off):
+            # no consumer may start reading it meanwhile and be left on superseded data.
+            for partition in vertex.produced_partitions:
+                partition.mark_unfinished()
+        self._restarts.append(_Restart(vertices, backoff_s))
+
+    def _after_terminal(self) -> None:
+        """Progress whatever waited for executions to become terminal."""
+        for restart in list(self._restarts):
+            if not restart.started and all(
+                v.current_execution.state.is_terminal for v in restart.vertices
+            ):
+                restart.started = True
+                asyncio.get_running_loop().call_later(restart.backoff_s, self._restart, restart)
+        if self.status is JobStatus.RUNNING:
+            self._check_job_finished()
+        elif (
+            self.status in (JobStatus.FAILING, JobStatus.CANCELLING)
+            and self.graph.all_vertices_terminal
+            and not self._slots
+        ):
+            failing = self.status is JobStatus.FAILING
+            self._transition(
+                JobStatus.FAILED if failing else JobStatus.CANCELED, self.failure_cause
+            )
+
+    def _restart(self, restart: _Restart) -> None:
+        if restart in self._restarts:
+            self._restarts.remove(restart)
+        if self._closed or self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
+            return
+        for vertex in restart.vertices:
+            self.graph.reset_vertex_for_new_execution(vertex)
+        if self.status is JobStatus.RESTARTING:
+            self._transition(JobStatus.RUNNING)
+        regions = {self.graph.region_of(v).index: self.graph.region_of(v) for v in restart.vertices}
+        self._schedule_regions(r for r in regions.values() if r.inputs_consumable)
+
+    def fail_job(self, cause: str) -> None:
+        """Fail the job for good: cancel whatever still runs, then FAILED."""
+        if self.status.is_terminal or self.status in (JobStatus.FAILING, JobStatus.CANCELLING):
+            return
+        self._restarts.clear()
+        self._transition(JobStatus.FAILING, cause)
+        self._cancel_all()
+        self._after_terminal()
+
+    def cancel(self) -> None:
+        if self.status.is_terminal or self.status is JobStatus.CANCELLING:
+            return
+        self._restarts.clear()
+        self._transition(JobStatus.CANCELLING, "cancelled on request")
+        self._cancel_all()
+        self._after_terminal()
+
+    def _cancel_all(self) -> None:
+        for vertex in self.graph.all_execution_vertices():
+            self._cancel_execution(vertex.current_execution)
+
+    def _cancel_execution(self, execution: Execution) -> None:
+        state = execution.state
+        if state.is_terminal or state is ES.CANCELING:
+            return
+        if state in (ES.CREATED, ES.SCHEDULED):
+            request = self._requests.pop(execution.attempt_id, None)
+            execution.transition_to(ES.CANCELED)
+            if request is not None:
+                # Withdraws the shared request only if no other member still waits for it.
+                self.slot_sharing.release(execution.attempt_id)
+            return
+        slot = self._slots.get(execution.attempt_id)
+        execution.transition_to(ES.CANCELING)
+        if slot is None:
+            execution.transition_to(ES.CANCELED)
+            return
+        self._spawn(self._send_cancel(execution, slot), "cancel")
+
+    async def _send_cancel(self, execution: Execution, slot: PhysicalSlot) -> None:
+        try:
+            await self.actions.cancel_task(execution, slot)
+        except RpcError as exc:
+            # The task is not there (never arrived, already gone) or its executor is
+            # unreachable: either way it does not run for us any more.
+            if execution.is_current and execution.state is ES.CANCELING:
+                log.info("cancel of %s: %s; treating it as cancelled", execution.description, exc)
+                execution.transition_to(ES.CANCELED)
+                self._release_slot(execution)
+                self._after_terminal()
+
+    def slot_lost(self, slot: PhysicalSlot, cause: BaseException) -> None:
+        """A slot in use vanished (its task executor died or freed it).
+
+        Every logical slot of a shared physical slot fails with it.
+        """
+        self.slot_sharing.slot_lost(slot.allocation_id)
+        for attempt_id, held in list(self._slots.items()):
+            if held.allocation_id != slot.allocation_id:
+                continue
+            del self._slots[attempt_id]
+            execution = self.graph.execution(attempt_id)
+            if execution is None or execution.state.is_terminal:
+                continue
+            if execution.state is ES.CANCELING:
+                execution.transition_to(ES.CANCELED)
+                self._after_terminal()
+            else:
+                self._fail_execution(
+                    execution,
+                    f"lost its slot on task executor {short(slot.task_executor.resource_id)} "
+                    f"({slot.task_executor.address}): {cause}",
+                    type(cause).__name__,
+                )
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

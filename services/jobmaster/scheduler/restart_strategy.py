@@ -1,0 +1,172 @@
+"""Restart strategies: after a task failure, restart (after a back-off) or fail the job for good.
+
+Flink's ``RestartBackoffTimeStrategy`` family (as asked by ``tryRestartOrFail``):
+
+* ``none`` - never restart;
+* ``fixed-delay`` - up to ``attempts`` restarts, each after ``delay``;
+* ``failure-rate`` - restart unless more than ``max-failures-per-interval`` failures happened
+  within ``failure-rate-interval``; each restart after ``delay``;
+* ``exponential-delay`` - back-off grows from ``initial-backoff`` by ``backoff-multiplier`` up to
+  ``max-backoff`` (with ``jitter-factor``), and goes back to the initial value after
+  ``reset-backoff-threshold`` without failures.
+
+Some failures suppress restarts altogether
+(:class:`sparkmill.common.core.errors.SuppressRestartsError`, raised in a task): restarting cannot
+help, so the job fails at once with the reason.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from sparkmill.common.config import options as opt
+from sparkmill.common.config.configuration import Configuration
+
+
+class RestartStrategy(Protocol):
+    def notify_failure(self, timestamp: float) -> None:
+        """Record a failure that happened at ``timestamp`` (monotonic seconds)."""
+        ...
+
+    def can_restart(self) -> bool: ...
+
+    def backoff_s(self) -> float:
+        """How long to wait before restarting after the last recorded failure."""
+        ...
+
+    def describe(self) -> str: ...
+
+
+class NoRestartStrategy:
+    def notify_failure(self, timestamp: float) -> None:
+        pass
+
+    def can_restart(self) -> bool:
+        return False
+
+    def backoff_s(self) -> float:
+        return 0.0
+
+    def describe(self) -> str:
+        return "no restarts (restart-strategy.type: none)"
+
+
+@dataclass
+class FixedDelayRestartStrategy:
+    attempts: int
+    delay_s: float
+    failures: int = 0
+
+    def notify_failure(self, timestamp: float) -> None:
+        self.failures += 1
+
+    def can_restart(self) -> bool:
+        return self.failures <= self.attempts
+
+    def backoff_s(self) -> float:
+        return self.delay_s
+
+    def describe(self) -> str:
+        return f"fixed-delay ({self.attempts} restart attempts, {self.delay_s:g}s delay)"
+
+
+class FailureRateRestartStrategy:
+    def __init__(self, max_failures: int, interval_s: float, delay_s: float) -> None:
+        self.max_failures = max_failures
+        self.interval_s = interval_s
+        self.delay_s = delay_s
+        self._failures: deque[float] = deque()
+
+    def notify_failure(self, timestamp: float) -> None:
+        self._failures.append(timestamp)
+        while self._failures and self._failures[0] < timestamp - self.interval_s:
+            self._failures.popleft()
+
+    def can_restart(self) -> bool:
+        return len(self._failures) <= self.max_failures
+
+    def backoff_s(self) -> float:
+        return self.delay_s
+
+    def describe(self) -> str:
+        return (
+            f"failure-rate (at most {self.max_failures} failures per "
+            f"{self.interval_s:g}s, {self.delay_s:g}s delay)"
+        )
+
+
+class ExponentialDelayRestartStrategy:
+    def __init__(
+        self,
+        initial_s: float,
+        max_s: float,
+        multiplier: float,
+        reset_threshold_s: float,
+        jitter: float,
+        max_attempts: int,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self.multiplier = multiplier
+        self.reset_threshold_s = reset_threshold_s
+        self.jitter = jitter
+        self.max_attempts = max_attempts
+        self._rng = rng or random.Random()
+        self._current = 0.0
+        self._last_failure: float | None = None
+        self._attempts = 0
+
+    def notify_failure(self, timestamp: float) -> None:
+        last = self._last_failure
+        if last is not None and timestamp - last >= self.reset_threshold_s + self._current:
+            self._current, self._attempts = 0.0, 0  # a long healthy period resets the back-off
+        self._current = (
+            self.initial_s
+            if self._current == 0.0
+            else min(self._current * self.multiplier, self.max_s)
+        )
+        self._attempts += 1
+        self._last_failure = timestamp
+
+    def can_restart(self) -> bool:
+        return self._attempts <= self.max_attempts
+
+    def backoff_s(self) -> float:
+        spread = self._current * self.jitter
+        # Jitter never takes the pause above max-backoff (documented: "never exceeds this").
+        return min(self.max_s, max(0.0, self._current + self._rng.uniform(-spread, spread)))
+
+    def describe(self) -> str:
+        return (
+            f"exponential-delay ({self.initial_s:g}s..{self.max_s:g}s, "
+            f"x{self.multiplier:g}, jitter {self.jitter:g})"
+        )
+
+
+def restart_strategy_from_config(config: Configuration) -> RestartStrategy:
+    kind = config.get(opt.RESTART_STRATEGY_TYPE)
+    if kind == "fixed-delay":
+        return FixedDelayRestartStrategy(
+            config.get(opt.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS),
+            config.get(opt.RESTART_STRATEGY_FIXED_DELAY_DELAY),
+        )
+    if kind == "failure-rate":
+        return FailureRateRestartStrategy(
+            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_MAX_FAILURES),
+            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_INTERVAL),
+            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_DELAY),
+        )
+    if kind == "exponential-delay":
+        return ExponentialDelayRestartStrategy(
+            config.get(opt.RESTART_STRATEGY_EXP_INITIAL_BACKOFF),
+            config.get(opt.RESTART_STRATEGY_EXP_MAX_BACKOFF),
+            config.get(opt.RESTART_STRATEGY_EXP_BACKOFF_MULTIPLIER),
+            config.get(opt.RESTART_STRATEGY_EXP_RESET_BACKOFF_THRESHOLD),
+            config.get(opt.RESTART_STRATEGY_EXP_JITTER_FACTOR),
+            config.get(opt.RESTART_STRATEGY_EXP_ATTEMPTS_BEFORE_RESET),
+        )
+    return NoRestartStrategy()

@@ -1,0 +1,1 @@
+"""The JobMaster's slots: its slot pool, slot requests and slot sharing."""
