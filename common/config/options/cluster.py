@@ -1,0 +1,159 @@
+"""Task executor, heartbeat, registration and slot options (Flink's ``TaskManagerOptions``,
+``HeartbeatManagerOptions``, ``ResourceManagerOptions``).
+"""
+
+from __future__ import annotations
+
+from sparkmill.common.config.kinds import (
+    BOOL,
+    DURATION,
+    FLOAT,
+    INT,
+    MEMORY,
+    STRING,
+)
+from sparkmill.common.config.options._declare import MIB, MS, group, option
+
+# --------------------------------------------------------------------------------------------
+group("Task executor", "Resources and lifecycle of a task executor process.")
+TASK_MANAGER_NUM_TASK_SLOTS = option(
+    "taskmanager.numberOfTaskSlots",
+    INT,
+    1,
+    "Number of slots a task executor offers; each slot runs one task at a time.",
+    min=1,
+)
+TASK_MANAGER_RESOURCE_ID = option(
+    "taskmanager.resource-id",
+    STRING,
+    "",
+    "Stable identity of the task executor; empty means a random id per start.",
+)
+TASK_MANAGER_CPU_CORES = option(
+    "taskmanager.cpu.cores",
+    FLOAT,
+    0.0,
+    "CPU cores the task executor announces to the resource manager; 0 means one core per slot.",
+    min=0,
+)
+TASK_MANAGER_MEMORY_PROCESS_SIZE = option(
+    "taskmanager.memory.process.size",
+    MEMORY,
+    1728 * MIB,
+    "Total memory the task executor announces, split evenly across its slots.",
+    min=MIB,
+)
+TASK_MANAGER_SLOT_TIMEOUT = option(
+    "taskmanager.slot.timeout",
+    DURATION,
+    10.0,
+    "How long an allocated slot may stay unused by its job master before the task executor "
+    "frees it again.",
+    min=MS,
+)
+TASK_CANCELLATION_TIMEOUT = option(
+    "task.cancellation.timeout",
+    DURATION,
+    20.0,
+    "How long a task executor that is shutting down waits for its cancelled tasks to end "
+    "before it closes its slot table anyway (and logs the tasks that did not end).",
+    min=MS,
+)
+TASK_MANAGER_REGISTRATION_TIMEOUT = option(
+    "taskmanager.registration.timeout",
+    DURATION,
+    300.0,
+    "A task executor that has not registered with a resource manager within this time shuts down.",
+    min=MS,
+)
+
+# --------------------------------------------------------------------------------------------
+group(
+    "Heartbeats and registration",
+    "Failure detection between services and how they (re)connect.",
+)
+
+HEARTBEAT_INTERVAL = option(
+    "heartbeat.interval",
+    DURATION,
+    10.0,
+    "Time between two heartbeat requests to a monitored component.",
+    min=MS,
+)
+HEARTBEAT_TIMEOUT = option(
+    "heartbeat.timeout",
+    DURATION,
+    50.0,
+    "A component that has not answered heartbeats for this long is considered lost. Must be "
+    "greater than heartbeat.interval.",
+    min=MS,
+)
+HEARTBEAT_RPC_FAILURE_THRESHOLD = option(
+    "heartbeat.rpc-failure-threshold",
+    INT,
+    2,
+    "Consecutive failed heartbeat RPCs after which a target is declared lost without waiting "
+    "for heartbeat.timeout; -1 turns this detection off.",
+    min=-1,
+)
+REGISTRATION_INITIAL_TIMEOUT = option(
+    "cluster.registration.initial-timeout",
+    DURATION,
+    0.1,
+    "Timeout of the first registration attempt; it doubles with every unanswered attempt.",
+    min=MS,
+)
+REGISTRATION_MAX_TIMEOUT = option(
+    "cluster.registration.max-timeout",
+    DURATION,
+    30.0,
+    "Upper bound of the doubling registration timeout.",
+    min=MS,
+)
+REGISTRATION_ERROR_DELAY = option(
+    "cluster.registration.error-delay",
+    DURATION,
+    10.0,
+    "Pause before retrying a registration that failed with an error.",
+    min=0,
+)
+REGISTRATION_REFUSED_DELAY = option(
+    "cluster.registration.refused-registration-delay",
+    DURATION,
+    30.0,
+    "Pause before retrying a registration the target explicitly refused.",
+    min=0,
+)
+
+# --------------------------------------------------------------------------------------------
+group("Slots", "Slot allocation between job masters, the resource manager and task executors.")
+SLOT_REQUEST_TIMEOUT = option(
+    "slot.request.timeout",
+    DURATION,
+    300.0,
+    "How long a job master waits for a requested slot before the request fails.",
+    job_overridable=True,
+    min=MS,
+)
+SLOT_IDLE_TIMEOUT = option(
+    "slot.idle.timeout",
+    DURATION,
+    50.0,
+    "A slot held by a job master but not used for this long is given back.",
+    min=MS,
+)
+RESOURCE_MANAGER_TASK_MANAGER_TIMEOUT = option(
+    "resourcemanager.taskmanager-timeout",
+    DURATION,
+    30.0,
+    "A task executor whose slots have all been free for this long is considered idle and "
+    "may be released.",
+    min=MS,
+)
+CLUSTER_EVENLY_SPREAD_OUT_SLOTS = option(
+    "cluster.evenly-spread-out-slots",
+    BOOL,
+    True,
+    "Prefer free slots on the least loaded task executor instead of filling one executor "
+    "first. The default is true in sparkmill (Flink's default is false).",
+)

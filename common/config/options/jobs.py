@@ -1,0 +1,183 @@
+"""Job retention, job graph limits, failover and restart strategy options (Flink's
+``JobManagerOptions``, ``RestartStrategyOptions``).
+"""
+
+from __future__ import annotations
+
+from sparkmill.common.config.kinds import (
+    DURATION,
+    DURATION_SECONDS,
+    FLOAT,
+    INT,
+    STRING,
+)
+from sparkmill.common.config.options._declare import MS, group, option
+
+# --------------------------------------------------------------------------------------------
+group(
+    "Jobs, failover and restarts",
+    "Finished-job retention and what happens when tasks fail. A job's own configuration may "
+    "override the job-overridable keys.",
+)
+
+JOB_STORE_EXPIRATION_TIME = option(
+    "jobstore.expiration-time",
+    DURATION_SECONDS,
+    3600.0,
+    "How long the dispatcher keeps a finished job's result; a bare number is seconds here, "
+    "as in Flink.",
+    min=0,
+)
+# Checked at submission and again at the JobMaster's StartJob, before anything is allocated.
+JOB_GRAPH_MAX_VERTICES = option(
+    "jobmanager.job-graph.max-vertices", INT, 10_000, "Most vertices a job graph may have.", min=1
+)
+JOB_GRAPH_MAX_PARALLELISM = option(
+    "jobmanager.job-graph.max-parallelism",
+    INT,
+    100_000,
+    "Largest parallelism of one vertex of a job graph (its max parallelism bounds it too).",
+    min=1,
+)
+JOB_GRAPH_MAX_SUBTASKS = option(
+    "jobmanager.job-graph.max-subtasks",
+    INT,
+    1_000_000,
+    "Most subtasks (the sum of the vertices' parallelisms) a job graph may have.",
+    min=1,
+)
+JOB_GRAPH_MAX_EDGES = option(
+    "jobmanager.job-graph.max-edges",
+    INT,
+    100_000,
+    "Most edges (vertex inputs) a job graph may have; one ALL_TO_ALL edge counts once.",
+    min=1,
+)
+DEPLOYMENT_OFFLOAD_MIN_PARTITIONS = option(
+    "jobmanager.deployment.offload-min-partitions",
+    INT,
+    64,
+    "An input gate of at least this many partitions that its consumers share is not copied "
+    "into each task deployment: each task executor fetches it once from the JobMaster and "
+    "caches it for the job (like Flink's offloading of large descriptors to its blob server).",
+    job_overridable=True,
+    min=1,
+)
+FAILOVER_STRATEGY = option(
+    "jobmanager.execution.failover-strategy",
+    STRING,
+    "region",
+    "What a task failure restarts: 'region' only the tasks connected to the failed one by "
+    "data exchanges, 'full' the whole job.",
+    job_overridable=True,
+    choices=("region", "full"),
+)
+RESTART_STRATEGY_TYPE = option(
+    "restart-strategy.type",
+    STRING,
+    "none",
+    "How a failed job is restarted. 'off' and 'disable' mean 'none'; 'fixeddelay', "
+    "'failurerate' and 'exponentialdelay' are accepted for the hyphenated names.",
+    job_overridable=True,
+    choices=("none", "fixed-delay", "failure-rate", "exponential-delay"),
+    aliases=(
+        ("off", "none"),
+        ("disable", "none"),
+        ("fixeddelay", "fixed-delay"),
+        ("failurerate", "failure-rate"),
+        ("exponentialdelay", "exponential-delay"),
+    ),
+)
+RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS = option(
+    "restart-strategy.fixed-delay.attempts",
+    INT,
+    1,
+    "fixed-delay: restarts allowed before the job fails for good.",
+    job_overridable=True,
+    min=0,
+)
+RESTART_STRATEGY_FIXED_DELAY_DELAY = option(
+    "restart-strategy.fixed-delay.delay",
+    DURATION,
+    1.0,
+    "fixed-delay: pause before each restart.",
+    job_overridable=True,
+    min=0,
+)
+RESTART_STRATEGY_FAILURE_RATE_MAX_FAILURES = option(
+    "restart-strategy.failure-rate.max-failures-per-interval",
+    INT,
+    1,
+    "failure-rate: failures tolerated within one interval before the job fails for good.",
+    job_overridable=True,
+    min=1,
+)
+RESTART_STRATEGY_FAILURE_RATE_INTERVAL = option(
+    "restart-strategy.failure-rate.failure-rate-interval",
+    DURATION,
+    60.0,
+    "failure-rate: the sliding window in which failures are counted.",
+    job_overridable=True,
+    min=MS,
+)
+RESTART_STRATEGY_FAILURE_RATE_DELAY = option(
+    "restart-strategy.failure-rate.delay",
+    DURATION,
+    1.0,
+    "failure-rate: pause before each restart.",
+    job_overridable=True,
+    min=0,
+)
+RESTART_STRATEGY_EXP_INITIAL_BACKOFF = option(
+    "restart-strategy.exponential-delay.initial-backoff",
+    DURATION,
+    1.0,
+    "exponential-delay: pause before the first restart.",
+    job_overridable=True,
+    min=0,
+)
+RESTART_STRATEGY_EXP_MAX_BACKOFF = option(
+    "restart-strategy.exponential-delay.max-backoff",
+    DURATION,
+    60.0,
+    "exponential-delay: the growing pause never exceeds this; must be at least the initial "
+    "backoff.",
+    job_overridable=True,
+    min=0,
+)
+RESTART_STRATEGY_EXP_BACKOFF_MULTIPLIER = option(
+    "restart-strategy.exponential-delay.backoff-multiplier",
+    FLOAT,
+    1.5,
+    "exponential-delay: factor applied to the pause after every restart.",
+    job_overridable=True,
+    min=1.0,
+)
+RESTART_STRATEGY_EXP_RESET_BACKOFF_THRESHOLD = option(
+    "restart-strategy.exponential-delay.reset-backoff-threshold",
+    DURATION,
+    3600.0,
+    "exponential-delay: a job that runs this long without failing starts over at the "
+    "initial backoff.",
+    job_overridable=True,
+    min=MS,
+)
+RESTART_STRATEGY_EXP_JITTER_FACTOR = option(
+    "restart-strategy.exponential-delay.jitter-factor",
+    FLOAT,
+    0.1,
+    "exponential-delay: each pause varies randomly by up to this fraction, so that many jobs "
+    "do not restart in lockstep.",
+    job_overridable=True,
+    min=0.0,
+    max=1.0,
+)
+RESTART_STRATEGY_EXP_ATTEMPTS_BEFORE_RESET = option(
+    "restart-strategy.exponential-delay.attempts-before-reset-backoff",
+    INT,
+    2**31 - 1,
+    "exponential-delay: restarts allowed before the job fails for good (counted since the "
+    "last backoff reset).",
+    job_overridable=True,
+    min=1,
+)
