@@ -11,14 +11,26 @@ The layers, from the bottom::
         ^
     sparkmill (the rest)      public API, CLI, local cluster, testing helpers
 
+Inside ``sparkmill.common`` the sub-packages are layers too, from the bottom (``COMMON_LAYERS``)::
+
+    v1 (messages)  core  config  exchange  jobgraph  deployment  pipeline  runtime  rpc
+    v1.gateways  ha
+
 Contracts:
 
-1. ``sparkmill.common`` imports nothing of this project but ``sparkmill.common``;
+1. ``sparkmill.common`` imports nothing of this project but ``sparkmill.common``, and a module
+   of one of its layers imports only its own layer and the layers below it (the generated
+   gateway stubs, ``sparkmill.common.v1.gateways``, are built on the RPC layer, so they are a
+   layer of their own above ``rpc`` though they live in ``v1``); every module of
+   ``sparkmill.common`` lives in one of those layers;
 2. a service package imports ``sparkmill.common`` and itself, never another service, the
    entry point or the public API;
 3. the public API package reaches the services only through ``sparkmill.services.entrypoint``;
 4. no import cycle between modules, counting imports inside functions and under
-   ``TYPE_CHECKING`` too (a cycle hidden by a late import is still a cycle).
+   ``TYPE_CHECKING`` too (a cycle hidden by a late import is still a cycle);
+5. no Python file of the repository imports ``common`` or ``services`` by their bare folder
+   names: in a checkout both names would load, as modules distinct from ``sparkmill.common``
+   and ``sparkmill.services`` (two copies of every class, enum and registry).
 
 Every ``import`` statement counts, wherever it is. Exit status 0 when every contract holds,
 1 with one line per broken contract otherwise. ``--root`` checks another tree (the test suite
@@ -45,6 +57,29 @@ SOURCE_DIRS = {
 LINKED = {"common", "services"}
 SERVICES = ("dispatcher", "resourcemanager", "jobmaster", "taskexecutor")
 ENTRYPOINT = "sparkmill.services.entrypoint"
+COMMON = "sparkmill.common"
+# The layers inside sparkmill.common, bottom first: a module may import its own layer and the
+# ones below it. Between neighbours that do not import each other today, the order says which
+# way a future import may go: configuration is read by nearly everything and reads only core;
+# runtime (actor, heartbeats, settings) works without RPC, so RPC may use it but not the
+# reverse. A dotted entry (``v1.gateways``) is a module placed apart from its package.
+COMMON_LAYERS = (
+    "v1",
+    "core",
+    "config",
+    "exchange",
+    "jobgraph",
+    "deployment",
+    "pipeline",
+    "runtime",
+    "rpc",
+    "v1.gateways",
+    "ha",
+)
+# Bare folder names that must never be imported (contract 5).
+BARE_NAMES = {"common": "sparkmill.common", "services": "sparkmill.services"}
+# Directories never searched for bare-name imports.
+SKIP_DIRS = {"__pycache__", "node_modules", "build", "dist", "venv"}
 
 
 @dataclass(frozen=True)
@@ -138,6 +173,73 @@ def allowed(importer: str, imported: str) -> bool:
     return dst == "api" or imported in (ENTRYPOINT, "sparkmill.services")
 
 
+def common_layer(module: str) -> int | None:
+    """Index in ``COMMON_LAYERS`` of a ``sparkmill.common`` module, None when outside any."""
+    rest = module.removeprefix(COMMON + ".")
+    best: tuple[int, int] | None = None  # (length of the matching entry, index)
+    for index, layer in enumerate(COMMON_LAYERS):
+        if rest == layer or rest.startswith(layer + "."):
+            depth = layer.count(".") + 1
+            if best is None or depth > best[0]:
+                best = (depth, index)
+    return None if best is None else best[1]
+
+
+def common_layer_problem(edge: Edge) -> str | None:
+    """Why an import between two modules of ``sparkmill.common`` breaks the layer order."""
+    if layer_of(edge.importer) != "common" or layer_of(edge.imported) != "common":
+        return None
+    if edge.imported == COMMON:
+        return None  # the package itself holds nothing
+    src, dst = common_layer(edge.importer), common_layer(edge.imported)
+    if src is None or dst is None or dst <= src:
+        return None  # unlayered modules are reported once each, by ``unlayered_modules``
+    return (
+        f"{edge.importer} must not import {edge.imported} (common layer "
+        f"{COMMON_LAYERS[src]} -> {COMMON_LAYERS[dst]}, which sits above it; the order, "
+        f"bottom first: {', '.join(COMMON_LAYERS)})"
+    )
+
+
+def unlayered_modules(modules: dict[str, Path]) -> list[tuple[str, Path]]:
+    return [
+        (name, path)
+        for name, path in sorted(modules.items())
+        if layer_of(name) == "common" and name != COMMON and common_layer(name) is None
+    ]
+
+
+def python_files(root: Path) -> Iterator[Path]:
+    """Every Python file of the tree, symlinked folders and hidden or build folders skipped."""
+    for path in sorted(root.iterdir()):
+        if path.is_symlink() or path.name.startswith("."):
+            continue
+        if path.is_dir():
+            if path.name not in SKIP_DIRS:
+                yield from python_files(path)
+        elif path.suffix == ".py":
+            yield path
+
+
+def bare_name_imports(root: Path) -> Iterator[tuple[Path, int, str]]:
+    """``(path, line, name)`` of each absolute import of a bare folder name."""
+    for path in python_files(root):
+        try:
+            tree = ast.parse(path.read_text(), filename=str(path))
+        except (SyntaxError, UnicodeDecodeError):
+            continue  # not this script's business: ruff reports it
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name.split(".", 1)[0] in BARE_NAMES:
+                    yield path, node.lineno, name
+
+
 def find_cycles(edges: list[Edge]) -> list[list[str]]:
     graph: dict[str, set[str]] = {}
     for edge in edges:
@@ -205,6 +307,20 @@ def check(root: Path) -> list[str]:
         f"{edge.imported} ({layer_of(edge.importer)} -> {layer_of(edge.imported)})"
         for edge in edges
         if not allowed(edge.importer, edge.imported)
+    ]
+    for edge in edges:
+        problem = common_layer_problem(edge)
+        if problem is not None:
+            problems.append(f"{edge.path.relative_to(root)}:{edge.line}: {problem}")
+    problems += [
+        f"{path.relative_to(root)}: {name} is in no layer of sparkmill.common (put it in one "
+        f"of {', '.join(COMMON_LAYERS)}, or add a layer to COMMON_LAYERS in this script)"
+        for name, path in unlayered_modules(modules)
+    ]
+    problems += [
+        f"{path.relative_to(root)}:{line}: import of bare name {name!r}: import "
+        f"{BARE_NAMES[name.split('.', 1)[0]]}{name[len(name.split('.', 1)[0]) :]} instead"
+        for path, line, name in bare_name_imports(root)
     ]
     problems += [f"import cycle: {' <-> '.join(cycle)}" for cycle in find_cycles(edges)]
     return problems

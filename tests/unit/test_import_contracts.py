@@ -100,3 +100,98 @@ def test_a_cycle_hidden_behind_type_checking_is_found(scratch: Path) -> None:
     assert result.returncode == 1
     assert "import cycle:" in result.stdout
     assert "sparkmill.common.core.ids" in result.stdout
+
+
+def test_a_lower_common_layer_importing_a_higher_one_is_refused(scratch: Path) -> None:
+    append(
+        scratch / "common" / "config" / "configuration.py",
+        "\nfrom sparkmill.common.jobgraph import model  # noqa\n",
+    )
+    result = run_check(scratch)
+    assert result.returncode == 1
+    assert "common/config/configuration.py:" in result.stdout
+    assert (
+        "sparkmill.common.config.configuration must not import sparkmill.common.jobgraph.model"
+        " (common layer config -> jobgraph" in result.stdout
+    )
+
+
+def test_a_layer_import_hidden_inside_a_function_under_type_checking_is_refused(
+    scratch: Path,
+) -> None:
+    append(
+        scratch / "common" / "core" / "ids.py",
+        "\n\ndef _late() -> None:\n"
+        "    from typing import TYPE_CHECKING\n"
+        "    if TYPE_CHECKING:\n"
+        "        import sparkmill.common.ha.leader  # noqa\n",
+    )
+    result = run_check(scratch)
+    assert result.returncode == 1
+    assert "(common layer core -> ha" in result.stdout
+
+
+def test_the_message_modules_of_v1_must_not_import_the_gateways(scratch: Path) -> None:
+    append(
+        scratch / "common" / "v1" / "jobs_pb2.py",
+        "\nfrom sparkmill.common.v1 import gateways  # noqa\n",
+    )
+    result = run_check(scratch)
+    assert result.returncode == 1
+    assert "(common layer v1 -> v1.gateways" in result.stdout
+
+
+def test_the_gateways_may_import_rpc_but_rpc_may_not_import_the_gateways(scratch: Path) -> None:
+    append(
+        scratch / "common" / "rpc" / "server.py",
+        "\nfrom sparkmill.common.v1.gateways import DISPATCHERGATEWAY_METHODS  # noqa\n",
+    )
+    result = run_check(scratch)
+    assert result.returncode == 1
+    assert "(common layer rpc -> v1.gateways" in result.stdout
+    assert result.stdout.count("common layer") == 1  # gateways -> rpc itself is fine
+
+
+def test_a_common_module_outside_every_layer_is_reported(scratch: Path) -> None:
+    (scratch / "common" / "helpers.py").write_text('"""Loose."""\n')
+    result = run_check(scratch)
+    assert result.returncode == 1
+    assert "common/helpers.py: sparkmill.common.helpers is in no layer" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("statement", "name", "replacement"),
+    [
+        ("import common.core.ids", "common.core.ids", "sparkmill.common.core.ids"),
+        ("import common", "common", "sparkmill.common"),
+        ("from common.core import ids", "common.core", "sparkmill.common.core"),
+        (
+            "from services.dispatcher import dispatcher",
+            "services.dispatcher",
+            "sparkmill.services.dispatcher",
+        ),
+        ("import services as s", "services", "sparkmill.services"),
+    ],
+)
+def test_a_bare_folder_name_import_anywhere_in_the_repository_is_refused(
+    scratch: Path, statement: str, name: str, replacement: str
+) -> None:
+    (scratch / "benchmarks").mkdir()
+    (scratch / "benchmarks" / "tool.py").write_text(
+        f'"""A tool."""\n\n\ndef main() -> None:\n    {statement}  # noqa\n'
+    )
+    result = run_check(scratch)
+    assert result.returncode == 1
+    assert (
+        f"benchmarks/tool.py:5: import of bare name {name!r}: import {replacement} instead"
+        in result.stdout
+    )
+
+
+def test_relative_and_qualified_imports_of_the_same_names_are_fine(scratch: Path) -> None:
+    (scratch / "benchmarks").mkdir()
+    (scratch / "benchmarks" / "tool.py").write_text(
+        '"""A tool."""\n\nfrom sparkmill import common, services  # noqa\n'
+        "from sparkmill.common.core import ids  # noqa\n"
+    )
+    assert run_check(scratch).returncode == 0
