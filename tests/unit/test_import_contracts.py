@@ -2,11 +2,13 @@
 
 The check runs in ``scripts/test.sh`` before pytest; these tests make sure it is not a check
 that passes whatever the tree says: each contract is broken in a scratch copy of the package
-folders and the script must name the offending import.
+folders and the script must name the offending import. The last tests check that ``common``
+and ``services`` refuse to load under their bare folder names.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -195,3 +197,46 @@ def test_relative_and_qualified_imports_of_the_same_names_are_fine(scratch: Path
         "from sparkmill.common.core import ids  # noqa\n"
     )
     assert run_check(scratch).returncode == 0
+
+
+BARE_IMPORT_PROBE = """
+import sys
+try:
+    import {bare}
+except ImportError as error:
+    print("refused:", error)
+else:
+    print("loaded", {bare_root}.__name__)
+import {qualified}
+print("still importable:", {qualified}.__name__)
+print("bare left in sys.modules:", [m for m in sys.modules if m.split('.')[0] == {root!r}])
+"""
+
+
+@pytest.mark.parametrize(
+    ("bare", "qualified"),
+    [
+        ("common.core.ids", "sparkmill.common.core.ids"),
+        ("services.entrypoint", "sparkmill.services.entrypoint"),
+    ],
+)
+def test_the_folders_refuse_to_load_under_their_bare_names(bare: str, qualified: str) -> None:
+    root = bare.split(".")[0]
+    code = BARE_IMPORT_PROBE.format(bare=bare, bare_root=root, qualified=qualified, root=root)
+    # The repository root first on sys.path, as with `python -c` or a script run from it.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"refused: the package '{root}'"), result.stdout
+    assert f"import sparkmill.{root} instead" in lines[0]
+    assert lines[1] == f"still importable: {qualified}"
+    assert lines[2] == "bare left in sys.modules: []"
