@@ -20,7 +20,6 @@ exception class at the caller::
     │   ├── UnimplementedError          UNIMPLEMENTED: unknown service or method
     │   ├── PermissionDeniedError       PERMISSION_DENIED: the caller's role may not call this
     │   └── InternalError               INTERNAL: the server failed unexpectedly (a bug there)
-    ├── JobExecutionError               a job ended FAILED or CANCELED (client side)
     ├── SuppressRestartsError           raised in a task: no restart can fix this failure
     ├── PipelineError (ValueError)      a pipeline is invalid (raised while built or compiled)
     ├── TaskCancelledError              raised in a task thread that noticed its cancellation
@@ -81,15 +80,6 @@ class ConfigurationError(SparkmillError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"configuration key '{key}': {message}")
         self.key = key
-
-
-class JobExecutionError(SparkmillError):
-    """A job the client waited for ended in a non-successful terminal state."""
-
-    def __init__(self, job_id: str, status: str, message: str) -> None:
-        super().__init__(f"job {job_id} ended {status}: {message}")
-        self.job_id = job_id
-        self.status = status
 
 
 class SuppressRestartsError(SparkmillError):

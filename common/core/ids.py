@@ -16,7 +16,6 @@ ResourceID = NewType("ResourceID", str)  # identifies a task executor process
 InstanceID = NewType("InstanceID", str)  # one registration of a task executor at an RM
 JobVertexID = NewType("JobVertexID", str)
 IntermediateDataSetID = NewType("IntermediateDataSetID", str)
-SlotRequestID = NewType("SlotRequestID", str)
 LeaderSessionID = NewType("LeaderSessionID", str)
 SharedGateID = NewType("SharedGateID", str)  # an input gate a JobMaster offloaded
 
@@ -51,10 +50,6 @@ def new_vertex_id() -> JobVertexID:
 
 def new_dataset_id() -> IntermediateDataSetID:
     return IntermediateDataSetID(_new())
-
-
-def new_slot_request_id() -> SlotRequestID:
-    return SlotRequestID(_new())
 
 
 def new_leader_session_id() -> LeaderSessionID:

@@ -28,9 +28,6 @@ class ResourceProfile:
             return True
         return self.cpu_cores >= required.cpu_cores and self.memory_mb >= required.memory_mb
 
-    def fits_into(self, available: ResourceProfile) -> bool:
-        return available.cpu_cores >= self.cpu_cores and available.memory_mb >= self.memory_mb
-
     def __add__(self, other: ResourceProfile) -> ResourceProfile:
         return ResourceProfile(self.cpu_cores + other.cpu_cores, self.memory_mb + other.memory_mb)
 

@@ -48,7 +48,3 @@ class TransitionTable(Generic[S]):
 
     def states(self) -> list[S]:
         return list(self._allowed)
-
-    def as_edges(self) -> list[tuple[S, S]]:
-        """All (from, to) pairs, e.g. to draw the diagram in the docs."""
-        return [(a, b) for a, targets in self._allowed.items() for b in sorted(targets, key=str)]

@@ -61,10 +61,6 @@ class Member:
         """What the ZAP handler returns as the ZeroMQ User-Id: ``role:name``."""
         return f"{self.role}:{self.name}"
 
-    @property
-    def fingerprint(self) -> str:
-        return self.public_key.decode("ascii")[:12]
-
 
 def key_stem(role: str, name: str = "") -> str:
     """The file name (without suffix) of a member's key: ``role`` or ``role-name``."""

@@ -75,10 +75,6 @@ class CallContext:
     peer: str = ""
 
     @property
-    def peer_role(self) -> str:
-        return self.peer.partition(":")[0]
-
-    @property
     def caller(self) -> str:
         return self.header.caller
 

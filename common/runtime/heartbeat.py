@@ -134,9 +134,6 @@ class HeartbeatManager:
         if not up:
             target.wake.set()  # probe now: a killed process's connection closes at once
 
-    def is_monitored(self, target_id: str) -> bool:
-        return target_id in self._targets
-
     def receive_heartbeat(self, target_id: str) -> bool:
         """Note a heartbeat from ``target_id``; ``False`` if it is not monitored."""
         target = self._targets.get(target_id)

@@ -119,15 +119,6 @@ def one_hot(
         family.add_metric([*prefix, state], 1.0 if state == current else 0.0)
 
 
-def count_by(family: GaugeMetricFamily, prefix: list[str], counts: Mapping[str, int]) -> None:
-    for key, value in counts.items():
-        family.add_metric([*prefix, key], float(value))
-
-
-class HeartbeatSource(Protocol):
-    timeouts_total: int
-
-
 class RetainedCounter:
     """A counter summed over short-lived objects (e.g. one heartbeat manager per job) that stays
     monotonic when an object goes away: :meth:`retire` adds its final count to a base."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import time
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
@@ -23,11 +22,6 @@ class Clock(Protocol):
     def now(self) -> float:
         """Monotonic seconds."""
         ...
-
-
-class MonotonicClock:
-    def now(self) -> float:
-        return time.monotonic()
 
 
 class TimerService(Clock, Protocol):

@@ -29,10 +29,6 @@ class ZooKeeperAuth:
     default_acl: list[ACL]
     user: str = ""
 
-    @property
-    def secured(self) -> bool:
-        return bool(self.auth_data)
-
 
 OPEN = ZooKeeperAuth([], list(OPEN_ACL_UNSAFE))
 

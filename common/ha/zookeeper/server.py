@@ -181,9 +181,6 @@ class ZooKeeperEnsemble:
     def address(self) -> str:
         return ",".join(server.address for server in self.servers)
 
-    def server_on(self, port: int) -> ZooKeeperServer:
-        return next(server for server in self.servers if server.port == port)
-
     def start(self, timeout_s: float = 60.0) -> None:
         """Start every server, then wait until each serves (a quorum formed)."""
         for server in self.servers:

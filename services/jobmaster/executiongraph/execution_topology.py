@@ -298,10 +298,6 @@ class IntermediateResult:
     def num_partitions(self) -> int:
         return len(self.partitions)
 
-    @property
-    def is_pipelined(self) -> bool:
-        return self.result_type is ResultPartitionType.PIPELINED
-
     def __repr__(self) -> str:
         return (
             f"IntermediateResult({short(self.id)}, producer={self.producer.name!r}, "

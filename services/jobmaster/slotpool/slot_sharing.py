@@ -198,7 +198,3 @@ class SlotSharingManager:
     def logical_slots(self, group_id: ExecutionSlotSharingGroupID) -> frozenset[ExecutionAttemptID]:
         shared = self._shared.get(group_id)
         return frozenset(shared.logical_slots) if shared is not None else frozenset()
-
-    @property
-    def num_shared_slots(self) -> int:
-        return len(self._shared)

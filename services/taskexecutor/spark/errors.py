@@ -74,8 +74,3 @@ def _condition(exc: BaseException) -> str | None:
     except Exception:
         return None
     return str(value) if value else None
-
-
-def is_cancellation(exc: BaseException) -> bool:
-    text = str(exc)
-    return "SPARK_JOB_CANCELLED" in text or "cancelled part of cancelled job group" in text

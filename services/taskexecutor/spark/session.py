@@ -6,8 +6,8 @@ the task executor starts (``spark.session.start: eager``) or when the first task
 own, and never block the task executor's event loop.
 
 A fresh JVM runs its first Spark job several times slower than later ones (class loading, JIT),
-so the new session runs a tiny warm-up job (:attr:`is_warm` and the log line "Spark session up
-and warm" once it is done): a job submitted after it runs as fast as the second. Tasks need not
+so the new session runs a tiny warm-up job (the log line "Spark session up and warm" says when
+it is done): a job submitted after it runs as fast as the second. Tasks need not
 wait for the warm-up: one that arrives meanwhile (``sparkmill run`` submits its job while the
 cluster starts) uses the session at once, beside the warm-up, and profits from whatever it has
 loaded already instead of queueing behind it. :attr:`is_up` (the ``spark_session_up`` gauge)
@@ -71,7 +71,6 @@ class SparkSessionManager:
         self.warm_up = warm_up
         self.conf = {**default_spark_conf(master, app_name, ui_enabled), **(conf or {})}
         self._ready = threading.Event()  # the session exists (or failed): tasks may use it
-        self._warm = threading.Event()  # ... and the warm-up job is done
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._session: Any = None
@@ -87,11 +86,6 @@ class SparkSessionManager:
     def is_up(self) -> bool:
         """True once the session is usable (and until it is stopped)."""
         return self._ready.is_set() and self._session is not None and not self._stopping
-
-    @property
-    def is_warm(self) -> bool:
-        """True once the session is up and its warm-up job is done."""
-        return self.is_up and self._warm.is_set()
 
     @property
     def error(self) -> BaseException | None:
@@ -147,7 +141,6 @@ class SparkSessionManager:
                 _warm_up(session)
         finally:
             self.startup_s = time.monotonic() - self.started_at
-            self._warm.set()
             log.info("Spark session up and warm in %.1fs", self.startup_s)
 
     def session(self, cancelled: threading.Event | None = None, timeout_s: float = 300.0) -> Any:
