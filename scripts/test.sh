@@ -17,6 +17,8 @@ echo "== mypy"
 mypy
 echo "== import contracts"
 python scripts/check_imports.py
+echo "== code names in the docs"
+python scripts/check_docs.py --check
 echo "== generated code"
 python scripts/gen_protos.py --check
 python scripts/gen_config_docs.py --check
