@@ -24,7 +24,7 @@ import enum
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -138,6 +138,12 @@ class RestAuthorizer(Protocol):
 
     name: str
 
+    def authenticate(self, headers: Mapping[str, str]) -> Refusal | None:
+        """Whether the request carries valid credentials of any role. Asked before the body
+        of a request is read, so that a client without them never makes the server buffer
+        one."""
+        ...
+
     def authorize(self, request: HttpRequest, action: Action) -> Refusal | None: ...
 
 
@@ -145,6 +151,9 @@ class AllowAll:
     """No authentication (``rest.auth.token-file`` unset; see docs/rest-api.md, "Access")."""
 
     name = "none"
+
+    def authenticate(self, headers: Mapping[str, str]) -> Refusal | None:
+        return None
 
     def authorize(self, request: HttpRequest, action: Action) -> Refusal | None:
         return None
@@ -203,6 +212,15 @@ class RestApi:
 
     # -- entry -----------------------------------------------------------------------------------
 
+    def admit(self, method: str, path: str, headers: dict[str, str]) -> HttpResponse | None:
+        """The HTTP server's admission hook: a request with a body needs valid credentials
+        before the body is read (which route it is and whether the role suffices is decided
+        after, by :meth:`handle`)."""
+        refusal = self.authorizer.authenticate(headers)
+        if refusal is None:
+            return None
+        return _refused(refusal)
+
     async def handle(self, request: HttpRequest) -> HttpResponse:
         if not self.cluster.is_leader():
             return await self._to_leader(request)
@@ -242,12 +260,7 @@ class RestApi:
                 continue
             refusal = self.authorizer.authorize(request, route.action)
             if refusal is not None:
-                response = HttpResponse.error(
-                    refusal.status, refusal.message, action=route.action.value
-                )
-                if refusal.status == 401:
-                    response.headers["WWW-Authenticate"] = 'Bearer realm="sparkmill"'
-                return response
+                return _refused(refusal, action=route.action.value)
             params = {k: v for k, v in match.groupdict().items() if v is not None}
             try:
                 return await route.handler(request, params)
@@ -447,3 +460,10 @@ def submitted_graph_bytes(request: HttpRequest) -> bytes:
         f"unsupported Content-Type {request.content_type or '(none)'!r}; send "
         'application/x-protobuf (the JobGraph bytes) or application/json ({"jobGraph": base64})',
     )
+
+
+def _refused(refusal: Refusal, **extra: Any) -> HttpResponse:
+    response = HttpResponse.error(refusal.status, refusal.message, **extra)
+    if refusal.status == 401:
+        response.headers["WWW-Authenticate"] = 'Bearer realm="sparkmill"'
+    return response

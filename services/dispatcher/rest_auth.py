@@ -16,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 from sparkmill.common.config import options as opt
 from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import ConfigurationError
 from sparkmill.common.rpc.keys import read_rest_tokens
 from sparkmill.services.dispatcher.http_server import HttpRequest
 from sparkmill.services.dispatcher.rest_api import Action, AllowAll, Refusal, RestAuthorizer
@@ -60,8 +62,8 @@ class BearerTokenAuthorizer:
                 found = role
         return found
 
-    def authorize(self, request: HttpRequest, action: Action) -> Refusal | None:
-        scheme, _, credentials = request.headers.get("authorization", "").strip().partition(" ")
+    def _role(self, headers: Mapping[str, str]) -> str | Refusal:
+        scheme, _, credentials = headers.get("authorization", "").strip().partition(" ")
         token = credentials.strip()
         if scheme.lower() != "bearer" or not token:
             return Refusal(
@@ -72,6 +74,16 @@ class BearerTokenAuthorizer:
         role = self.role_of(token)
         if role is None:
             return Refusal(401, "the token is not valid (not in rest.auth.token-file)")
+        return role
+
+    def authenticate(self, headers: Mapping[str, str]) -> Refusal | None:
+        role = self._role(headers)
+        return role if isinstance(role, Refusal) else None
+
+    def authorize(self, request: HttpRequest, action: Action) -> Refusal | None:
+        role = self._role(request.headers)
+        if isinstance(role, Refusal):
+            return role
         if action not in ROLE_ACTIONS[role]:
             return Refusal(
                 403,
@@ -86,8 +98,19 @@ def authorizer_from_config(config: Configuration) -> RestAuthorizer:
     start-up, before anything is bound, like the other secret files)."""
     path = config.get(opt.REST_AUTH_TOKEN_FILE).strip()
     if not path:
-        if config.get(opt.REST_ENABLED):
-            log.warning("dispatcher: %s", INSECURE_REST_WARNING)
+        if not config.get(opt.REST_ENABLED):
+            return AllowAll()  # nothing is served
+        if not config.get(opt.REST_AUTH_ALLOW_UNAUTHENTICATED):
+            # Fail closed, like CurveZMQ without keys: an open API accepts jobs, i.e. code.
+            raise ConfigurationError(
+                opt.REST_AUTH_TOKEN_FILE.key,
+                "the REST API is on (rest.enabled) but no token file is set, so anyone who "
+                "reaches its port could submit and cancel jobs: set it to a file of "
+                "'ROLE TOKEN' lines (`sparkmill keys generate --dir DIR` writes "
+                "DIR/private/rest.tokens), or set rest.enabled: false, or "
+                "rest.auth.allow-unauthenticated: true for an isolated lab",
+            )
+        log.warning("dispatcher: %s", INSECURE_REST_WARNING)
         return AllowAll()
     tokens = read_rest_tokens(Path(path), opt.REST_AUTH_TOKEN_FILE.key)
     log.info(

@@ -159,7 +159,7 @@ async def start_rest_endpoint(
     view = HaClusterView(dispatcher, ha, clients)
     web = WebSettings(grafana_url=settings.grafana_url)
     api = RestApi(dispatcher, view, static, web, authorizer)
-    server = HttpServer(api.handle, settings.bind_host, settings.ports)
+    server = HttpServer(api.handle, settings.bind_host, settings.ports, admit=api.admit)
     try:
         port = await server.start()
     except OSError as exc:

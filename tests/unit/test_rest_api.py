@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,9 @@ class TestingAuthorizer:
     __test__ = False
     name = "testing"
 
+    def authenticate(self, headers: Mapping[str, str]) -> Refusal | None:
+        return None
+
     def authorize(self, request: HttpRequest, action: Action) -> Refusal | None:
         return Refusal(401, "credentials required") if action is Action.CANCEL_JOB else None
 
@@ -224,6 +228,9 @@ def test_body_length_limits() -> None:
         ({"content-length": "11"}, 413),
         ({"content-length": "-1"}, 400),
         ({"transfer-encoding": "chunked"}, 501),
+        ({"content-length": "1\u00b2"}, 400),  # a superscript two: isdigit() but not int()
+        ({"content-length": "\u0663"}, 400),  # an Arabic-Indic three
+        ({"content-length": " 3"}, 400),
     ):
         with pytest.raises(HttpError) as caught:
             body_length(headers, limits)
@@ -259,7 +266,7 @@ def test_the_server_answers_bad_requests_and_keeps_serving() -> None:
         return reply
 
     async def scenario() -> list[bytes]:
-        limits = HttpLimits(max_header_bytes=256, max_body_bytes=8, read_timeout_s=0.3)
+        limits = HttpLimits(max_header_bytes=256, max_body_bytes=8, header_timeout_s=0.3)
         server = HttpServer(handler, "127.0.0.1", (0, 0), limits)
         port = await server.start()
         try:
@@ -279,31 +286,37 @@ def test_the_server_answers_bad_requests_and_keeps_serving() -> None:
     assert b'"errors"' in replies[0]
 
 
-def test_connections_beyond_the_limit_are_answered_503() -> None:
+def test_requests_beyond_the_limit_in_progress_are_answered_503() -> None:
+    release = asyncio.Event()
+
     async def handler(request: HttpRequest) -> HttpResponse:
+        if request.path == "/slow":
+            await release.wait()
         return HttpResponse.json(200, {})
 
-    async def scenario() -> tuple[bytes, bytes]:
+    async def scenario() -> tuple[bytes, bytes, bytes]:
         server = HttpServer(handler, "127.0.0.1", (0, 0), HttpLimits(max_connections=1))
         port = await server.start()
-        _, idle = await asyncio.open_connection("127.0.0.1", port)  # holds the only place
-        idle.write(b"GET / HTTP/1.1\r\n")
+        slow_reader, slow = await asyncio.open_connection("127.0.0.1", port)
+        slow.write(b"GET /slow HTTP/1.1\r\n\r\n")  # holds the only place
         await asyncio.sleep(0.1)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET / HTTP/1.1\r\n\r\n")
         refused = await reader.read()
         writer.close()
-        idle.close()
-        await asyncio.sleep(0.1)
+        release.set()
+        first = await slow_reader.read()
+        slow.close()
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET / HTTP/1.1\r\n\r\n")
         served = await reader.read()
         writer.close()
         await server.stop()
-        return refused, served
+        return refused, first, served
 
-    refused, served = asyncio.run(scenario())
-    assert refused.startswith(b"HTTP/1.1 503 ") and served.startswith(b"HTTP/1.1 200 ")
+    refused, first, served = asyncio.run(scenario())
+    assert refused.startswith(b"HTTP/1.1 503 ")
+    assert first.startswith(b"HTTP/1.1 200 ") and served.startswith(b"HTTP/1.1 200 ")
 
 
 def test_a_failing_handler_gets_a_500_not_a_crash() -> None:

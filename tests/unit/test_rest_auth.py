@@ -156,7 +156,10 @@ def test_role_of_matches_whole_tokens_only() -> None:
 
 
 def test_the_dispatcher_takes_its_authorizer_from_the_configuration(tmp_path: Path) -> None:
-    assert isinstance(authorizer_from_config(Configuration.from_mapping({})), AllowAll)
+    lab = {"rest.auth.allow-unauthenticated": True}
+    assert isinstance(authorizer_from_config(Configuration.from_mapping(lab)), AllowAll)
+    off = {"rest.enabled": False}
+    assert isinstance(authorizer_from_config(Configuration.from_mapping(off)), AllowAll)
     path = _token_file(tmp_path, f"operator {OPERATOR}\n")
     authorizer = authorizer_from_config(
         Configuration.from_mapping({"rest.auth.token-file": str(path)})
@@ -166,3 +169,21 @@ def test_the_dispatcher_takes_its_authorizer_from_the_configuration(tmp_path: Pa
     path.chmod(0o644)
     with pytest.raises(ConfigurationError, match="chmod 600"):
         authorizer_from_config(Configuration.from_mapping({"rest.auth.token-file": str(path)}))
+
+
+def test_a_dispatcher_without_a_token_file_refuses_to_serve_an_open_api() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        authorizer_from_config(Configuration.from_mapping({}))
+    message = str(caught.value)
+    assert "rest.auth.token-file" in message
+    assert "rest.auth.allow-unauthenticated" in message  # the way out is named
+
+
+def test_an_unauthenticated_request_is_refused_before_its_body_is_read() -> None:
+    api = _api(TestingGateway())
+    refused = api.admit("POST", "/v1/jobs", {"content-length": "62914560"})
+    assert refused is not None and refused.status == 401
+    assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+    wrong = api.admit("POST", "/v1/jobs", {"authorization": "Bearer nope"})
+    assert wrong is not None and wrong.status == 401
+    assert api.admit("POST", "/v1/jobs", {"authorization": f"Bearer {VIEWER}"}) is None

@@ -25,9 +25,10 @@ REST_ENABLED = option(
 REST_BIND_ADDRESS = option(
     "rest.bind-address",
     STRING,
-    "",
-    "Host or interface the HTTP server binds to ('0.0.0.0' for all).",
-    default_text="the host of dispatcher.rpc-address",
+    "127.0.0.1",
+    "Host or interface the HTTP server binds to: loopback unless set, so a hand-written "
+    "configuration never exposes the API by accident; this host's address (or '0.0.0.0' for "
+    "all interfaces) to serve other hosts. Empty: the host of dispatcher.rpc-address.",
 )
 REST_ADDRESS = option(
     "rest.address",
@@ -49,8 +50,16 @@ REST_AUTH_TOKEN_FILE = option(
     STRING,
     "",
     "File (mode 0600) of the REST API's bearer tokens, one 'ROLE TOKEN' per line: 'viewer' "
-    "tokens may read, 'operator' tokens may also submit and cancel. Empty: the API and the "
-    "dashboard are open to anyone who reaches the port (the dispatcher logs a warning).",
+    "tokens may read, 'operator' tokens may also submit and cancel. Required while "
+    "rest.enabled is true, unless rest.auth.allow-unauthenticated is set for a lab.",
+)
+REST_AUTH_ALLOW_UNAUTHENTICATED = option(
+    "rest.auth.allow-unauthenticated",
+    BOOL,
+    False,
+    "Lab switch: serve the REST API and dashboard without rest.auth.token-file, open to anyone "
+    "who reaches the port (who may then submit jobs, i.e. run code on the task executors). "
+    "Without it a dispatcher with rest.enabled and no token file refuses to start.",
 )
 WEB_GRAFANA_URL = option(
     "web.grafana-url",
