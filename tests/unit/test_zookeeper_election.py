@@ -21,7 +21,7 @@ from sparkmill.common.ha.zookeeper.connection import (
     KAZOO_READ_TIMEOUT_FRACTION,
     ZooKeeperConnection,
 )
-from sparkmill.common.ha.zookeeper.election import ZooKeeperLeaderElectionService
+from sparkmill.common.ha.zookeeper.election import ZooKeeperLeaderElectionService, latch_members
 
 Z = ZooKeeperConnectionState
 T = TypeVar("T")
@@ -286,3 +286,27 @@ def test_a_grant_that_fails_is_revoked_and_granted_again() -> None:
         await election.stop()
 
     asyncio.run(scenario())
+
+
+def test_foreign_children_under_the_latch_neither_crash_nor_stall_the_election() -> None:
+    async def scenario() -> list[str]:
+        zk = TestingZooKeeperConnection()
+        await zk.ensure_started()
+        latch = "/test/leader/job-x/latch"
+        for planted in ("poison", "n_", "n_12", "n_abcdefghij", "x_0000000000"):
+            zk.kazoo.nodes[f"{latch}/{planted}"] = 99  # someone else's session
+        election = ZooKeeperLeaderElectionService(
+            zk, "/test/leader/job-x", tolerate_suspended=True, name="job-x"
+        )
+        contender = Contender()
+        await election.start(contender)
+        await asyncio.wait_for(contender.granted.wait(), 5)
+        await election.stop()
+        return contender.events
+
+    assert asyncio.run(scenario())[0] == "granted"
+
+
+def test_latch_members_are_the_contenders_nodes_in_sequence_order() -> None:
+    children = ["n_0000000010", "poison", "n_0000000002", "n_0000000100"]
+    assert latch_members(children) == ["n_0000000002", "n_0000000010", "n_0000000100"]

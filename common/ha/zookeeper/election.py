@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Coroutine
 from typing import Any
 
@@ -53,8 +54,27 @@ from sparkmill.common.ha.zookeeper.connection import ZooKeeperConnection
 log = logging.getLogger(__name__)
 
 
-def _sequence(node: str) -> int:
-    return int(node.rsplit("_", 1)[-1])
+LATCH_PREFIX = "n_"
+_LATCH_NODE = re.compile(LATCH_PREFIX + r"([0-9]{10})")  # kazoo's sequence: ten digits
+_IGNORED: set[str] = set()
+
+
+def latch_members(children: list[str]) -> list[str]:
+    """The contenders' nodes among a latch's children, first in line first.
+
+    Anything else under the latch (a node someone created by hand, or planted) is not a
+    contender: it is ignored, so that it can neither stall nor crash an election.
+    """
+    members = []
+    for child in children:
+        match = _LATCH_NODE.fullmatch(child)
+        if match is None:
+            if child not in _IGNORED and len(_IGNORED) < 100:  # once per name, bounded
+                _IGNORED.add(child)
+                log.warning("leader latch: ignoring %r, not a contender's node", child[:80])
+        else:
+            members.append((int(match.group(1)), child))
+    return [child for _, child in sorted(members)]
 
 
 class ZooKeeperLeaderElectionService(LeaderElectionService):
@@ -122,7 +142,7 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                 await self._remove_leftovers_of_this_session(client)
                 self._node = await self.zk.call(
                     client.create,
-                    f"{self.latch_path}/n_",
+                    f"{self.latch_path}/{LATCH_PREFIX}",
                     b"",
                     ephemeral=True,
                     sequence=True,
@@ -183,7 +203,7 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
             except NoNodeError:
                 children = []
             mine = self._node.rsplit("/", 1)[-1]
-            ordered = sorted(children, key=_sequence)
+            ordered = latch_members(children)
             if mine not in ordered:
                 # Our ephemeral node is gone (the session expired): contend anew.
                 self._node = None

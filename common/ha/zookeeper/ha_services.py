@@ -32,6 +32,7 @@ from sparkmill.common.ha.zookeeper.connection import ZooKeeperConnection
 from sparkmill.common.ha.zookeeper.election import (
     ZooKeeperLeaderElectionService,
     ZooKeeperLeaderRetrievalService,
+    latch_members,
 )
 from sparkmill.common.ha.zookeeper.stores import FileSystemJobResultStore, ZooKeeperJobGraphStore
 from sparkmill.common.runtime.settings import ClusterSettings
@@ -99,7 +100,7 @@ class ZooKeeperHaServices(HighAvailabilityServices):
             # first, so a latch node created a moment ago elsewhere is seen.
             client.sync(latch)
             try:
-                return len(client.get_children(latch))
+                return len(latch_members(client.get_children(latch)))
             except NoNodeError:
                 return 0  # no JobMaster of this job ever contended
 
