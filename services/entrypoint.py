@@ -26,6 +26,7 @@ from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.security import INSECURE_WARNING, security_from_config
 from sparkmill.common.rpc.server import RpcServer
 from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.logs import configure_process_logging
 from sparkmill.common.runtime.metrics import MetricsHttpServer, ProcessMetrics
 from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import ClusterSettings, settings_from_config
@@ -53,13 +54,7 @@ log = logging.getLogger("sparkmill")
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("kazoo", "py4j"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    configure_process_logging(level)
 
 
 def run_service(role: str, config_path: Path) -> int:
