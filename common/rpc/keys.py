@@ -119,13 +119,41 @@ def load_public_key(path: Path, key: str) -> bytes:
     return public
 
 
+def check_not_writable_by_others(path: Path, key: str, what: str) -> None:
+    """Refuse ``path`` when someone but its owner may change it, or its owner is neither this
+    process's user nor root: whoever can write the public keys directory can admit a key of
+    any role (a planted ``dispatcher-x.key`` would be let in as a dispatcher)."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ConfigurationError(key, f"cannot read {what} {path}: {exc.strerror}") from None
+    if info.st_mode & 0o022:
+        raise ConfigurationError(
+            key,
+            f"{what} {path} is writable by group or others (mode "
+            f"{stat.S_IMODE(info.st_mode):04o}), so anyone in them could admit a key: "
+            f"chmod go-w {path}",
+        )
+    if info.st_uid not in (0, os.geteuid()):
+        raise ConfigurationError(
+            key,
+            f"{what} {path} belongs to uid {info.st_uid}, neither root nor this process's user "
+            f"(uid {os.geteuid()}); chown it to one of them",
+        )
+
+
 def load_members(public_dir: Path, key: str) -> dict[bytes, Member]:
     """Every admitted member of a ``public`` directory, by public key (the server key is not a
-    member). A file that names no role is refused, so a typo cannot silently lock someone out."""
+    member). A file that names no role is refused, so a typo cannot silently lock someone out;
+    the directory and its keys must be writable by their owner only (root or this user)."""
     if not public_dir.is_dir():
         raise ConfigurationError(key, f"public keys directory {public_dir} does not exist")
+    check_not_writable_by_others(public_dir, key, "public keys directory")
     members: dict[bytes, Member] = {}
     for path in sorted(public_dir.glob("*" + PUBLIC_SUFFIX)):
+        if not path.is_file():
+            raise ConfigurationError(key, f"public key {path} is not a regular file")
+        check_not_writable_by_others(path, key, "public key")
         stem = path.name.removesuffix(PUBLIC_SUFFIX)
         if stem == SERVER:
             continue
@@ -141,10 +169,26 @@ def load_members(public_dir: Path, key: str) -> dict[bytes, Member]:
     return members
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+def _write_new(path: Path, text: str, mode: int) -> None:
+    """Create ``path`` with exactly ``mode``, whatever the umask (which could otherwise leave
+    a public key writable by others, or a secret without the owner's read bit)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "w") as out:
+        os.fchmod(out.fileno(), mode)
         out.write(text)
+
+
+def _write_private(path: Path, text: str) -> None:
+    _write_new(path, text, 0o600)
+
+
+def _make_dirs(directory: Path) -> tuple[Path, Path]:
+    """``directory/public`` (0755) and ``directory/private`` (0700), modes set explicitly."""
+    public_dir, private_dir = directory / PUBLIC_DIR, directory / PRIVATE_DIR
+    for path, mode in ((public_dir, 0o755), (private_dir, 0o700)):
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(mode)
+    return public_dir, private_dir
 
 
 def _certificate(role: str, name: str, public: bytes, secret: bytes | None) -> str:
@@ -165,24 +209,20 @@ def _certificate(role: str, name: str, public: bytes, secret: bytes | None) -> s
 def generate_key(directory: Path, role: str, name: str = "") -> tuple[Path, Path] | None:
     """Create a key pair for a member; ``None`` when it exists already (never overwritten)."""
     stem = key_stem(role, name)
-    public_dir, private_dir = directory / PUBLIC_DIR, directory / PRIVATE_DIR
-    public_dir.mkdir(parents=True, exist_ok=True)
-    private_dir.mkdir(parents=True, exist_ok=True)
-    private_dir.chmod(0o700)
+    public_dir, private_dir = _make_dirs(directory)
     public_path = public_dir / (stem + PUBLIC_SUFFIX)
     secret_path = private_dir / (stem + SECRET_SUFFIX)
     if public_path.exists() or secret_path.exists():
         return None
     public, secret = zmq.curve_keypair()
     _write_private(secret_path, _certificate(role, name, public, secret))
-    public_path.write_text(_certificate(role, name, public, None))
+    _write_new(public_path, _certificate(role, name, public, None), 0o644)
     return public_path, secret_path
 
 
 def generate_zookeeper_digest(directory: Path, user: str = "sparkmill") -> Path | None:
     """A random ``user:password`` file for ZooKeeper digest authentication (mode 0600)."""
-    private_dir = directory / PRIVATE_DIR
-    private_dir.mkdir(parents=True, exist_ok=True)
+    _, private_dir = _make_dirs(directory)
     path = private_dir / ZOOKEEPER_DIGEST_FILE
     if path.exists():
         return None
@@ -192,8 +232,7 @@ def generate_zookeeper_digest(directory: Path, user: str = "sparkmill") -> Path 
 
 def generate_rest_tokens(directory: Path) -> Path | None:
     """A REST token file with one random ``operator`` and one ``viewer`` token (mode 0600)."""
-    private_dir = directory / PRIVATE_DIR
-    private_dir.mkdir(parents=True, exist_ok=True)
+    _, private_dir = _make_dirs(directory)
     path = private_dir / REST_TOKENS_FILE
     if path.exists():
         return None
