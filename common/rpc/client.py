@@ -77,6 +77,7 @@ class RpcClient:
             sock = self._context.socket(zmq.DEALER)
             self._security.apply_client(sock)
             sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.HANDSHAKE_IVL, int(framing.HANDSHAKE_TIMEOUT_S * 1000))
             # A reply is bounded like a request: a hostile or broken server cannot make this
             # process buffer an arbitrarily large frame.
             sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes + 1024 * 1024)

@@ -30,6 +30,8 @@ from sparkmill.common.v1 import envelope_pb2
 
 MAGIC = b"SM1"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+HANDSHAKE_TIMEOUT_S = 5.0
+"""How long a peer has to complete the ZMTP and CURVE handshake before it is dropped."""
 DEFAULT_MAX_CONTROL_MESSAGE_BYTES = 4 * 1024 * 1024
 
 

@@ -146,8 +146,10 @@ class RpcServer:
         observer: RpcObserver | None = None,
         context: zmq.asyncio.Context | None = None,
         security: TransportSecurity | None = None,
+        handshake_timeout_s: float = framing.HANDSHAKE_TIMEOUT_S,
     ) -> None:
         self._bind_address = bind_address
+        self._handshake_timeout_s = handshake_timeout_s
         # What others are told (``address``); empty: the bound address itself.
         self._advertised_address = advertised_address
         self._name = name
@@ -187,6 +189,9 @@ class RpcServer:
         else:
             log.warning("%s: %s", self._name, INSECURE_WARNING)
         sock.setsockopt(zmq.LINGER, 0)
+        # A connection that has not finished the ZMTP (and CURVE) handshake in time is dropped:
+        # silent peers must not hold sockets open for libzmq's default of 30 s each.
+        sock.setsockopt(zmq.HANDSHAKE_IVL, int(self._handshake_timeout_s * 1000))
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)  # replies to vanished peers are dropped
         # A hard cap in libzmq as well, so a huge frame cannot exhaust memory before we look.
         sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes + 1024 * 1024)

@@ -364,3 +364,26 @@ def test_without_a_zap_handler_nobody_gets_in(tmp_path: Path) -> None:
                 await client("client").list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=0.5)
 
     run(body)
+
+
+def test_a_peer_that_never_finishes_the_handshake_is_dropped(tmp_path: Path) -> None:
+    async def body() -> tuple[bytes, float]:
+        async with curve_server(tmp_path, handshake_timeout_s=0.5) as (server, _):
+            host, port = server.address.removeprefix("tcp://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            started = asyncio.get_running_loop().time()
+            try:
+                async with asyncio.timeout(10):
+                    # libzmq greets first; a silent peer then sends nothing at all.
+                    received = await reader.read(1 << 16)
+                    while received and not reader.at_eof():
+                        more = await reader.read(1 << 16)
+                        if not more:
+                            break
+                        received += more
+            finally:
+                writer.close()
+            return received, asyncio.get_running_loop().time() - started
+
+    _, waited = asyncio.run(body())
+    assert waited < 5.0  # dropped after the handshake timeout, not libzmq's default 30 s
