@@ -193,6 +193,14 @@ async def _start_metrics_endpoint(
     return server
 
 
+async def _refuse_foreign_coordination_data(
+    ha: HighAvailabilityServices, runtime: ServiceRuntime
+) -> None:
+    problem = await ha.verify()
+    if problem is not None:
+        runtime.fail_fatally(problem, EXIT_CONFIG_ERROR)
+
+
 async def _serve(role: str, settings: ClusterSettings, config: Configuration) -> int:
     """Run one service until it is told to stop; the process's exit code."""
     identity_id = (settings.task_executor_resource_id if role == "task-executor" else "") or (
@@ -242,6 +250,7 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
             )
             identity.rest_url = rest.url if rest is not None else ""
         await servicer.start()
+        runtime.spawn(_refuse_foreign_coordination_data(ha, runtime), "verify HA")
         if role != "task-executor":  # task executors are listed by the resource manager
             runtime.spawn(
                 ha.announce(role, identity_id, identity.info().SerializeToString()), "announce"

@@ -85,6 +85,12 @@ class HighAvailabilityServices(abc.ABC):
     async def start(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Connect (ZooKeeper); never blocks on an unreachable coordination service."""
 
+    async def verify(self) -> str | None:
+        """Once connected: why this process must not use the coordination service (e.g.
+        ZooKeeper nodes of the cluster that someone else owns), or None when it may. Waits for
+        the connection; the caller runs it beside the service and stops on a problem."""
+        return None
+
     async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Release connections (ZooKeeper sessions); the standalone form has none."""
 

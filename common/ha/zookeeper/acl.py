@@ -52,3 +52,9 @@ def zookeeper_auth_from_config(config: Configuration) -> ZooKeeperAuth:
         return OPEN
     user, password = read_digest(Path(path), opt.SECURITY_ZOOKEEPER_DIGEST_FILE.key)
     return digest_auth(user, password)
+
+
+def acl_text(acl: ACL) -> str:
+    """One ACL entry as ``scheme:id:perms`` (perms as ZooKeeper's bit mask), for comparing
+    and for messages; a digest id shows the user and the hash, never a password."""
+    return f"{acl.id.scheme}:{acl.id.id}:{acl.perms}"

@@ -27,7 +27,7 @@ from sparkmill.common.ha.job_stores import JobGraphStore, JobResultStore
 from sparkmill.common.ha.leader import LeaderElectionService, LeaderRetrievalService
 from sparkmill.common.ha.progress_log import FileJobProgressStore, JobProgressStore
 from sparkmill.common.ha.services import HighAvailabilityServices
-from sparkmill.common.ha.zookeeper.acl import zookeeper_auth_from_config
+from sparkmill.common.ha.zookeeper.acl import acl_text, zookeeper_auth_from_config
 from sparkmill.common.ha.zookeeper.connection import ZooKeeperConnection
 from sparkmill.common.ha.zookeeper.election import (
     ZooKeeperLeaderElectionService,
@@ -183,6 +183,45 @@ class ZooKeeperHaServices(HighAvailabilityServices):
 
     async def start(self) -> None:
         await self.connection.ensure_started()
+
+    async def verify(self) -> str | None:
+        await self.connection.wait_connected("checking the ACLs of the cluster's znodes")
+        return await self.connection.call(self._foreign_acls)
+
+    def _foreign_acls(self) -> str | None:
+        """The cluster's root and its first level must carry exactly this cluster's ACL.
+
+        ZooKeeper does not inherit ACLs: a node someone created before the cluster first
+        started (a squatted root, or ``leader``) keeps theirs, and whoever may write it can
+        delete or plant the election and job nodes beneath. Refusing to run on such a tree
+        is the only safe answer (the operator removes it or picks another root)."""
+        auth = self.connection.auth
+        if not auth.auth_data:
+            return None  # open mode: nothing is protected, and the service says so already
+        client = self.connection.client
+        assert client is not None
+        root = self.connection.root
+        client.ensure_path(root)  # created with our ACL when it does not exist yet
+        expected = sorted(acl_text(a) for a in auth.default_acl)
+        try:
+            children = client.get_children(root)
+        except NoNodeError:
+            children = []
+        for path in [root, *(f"{root}/{child}" for child in sorted(children))]:
+            try:
+                acls, _ = client.get_acls(path)
+            except NoNodeError:
+                continue
+            found = sorted(acl_text(a) for a in acls)
+            if found != expected:
+                return (
+                    f"ZooKeeper node {path} has the ACL {', '.join(found) or 'none'}, not this "
+                    f"cluster's ({', '.join(expected)}): it was created by someone else (or "
+                    "by a cluster with another security.zookeeper.digest-file). Refusing to "
+                    f"use it: remove it (zkCli: deleteall {path}) or choose another "
+                    "high-availability.zookeeper.path.root / high-availability.cluster-id"
+                )
+        return None
 
     async def close(self) -> None:
         await self.connection.close()
