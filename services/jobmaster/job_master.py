@@ -14,14 +14,17 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, cast
 
 from sparkmill.common.config import options as opt
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import RpcError, UnavailableError, error_from_code
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
 from sparkmill.common.core.io_counters import io_from_proto
-from sparkmill.common.core.proto_convert import profile_from_proto, profile_to_proto
+from sparkmill.common.core.proto_convert import (
+    job_status_to_proto,
+    profile_from_proto,
+    profile_to_proto,
+)
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.states import ExecutionState, JobStatus
 from sparkmill.common.exchange.layout import cleanup_job
@@ -220,7 +223,7 @@ class JobMaster:
         finished."""
         report = dispatcher_pb2.JobStatusReport(
             job_id=self.job_id,
-            status=cast(Any, JobStatus.SUSPENDED.value),
+            status=job_status_to_proto(JobStatus.SUSPENDED),
             job_master_session_id=self.session_id,
             details=self.details(),
             job_master_process_id=self.host.identity.id,
@@ -274,7 +277,7 @@ class JobMaster:
             await self._hand_job_back()  # the job's outcome (if any) is for the next one
             return
         result = jobs_pb2.JobResult(
-            job_id=self.job_id, status=cast(Any, status.value), details=self.details()
+            job_id=self.job_id, status=job_status_to_proto(status), details=self.details()
         )
         if cause and status is not JobStatus.FINISHED:
             result.failure.code = common_pb2.INTERNAL
@@ -284,7 +287,7 @@ class JobMaster:
         accepted = await self.host.report_job_status(
             dispatcher_pb2.JobStatusReport(
                 job_id=self.job_id,
-                status=cast(Any, status.value),
+                status=job_status_to_proto(status),
                 job_master_session_id=self.session_id,
                 details=result.details,
                 result=result,
@@ -316,7 +319,7 @@ class JobMaster:
     def _report_status(self, status: JobStatus, cause: str) -> None:
         report = dispatcher_pb2.JobStatusReport(
             job_id=self.job_id,
-            status=cast(Any, status.value),
+            status=job_status_to_proto(status),
             job_master_session_id=self.session_id,
             details=self.details(),
             job_master_process_id=self.host.identity.id,
