@@ -19,7 +19,6 @@ from sparkmill.common.config import options as opt
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import RpcError, UnavailableError, error_from_code
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
-from sparkmill.common.core.io_counters import io_from_proto
 from sparkmill.common.core.proto_convert import (
     job_status_to_proto,
     profile_from_proto,
@@ -27,6 +26,7 @@ from sparkmill.common.core.proto_convert import (
 )
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.common.deployment.state_update import TaskStateUpdate
 from sparkmill.common.exchange.layout import cleanup_job
 from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo
 from sparkmill.common.jobgraph.model import JobGraph
@@ -622,21 +622,20 @@ class JobMaster:
     def update_task_execution_states(
         self, resource_id: str, updates: list[job_master_pb2.TaskExecutionState]
     ) -> None:
-        for update in updates:
-            io = update.io_metrics
+        # Decoded first: a malformed message refuses the whole batch before any of it applies.
+        decoded = [TaskStateUpdate.from_proto(update) for update in updates]
+        for update in decoded:
+            failure = update.failure
             self.scheduler.update_task_execution_state(
-                update.attempt_id,  # type: ignore[arg-type]
-                ExecutionState(update.state),
-                message=update.error.message,
-                details=update.error.details,
-                exception_type=update.error.exception_type,
-                suppress_restarts=update.suppress_restarts,
-                io=io_from_proto(io) if update.HasField("io_metrics") else None,
+                update.attempt_id,
+                update.state,
+                message=failure.message if failure else "",
+                details=failure.details if failure else "",
+                exception_type=failure.exception_type if failure else "",
+                suppress_restarts=failure.suppress_restarts if failure else False,
+                io=update.io,
                 accumulator=update.accumulator,
-                lost_partitions=[
-                    (p.dataset_id, p.partition_number, p.producer_attempt_id)
-                    for p in update.lost_partitions
-                ],
+                lost_partitions=[p.as_tuple() for p in failure.lost_partitions] if failure else (),
             )
 
     # -- details ----------------------------------------------------------------------------
