@@ -19,8 +19,8 @@ import logging
 from pathlib import Path
 
 from sparkmill.common.config import options as opt
-from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.rpc.keys import read_rest_tokens
+from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.services.dispatcher.http_server import HttpRequest
 from sparkmill.services.dispatcher.rest_api import Action, AllowAll, Refusal, RestAuthorizer
 
@@ -81,12 +81,12 @@ class BearerTokenAuthorizer:
         return None
 
 
-def authorizer_from_config(config: Configuration) -> RestAuthorizer:
+def authorizer_of(settings: ClusterSettings) -> RestAuthorizer:
     """The REST authorizer of a dispatcher; a bad token file raises ConfigurationError (at
     start-up, before anything is bound, like the other secret files)."""
-    path = config.get(opt.REST_AUTH_TOKEN_FILE).strip()
+    path = settings.rest_auth_token_file
     if not path:
-        if config.get(opt.REST_ENABLED):
+        if settings.rest_enabled:
             log.warning("dispatcher: %s", INSECURE_REST_WARNING)
         return AllowAll()
     tokens = read_rest_tokens(Path(path), opt.REST_AUTH_TOKEN_FILE.key)

@@ -15,7 +15,6 @@ import logging
 import time
 from dataclasses import dataclass
 
-from sparkmill.common.config import options as opt
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import RpcError, UnavailableError, error_from_code
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
@@ -35,7 +34,7 @@ from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.heartbeat import HeartbeatManager
 from sparkmill.common.runtime.retry import retry_registration
-from sparkmill.common.runtime.settings import ClusterSettings
+from sparkmill.common.runtime.settings import ClusterSettings, job_settings_from_config
 from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
     common_pb2,
@@ -56,7 +55,7 @@ from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
 from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
 from sparkmill.services.jobmaster.scheduler.deployments import DeploymentTracker, is_live_state
-from sparkmill.services.jobmaster.scheduler.restart_strategy import restart_strategy_from_config
+from sparkmill.services.jobmaster.scheduler.restart_strategy import restart_strategy_from_settings
 from sparkmill.services.jobmaster.scheduler.task_submissions import TaskSubmissionBatcher
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PhysicalSlot,
@@ -106,7 +105,9 @@ class JobMaster:
         self.epoch = 0
         self.status = JobStatus.INITIALIZING
         # Job-level keys override the cluster's (restart strategy, failover, slot timeout).
-        self.config = config.with_overrides(graph.config, job_scope=True)
+        self.job_settings = job_settings_from_config(
+            config.with_overrides(graph.config, job_scope=True)
+        )
         self.graph = ExecutionGraph.build(graph)
         self.timers = AsyncioTimerService()
         self.slot_pool = SlotPool(
@@ -115,7 +116,7 @@ class JobMaster:
             self,
             # A little longer than the resource manager's own timeout, so its diagnostic
             # (what was asked, what exists) normally arrives first.
-            slot_request_timeout_s=self.config.get(opt.SLOT_REQUEST_TIMEOUT) + 1.0,
+            slot_request_timeout_s=self.job_settings.slot_request_timeout_s + 1.0,
             idle_slot_timeout_s=settings.slot_idle_timeout_s,
         )
         self.progress = ProgressRecorder(host.progress_store, self.job_id, runtime)
@@ -123,15 +124,14 @@ class JobMaster:
             self.graph,
             self.slot_pool,
             self,
-            restart_strategy_from_config(self.config),
-            failover_strategy=self.config.get(opt.FAILOVER_STRATEGY),
+            restart_strategy_from_settings(self.job_settings.restart),
+            failover_strategy=self.job_settings.failover_strategy,
             progress=self.progress,
         )
-        # "local": a task executor's results are lost with it (see exchange.storage).
-        self.results_lost_with_executor = config.get(opt.EXCHANGE_STORAGE) == "local"
+        self.results_lost_with_executor = settings.results_lost_with_executor
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
         self.deployments = DeploymentTracker()
-        self.input_gates = InputGateCache(self.config.get(opt.DEPLOYMENT_OFFLOAD_MIN_PARTITIONS))
+        self.input_gates = InputGateCache(self.job_settings.deployment_offload_min_partitions)
         self.task_submissions = TaskSubmissionBatcher(
             spawn=self.runtime.spawn, timeout_s=settings.rpc_timeout_s
         )
@@ -402,7 +402,7 @@ class JobMaster:
                 allocation_id=allocation_id,
                 resource_profile=profile_to_proto(resource_profile),
                 job_master_address=self.host.identity.address,
-                timeout_ms=int(self.config.get(opt.SLOT_REQUEST_TIMEOUT) * 1000),
+                timeout_ms=int(self.job_settings.slot_request_timeout_s * 1000),
                 job_master_session_id=self.session_id,
             )
         )

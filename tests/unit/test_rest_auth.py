@@ -17,9 +17,10 @@ from sparkmill.common.rpc.keys import (
     read_rest_tokens,
     rest_token_of,
 )
+from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.services.dispatcher.http_server import HttpRequest, HttpResponse, parse_target
-from sparkmill.services.dispatcher.rest_api import AllowAll, RestApi
-from sparkmill.services.dispatcher.rest_auth import BearerTokenAuthorizer, authorizer_from_config
+from sparkmill.services.dispatcher.rest_api import AllowAll, RestApi, RestAuthorizer
+from sparkmill.services.dispatcher.rest_auth import BearerTokenAuthorizer, authorizer_of
 from tests.unit.test_rest_api import JOB, STATIC, TestingClusterView, TestingGateway
 
 VIEWER = "v" * 20
@@ -156,13 +157,14 @@ def test_role_of_matches_whole_tokens_only() -> None:
 
 
 def test_the_dispatcher_takes_its_authorizer_from_the_configuration(tmp_path: Path) -> None:
-    assert isinstance(authorizer_from_config(Configuration.from_mapping({})), AllowAll)
+    def from_keys(config: dict[str, str]) -> RestAuthorizer:
+        return authorizer_of(settings_from_config(Configuration.from_mapping(config)))
+
+    assert isinstance(from_keys({}), AllowAll)
     path = _token_file(tmp_path, f"operator {OPERATOR}\n")
-    authorizer = authorizer_from_config(
-        Configuration.from_mapping({"rest.auth.token-file": str(path)})
-    )
+    authorizer = from_keys({"rest.auth.token-file": f" {path} "})  # blanks around it: stripped
     assert isinstance(authorizer, BearerTokenAuthorizer)
     assert authorizer.role_of(OPERATOR) == "operator"
     path.chmod(0o644)
     with pytest.raises(ConfigurationError, match="chmod 600"):
-        authorizer_from_config(Configuration.from_mapping({"rest.auth.token-file": str(path)}))
+        from_keys({"rest.auth.token-file": str(path)})
