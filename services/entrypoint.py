@@ -33,7 +33,7 @@ from sparkmill.common.runtime.settings import ClusterSettings, settings_from_con
 from sparkmill.services.dispatcher import metrics as dispatcher_metrics
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
 from sparkmill.services.dispatcher.rest_auth import (
-    authorizer_from_config as rest_authorizer_from_config,
+    authorizer_of as rest_authorizer_of,
 )
 from sparkmill.services.dispatcher.rest_service import RestEndpoint, start_rest_endpoint
 from sparkmill.services.jobmaster import metrics as job_master_metrics
@@ -64,7 +64,7 @@ def run_service(role: str, config_path: Path) -> int:
     except ConfigurationError as exc:
         print(f"sparkmill {role}: invalid configuration: {exc}", file=sys.stderr)
         return EXIT_CONFIG_ERROR
-    configure_logging(config.get(opt.LOG_LEVEL))
+    configure_logging(settings.log_level)
     try:
         return _run_loop(role, settings, config)
     except ConfigurationError as exc:
@@ -139,14 +139,14 @@ def _build(
 
 
 def _process_metrics(
-    identity: ServiceIdentity, runtime: ServiceRuntime, config: Configuration
+    identity: ServiceIdentity, runtime: ServiceRuntime, settings: ClusterSettings
 ) -> ProcessMetrics:
     return ProcessMetrics(
         identity.role,
         identity.id,
         runtime,
-        ha_mode=config.get(opt.HA_MODE),
-        extra_labels=config.prefixed(opt.METRICS_LABELS),
+        ha_mode=settings.ha_mode,
+        extra_labels=settings.metrics_labels,
         started_at=identity.started_at,
     )
 
@@ -213,7 +213,7 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     if not security.enabled:
         log.warning("%s %s: %s", role, identity_id[:8], INSECURE_WARNING)
     # Likewise the REST API's token file (a dispatcher's).
-    rest_authorizer = rest_authorizer_from_config(config) if role == "dispatcher" else None
+    rest_authorizer = rest_authorizer_of(settings) if role == "dispatcher" else None
     runtime = ServiceRuntime(role)
     clients = RpcClientPool(
         f"{role} {identity_id[:8]}",
@@ -222,7 +222,7 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     )
     ha = create_ha_services(settings, config, clients.get)
     await ha.start()
-    metrics = _process_metrics(identity, runtime, config)
+    metrics = _process_metrics(identity, runtime, settings)
     server = RpcServer(
         endpoints.bind,
         advertised_address=endpoints.advertised,
@@ -245,9 +245,7 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
         log.info("%s %s listening on %s", role, identity_id[:8], identity.address)
         endpoint = await _start_metrics_endpoint(metrics, settings, identity)
         if isinstance(servicer, Dispatcher):  # before it announces itself: the URL is in its info
-            rest = await start_rest_endpoint(
-                servicer, config, runtime, ha, clients, rest_authorizer
-            )
+            rest = await start_rest_endpoint(servicer, runtime, ha, clients, rest_authorizer)
             identity.rest_url = rest.url if rest is not None else ""
         await servicer.start()
         runtime.spawn(_refuse_foreign_coordination_data(ha, runtime), "verify HA")

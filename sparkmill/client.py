@@ -25,6 +25,7 @@ from sparkmill.common.core.errors import (
     NotLeaderError,
     UnavailableError,
 )
+from sparkmill.common.core.states import job_status_name, job_status_of
 from sparkmill.common.ha.leader import LeaderInfo
 from sparkmill.common.jobgraph.codec import job_graph_to_proto
 from sparkmill.common.jobgraph.model import JobGraph
@@ -40,7 +41,6 @@ G = TypeVar("G", DispatcherClient, ResourceManagerClient)
 ATTEMPT_TIMEOUT_S = 2.0
 # While waiting for a job, one status query may ride out a leader failover.
 STATUS_TIMEOUT_S = 90.0
-TERMINAL_STATUSES = frozenset({common_pb2.FINISHED, common_pb2.FAILED, common_pb2.CANCELED})
 # How long one GetJobResult long poll of ``wait`` may wait at the dispatcher.
 LONG_POLL_S = 30.0
 
@@ -271,11 +271,12 @@ class ClusterClient:
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    status = self.status(job_id, timeout=STATUS_TIMEOUT_S).status
-                    if status in TERMINAL_STATUSES:  # it ended just now
+                    number = self.status(job_id, timeout=STATUS_TIMEOUT_S).status
+                    status = job_status_of(number)
+                    if status is not None and status.is_globally_terminal:  # it ended just now
                         return self.result(job_id, timeout=STATUS_TIMEOUT_S)
                     raise DeadlineExceededError(
-                        f"job {job_id} still {common_pb2.JobStatus.Name(status)} after {timeout:g}s"
+                        f"job {job_id} still {job_status_name(number)} after {timeout:g}s"
                     )
                 wait_s = min(wait_s, remaining)
             began = time.monotonic()

@@ -1,21 +1,71 @@
 """Conversions between protobuf messages and the in-memory types services reason about.
 
-Kept in one module so every service converts slot reports, resource profiles and errors the same
-way (the job graph has its own codec, :mod:`sparkmill.common.jobgraph.codec`, which decodes resource
-profiles with the codec here).
+Kept in one module so every service converts slot reports, resource profiles, errors and the
+state enums the same way (the job graph has its own codec,
+:mod:`sparkmill.common.jobgraph.codec`, which decodes resource profiles with the codec here; a
+task's state update has :mod:`sparkmill.common.deployment.state_update`).
+
+protoc's type stubs declare an enum field as the enum's wrapper class, so a plain number (an
+enum member's ``value``) does not type-check where a message wants one. The ``*_to_proto``
+functions below are the one place that says "this number is that wire enum's"; they hold because
+:mod:`sparkmill.common.core.states` and :class:`~sparkmill.common.core.errors.ErrorCode` mirror
+the proto enums number for number (``tests/unit/test_states.py`` checks it).
 """
 
 from __future__ import annotations
 
 import math
 import traceback
-from typing import Any, cast
+from typing import cast
 
 from sparkmill.common.core.errors import ErrorCode, InvalidArgumentError, RpcError, error_from_code
 from sparkmill.common.core.ids import AllocationID, JobID
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.slots import SlotReport, SlotStatus
+from sparkmill.common.core.states import (
+    ExecutionState,
+    JobStatus,
+    execution_state_of,
+    job_status_of,
+)
 from sparkmill.common.v1 import common_pb2
+
+
+def job_status_to_proto(status: JobStatus) -> common_pb2.JobStatus:
+    """The wire number of ``status`` (for a message field)."""
+    return cast(common_pb2.JobStatus, status.value)
+
+
+def execution_state_to_proto(state: ExecutionState) -> common_pb2.ExecutionState:
+    """The wire number of ``state`` (for a message field)."""
+    return cast(common_pb2.ExecutionState, state.value)
+
+
+def error_code_to_proto(code: ErrorCode) -> common_pb2.ErrorCode:
+    """The wire number of ``code`` (for a message field)."""
+    return cast(common_pb2.ErrorCode, int(code))
+
+
+def job_status_from_proto(
+    number: int, *, field: str = "status", error: type[InvalidArgumentError] = InvalidArgumentError
+) -> JobStatus:
+    """The job status ``number`` names; raises ``error`` naming ``field`` for 0 (unspecified) or
+    a number outside the enum."""
+    status = job_status_of(number)
+    if status is None:
+        raise error(f"{field}: {number} is not a job status")
+    return status
+
+
+def execution_state_from_proto(
+    number: int, *, field: str = "state", error: type[InvalidArgumentError] = InvalidArgumentError
+) -> ExecutionState:
+    """The execution state ``number`` names; raises ``error`` naming ``field`` for 0
+    (unspecified) or a number outside the enum."""
+    state = execution_state_of(number)
+    if state is None:
+        raise error(f"{field}: {number} is not an execution state")
+    return state
 
 
 def profile_to_proto(profile: ResourceProfile) -> common_pb2.ResourceProfile:
@@ -94,7 +144,7 @@ def error_to_proto(error: BaseException) -> common_pb2.ErrorInfo:
     if not details and error.__traceback__ is not None:
         details = "".join(traceback.format_exception(error))
     return common_pb2.ErrorInfo(
-        code=cast(Any, int(code)),
+        code=error_code_to_proto(code),
         message=clip_text(str(error), MAX_ERROR_MESSAGE_CHARS),
         details=clip_text(details, MAX_ERROR_DETAILS_CHARS),
         exception_type=type(error).__name__,
@@ -105,7 +155,7 @@ def refusal_to_proto(error: RpcError) -> common_pb2.ErrorInfo:
     """An expected refusal of one item of a batch (a slot request, a task): its code and
     message, never a traceback (the caller is another process)."""
     return common_pb2.ErrorInfo(
-        code=cast(Any, int(error.code)),
+        code=error_code_to_proto(error.code),
         message=clip_text(error.message, MAX_ERROR_MESSAGE_CHARS),
         exception_type=type(error).__name__,
     )

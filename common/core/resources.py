@@ -6,17 +6,30 @@ A profile is CPU cores plus memory in MiB. :data:`UNKNOWN_PROFILE` (both zero) m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, InitVar, dataclass
 
 
 @dataclass(frozen=True, slots=True)
 class ResourceProfile:
     cpu_cores: float = 0.0
     memory_mb: int = 0
+    _: KW_ONLY
+    # Only :meth:`unvalidated` passes False (see there); not a field (no effect on equality).
+    check: InitVar[bool] = True
 
-    def __post_init__(self) -> None:
-        if self.cpu_cores < 0 or self.memory_mb < 0:
+    def __post_init__(self, check: bool) -> None:
+        if check and (self.cpu_cores < 0 or self.memory_mb < 0):
             raise ValueError(f"resource profile cannot be negative: {self}")
+
+    @classmethod
+    def unvalidated(cls, cpu_cores: float, memory_mb: int) -> ResourceProfile:
+        """A profile as a peer sent it, possibly negative or not finite.
+
+        Only for a decoder that hands the value to a validator which refuses it with a better
+        message than this constructor could give (the job graph's, naming the vertex); the
+        profile must never reach a slot.
+        """
+        return cls(cpu_cores, memory_mb, check=False)
 
     @property
     def is_unknown(self) -> bool:

@@ -86,6 +86,36 @@ _TERMINAL_EXECUTION_STATES = frozenset(
     {ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED}
 )
 
+UNKNOWN_STATE_NAME = "UNKNOWN"
+"""What a number outside the enum (unspecified, or from a newer peer) is shown as."""
+
+
+def job_status_of(number: int) -> JobStatus | None:
+    """The job status with wire number ``number``; None for 0 (unspecified) or an unknown one."""
+    return _JOB_STATUS_BY_NUMBER.get(number)
+
+
+def execution_state_of(number: int) -> ExecutionState | None:
+    """The execution state with wire number ``number``; None for 0 or an unknown one."""
+    return _EXECUTION_STATE_BY_NUMBER.get(number)
+
+
+def job_status_name(number: int) -> str:
+    """The name of job status ``number`` (Flink's spelling), :data:`UNKNOWN_STATE_NAME` if none."""
+    status = _JOB_STATUS_BY_NUMBER.get(number)
+    return UNKNOWN_STATE_NAME if status is None else status.name
+
+
+def execution_state_name(number: int) -> str:
+    """The name of execution state ``number`` (Flink's spelling, never the proto's
+    ``EXECUTION_`` prefix), :data:`UNKNOWN_STATE_NAME` if none."""
+    state = _EXECUTION_STATE_BY_NUMBER.get(number)
+    return UNKNOWN_STATE_NAME if state is None else state.name
+
+
+_JOB_STATUS_BY_NUMBER = {status.value: status for status in JobStatus}
+_EXECUTION_STATE_BY_NUMBER = {state.value: state for state in ExecutionState}
+
 _J = JobStatus
 JOB_STATUS_TRANSITIONS: TransitionTable[JobStatus] = TransitionTable(
     "job status",
@@ -144,6 +174,11 @@ EXECUTION_STATE_TRANSITIONS: TransitionTable[ExecutionState] = TransitionTable(
 __all__ = [
     "EXECUTION_STATE_TRANSITIONS",
     "JOB_STATUS_TRANSITIONS",
+    "UNKNOWN_STATE_NAME",
     "ExecutionState",
     "JobStatus",
+    "execution_state_name",
+    "execution_state_of",
+    "job_status_name",
+    "job_status_of",
 ]

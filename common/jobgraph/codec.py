@@ -18,7 +18,7 @@ submitted graph in one message instead of the first one the decoder trips over:
   number (e.g. from a newer client) decodes to that plain ``int``; both are outside the Python
   enum, which is how the validator recognises them;
 * a resource profile with negative or non-finite values decodes to a :class:`ResourceProfile`
-  carrying exactly those values (bypassing its constructor check), for the validator to report.
+  carrying exactly those values (:meth:`ResourceProfile.unvalidated`), for the validator to report.
 
 So a decoded graph must be validated before anything else uses it. Decoding itself never raises.
 
@@ -82,12 +82,8 @@ def _lenient_profile_from_proto(message: common_pb2.ResourceProfile) -> Resource
     cpu, memory = float(message.cpu_cores), int(message.memory_mb)
     if is_valid_profile(cpu, memory):
         return ResourceProfile(cpu_cores=cpu, memory_mb=memory)
-    # ResourceProfile's constructor rejects negative values; build the instance without it so
-    # that the validator can name the offending vertex and values in its report.
-    profile = object.__new__(ResourceProfile)
-    object.__setattr__(profile, "cpu_cores", cpu)
-    object.__setattr__(profile, "memory_mb", memory)
-    return profile
+    # The validator names the offending vertex and values in its report.
+    return ResourceProfile.unvalidated(cpu, memory)
 
 
 # -- encoding -------------------------------------------------------------------------------------

@@ -21,11 +21,12 @@ counts and (when it can still find a request id) answers with ``INVALID_ARGUMENT
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from google.protobuf.message import DecodeError, Message
 
 from sparkmill.common.core.errors import ErrorCode, RpcError
+from sparkmill.common.core.proto_convert import error_code_to_proto
 from sparkmill.common.v1 import envelope_pb2
 
 MAGIC = b"SM1"
@@ -117,7 +118,9 @@ def decode_payload(payload: bytes, message_type: Any, request_id: int) -> Messag
 
 
 def encode_response(request_id: int, payload: Message) -> list[bytes]:
-    header = envelope_pb2.ResponseHeader(request_id=request_id, code=cast(Any, ErrorCode.OK))
+    header = envelope_pb2.ResponseHeader(
+        request_id=request_id, code=error_code_to_proto(ErrorCode.OK)
+    )
     return [MAGIC, header.SerializeToString(), payload.SerializeToString()]
 
 
@@ -129,7 +132,7 @@ def _wire_text(text: str) -> str:
 def encode_error(request_id: int, error: RpcError) -> list[bytes]:
     header = envelope_pb2.ResponseHeader(
         request_id=request_id,
-        code=cast(Any, int(error.code)),
+        code=error_code_to_proto(error.code),
         message=_wire_text(error.message),
         details=_wire_text(error.details),
     )

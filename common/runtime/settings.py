@@ -8,78 +8,191 @@ arguments.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from sparkmill.common.config import options as opt
 from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.config.schema import ConfigOption, FreeFormPrefix
 from sparkmill.common.core.errors import ConfigurationError
 from sparkmill.common.core.ids import is_valid_name_id
 from sparkmill.common.jobgraph.validation import JobGraphLimits
 from sparkmill.common.runtime.retry import RetryPolicy
+
+T = TypeVar("T")
+V = TypeVar("V")
+S = TypeVar("S")
+
+# -- one source of truth ----------------------------------------------------------------------
+#
+# Each settings field names the options it comes from and how (``_option`` / ``_setting``); the
+# same resolver gives its default (every option at its declared default) and its value in
+# ``*_from_config``. So a default lives only in the option's declaration, and a new field cannot
+# be forgotten by the factory. (Ruff's RUF009 cannot see that these calls return field()
+# specifiers, hence its noqa below.)
+
+
+class OptionSource(Protocol):
+    """Where option values come from: a :class:`Configuration`, or :data:`DEFAULTS`."""
+
+    def get(self, option: ConfigOption[T]) -> T: ...
+
+    def prefixed(self, prefix: FreeFormPrefix | str) -> dict[str, str]: ...
+
+
+class _Defaults:
+    """Every option at its declared default, no free-form key set (an empty configuration)."""
+
+    def get(self, option: ConfigOption[T]) -> T:
+        return option.default
+
+    def prefixed(self, prefix: FreeFormPrefix | str) -> dict[str, str]:
+        return {}
+
+
+DEFAULTS: OptionSource = _Defaults()
+_RESOLVE = "sparkmill.resolve"
+
+
+def _setting(resolve: Callable[[OptionSource], V]) -> V:
+    """A settings field whose value ``resolve`` computes from option values."""
+    default = resolve(DEFAULTS)
+    metadata = {_RESOLVE: resolve}
+    if getattr(type(default), "__hash__", None) is None:  # a dict: one copy per instance
+        return field(default_factory=lambda: resolve(DEFAULTS), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _option(option: ConfigOption[T]) -> T:
+    """A settings field that is ``option``'s value as parsed."""
+    return _setting(lambda source: source.get(option))
+
+
+def resolve_settings(cls: Callable[..., S], source: OptionSource) -> S:
+    """An instance of the settings dataclass ``cls`` with every field resolved from ``source``."""
+    resolved = {
+        f.name: f.metadata[_RESOLVE](source)
+        for f in fields(cls)  # type: ignore[arg-type]
+        if _RESOLVE in f.metadata
+    }
+    return cls(**resolved)
+
+
+# -- converters ---------------------------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+def _stripped(option: ConfigOption[str]) -> str:
+    return _setting(lambda source: source.get(option).strip())
+
+
+def _failure_threshold(source: OptionSource) -> int:
+    # Flink's -1 switches the fast path off; the heartbeat manager spells that 0.
+    return max(0, source.get(opt.HEARTBEAT_RPC_FAILURE_THRESHOLD))
+
+
+def _registration(source: OptionSource) -> RetryPolicy:
+    return RetryPolicy(
+        initial_timeout_s=source.get(opt.REGISTRATION_INITIAL_TIMEOUT),
+        max_timeout_s=source.get(opt.REGISTRATION_MAX_TIMEOUT),
+        error_delay_s=source.get(opt.REGISTRATION_ERROR_DELAY),
+        refused_delay_s=source.get(opt.REGISTRATION_REFUSED_DELAY),
+    )
+
+
+def _job_graph_limits(source: OptionSource) -> JobGraphLimits:
+    return JobGraphLimits(
+        max_vertices=source.get(opt.JOB_GRAPH_MAX_VERTICES),
+        max_parallelism=source.get(opt.JOB_GRAPH_MAX_PARALLELISM),
+        max_subtasks=source.get(opt.JOB_GRAPH_MAX_SUBTASKS),
+        max_edges=source.get(opt.JOB_GRAPH_MAX_EDGES),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterSettings:
     # addresses: each role's is the one it advertises; its RPC server binds on bind_host
     # ("" = the advertised host)
-    bind_host: str = ""
-    dispatcher_address: str = "tcp://127.0.0.1:6123"
-    resource_manager_address: str = "tcp://127.0.0.1:6124"
-    job_master_bind_address: str = "tcp://127.0.0.1:0"
-    task_executor_bind_address: str = "tcp://127.0.0.1:0"
-    rpc_timeout_s: float = 10.0
-    rpc_max_message_bytes: int = 64 * 1024 * 1024
-    rpc_max_control_message_bytes: int = 4 * 1024 * 1024
-    rpc_max_in_flight_per_peer: int = 1000
+    bind_host: str = _stripped(opt.RPC_BIND_HOST)
+    dispatcher_address: str = _option(opt.DISPATCHER_RPC_ADDRESS)
+    resource_manager_address: str = _option(opt.RESOURCE_MANAGER_RPC_ADDRESS)
+    job_master_bind_address: str = _option(opt.JOB_MASTER_RPC_ADDRESS)
+    task_executor_bind_address: str = _option(opt.TASK_MANAGER_RPC_ADDRESS)
+    rpc_timeout_s: float = _option(opt.RPC_ASK_TIMEOUT)
+    rpc_max_message_bytes: int = _option(opt.RPC_MAX_MESSAGE_SIZE)
+    rpc_max_control_message_bytes: int = _option(opt.RPC_MAX_CONTROL_MESSAGE_SIZE)
+    rpc_max_in_flight_per_peer: int = _option(opt.RPC_MAX_IN_FLIGHT_PER_PEER)
     # heartbeats and registration
-    heartbeat_interval_s: float = 10.0
-    heartbeat_timeout_s: float = 50.0
-    heartbeat_rpc_failure_threshold: int = 2
-    registration: RetryPolicy = field(default_factory=RetryPolicy)
+    heartbeat_interval_s: float = _option(opt.HEARTBEAT_INTERVAL)
+    heartbeat_timeout_s: float = _option(opt.HEARTBEAT_TIMEOUT)
+    heartbeat_rpc_failure_threshold: int = _setting(_failure_threshold)
+    registration: RetryPolicy = _setting(_registration)  # noqa: RUF009 (a field())
     # task executor
-    number_of_slots: int = 1
-    task_executor_resource_id: str = ""
-    task_executor_cpu_cores: float = 0.0
-    task_executor_memory_mb: int = 1728
-    slot_timeout_s: float = 10.0
+    number_of_slots: int = _option(opt.TASK_MANAGER_NUM_TASK_SLOTS)
+    task_executor_resource_id: str = _option(opt.TASK_MANAGER_RESOURCE_ID)
+    task_executor_cpu_cores: float = _option(opt.TASK_MANAGER_CPU_CORES)
+    task_executor_memory_mb: int = _setting(
+        lambda source: source.get(opt.TASK_MANAGER_MEMORY_PROCESS_SIZE) // MIB
+    )
+    slot_timeout_s: float = _option(opt.TASK_MANAGER_SLOT_TIMEOUT)
     # Flink's taskmanager.registration.timeout: unregistered this long -> the process exits.
-    task_executor_registration_timeout_s: float = 300.0
-    task_cancellation_timeout_s: float = 20.0
+    task_executor_registration_timeout_s: float = _option(opt.TASK_MANAGER_REGISTRATION_TIMEOUT)
+    task_cancellation_timeout_s: float = _option(opt.TASK_CANCELLATION_TIMEOUT)
     # slots
-    slot_request_timeout_s: float = 300.0
-    slot_idle_timeout_s: float = 50.0
-    task_manager_idle_timeout_s: float = 30.0
-    evenly_spread_out_slots: bool = True
+    slot_request_timeout_s: float = _option(opt.SLOT_REQUEST_TIMEOUT)
+    slot_idle_timeout_s: float = _option(opt.SLOT_IDLE_TIMEOUT)
+    task_manager_idle_timeout_s: float = _option(opt.RESOURCE_MANAGER_TASK_MANAGER_TIMEOUT)
+    evenly_spread_out_slots: bool = _option(opt.CLUSTER_EVENLY_SPREAD_OUT_SLOTS)
     # jobs
-    job_store_expiration_s: float = 3600.0
-    job_graph_limits: JobGraphLimits = field(default_factory=JobGraphLimits)
-    # Where HA metadata lives ("" without HA): a sink must never write there.
-    ha_storage_dir: str = ""
-    # metrics
-    metrics_enabled: bool = True
-    metrics_bind_host: str = "127.0.0.1"
-    metrics_address: str = ""  # the host in the published URL ("" = the bind host)
-    metrics_port: int = 0
+    job_store_expiration_s: float = _option(opt.JOB_STORE_EXPIRATION_TIME)
+    job_graph_limits: JobGraphLimits = _setting(_job_graph_limits)  # noqa: RUF009 (a field())
+    # high availability; ha_storage_dir is where HA metadata lives ("" without HA): a sink must
+    # never write there.
+    ha_mode: str = _option(opt.HA_MODE)
+    ha_storage_dir: str = _option(opt.HA_STORAGE_DIR)
+    # metrics and logging
+    metrics_enabled: bool = _option(opt.METRICS_ENABLED)
+    metrics_bind_host: str = _option(opt.METRICS_BIND_HOST)
+    metrics_address: str = _stripped(opt.METRICS_ADDRESS)  # the published URL's host ("" = bind)
+    metrics_port: int = _option(opt.METRICS_PORT)
+    metrics_labels: dict[str, str] = _setting(  # noqa: RUF009 (a field(), see _setting)
+        lambda source: source.prefixed(opt.METRICS_LABELS)
+    )
+    log_level: str = _option(opt.LOG_LEVEL)
+    # REST API and dashboard (the dispatcher's)
+    rest_enabled: bool = _option(opt.REST_ENABLED)
+    rest_bind_address: str = _stripped(opt.REST_BIND_ADDRESS)  # "" = the dispatcher's host
+    rest_address: str = _stripped(opt.REST_ADDRESS)
+    rest_port: str = _option(opt.REST_PORT)  # a port or a range ("50100-50200")
+    rest_auth_token_file: str = _stripped(opt.REST_AUTH_TOKEN_FILE)
+    rest_auth_allow_unauthenticated: bool = _option(opt.REST_AUTH_ALLOW_UNAUTHENTICATED)
+    web_grafana_url: str = _setting(lambda s: s.get(opt.WEB_GRAFANA_URL).strip().rstrip("/"))
     # data plane
-    exchange_dir: str = "/tmp/sparkmill-exchange"
-    spark_master: str = "local[2]"
-    spark_session_start: str = "eager"
-    spark_session_warm_up: bool = True
-    spark_ui_enabled: bool = False
-    spark_conf: dict[str, str] = field(default_factory=dict)  # the spark.conf.* keys
+    exchange_dir: str = _option(opt.EXCHANGE_DIR)
+    exchange_storage: str = _option(opt.EXCHANGE_STORAGE)
+    spark_master: str = _option(opt.SPARK_MASTER)
+    spark_session_start: str = _option(opt.SPARK_SESSION_START)
+    spark_session_warm_up: bool = _option(opt.SPARK_SESSION_WARM_UP)
+    spark_ui_enabled: bool = _option(opt.SPARK_UI_ENABLED)
+    spark_conf: dict[str, str] = _setting(  # noqa: RUF009 (a field(), see _setting)
+        lambda source: source.prefixed(opt.SPARK_CONF)
+    )
 
     @property
     def protected_dirs(self) -> tuple[str, ...]:
         """The cluster's own directories, which no sink may write to, hold or lie inside."""
         return tuple(d for d in (self.exchange_dir, self.ha_storage_dir) if d)
 
-
-MIB = 1 << 20
+    @property
+    def results_lost_with_executor(self) -> bool:
+        """Whether a task executor's results go with it (``exchange.storage: local``)."""
+        return self.exchange_storage == "local"
 
 
 def settings_from_config(config: Configuration) -> ClusterSettings:
-    threshold = config.get(opt.HEARTBEAT_RPC_FAILURE_THRESHOLD)
     resource_id = config.get(opt.TASK_MANAGER_RESOURCE_ID)
     if resource_id and not is_valid_name_id(resource_id):
         # The resource manager would refuse every registration with it: say so at start.
@@ -88,56 +201,48 @@ def settings_from_config(config: Configuration) -> ClusterSettings:
             f"{resource_id[:80]!r} is not a valid resource id (letters, digits, '.', '_' and "
             "'-', at most 128 characters, starting with a letter or digit)",
         )
-    return ClusterSettings(
-        bind_host=config.get(opt.RPC_BIND_HOST).strip(),
-        dispatcher_address=config.get(opt.DISPATCHER_RPC_ADDRESS),
-        resource_manager_address=config.get(opt.RESOURCE_MANAGER_RPC_ADDRESS),
-        job_master_bind_address=config.get(opt.JOB_MASTER_RPC_ADDRESS),
-        task_executor_bind_address=config.get(opt.TASK_MANAGER_RPC_ADDRESS),
-        rpc_timeout_s=config.get(opt.RPC_ASK_TIMEOUT),
-        rpc_max_message_bytes=config.get(opt.RPC_MAX_MESSAGE_SIZE),
-        rpc_max_control_message_bytes=config.get(opt.RPC_MAX_CONTROL_MESSAGE_SIZE),
-        rpc_max_in_flight_per_peer=config.get(opt.RPC_MAX_IN_FLIGHT_PER_PEER),
-        heartbeat_interval_s=config.get(opt.HEARTBEAT_INTERVAL),
-        heartbeat_timeout_s=config.get(opt.HEARTBEAT_TIMEOUT),
-        # Flink's -1 switches the fast path off; the heartbeat manager spells that 0.
-        heartbeat_rpc_failure_threshold=max(0, threshold),
-        registration=RetryPolicy(
-            initial_timeout_s=config.get(opt.REGISTRATION_INITIAL_TIMEOUT),
-            max_timeout_s=config.get(opt.REGISTRATION_MAX_TIMEOUT),
-            error_delay_s=config.get(opt.REGISTRATION_ERROR_DELAY),
-            refused_delay_s=config.get(opt.REGISTRATION_REFUSED_DELAY),
-        ),
-        number_of_slots=config.get(opt.TASK_MANAGER_NUM_TASK_SLOTS),
-        task_executor_resource_id=config.get(opt.TASK_MANAGER_RESOURCE_ID),
-        task_executor_cpu_cores=config.get(opt.TASK_MANAGER_CPU_CORES),
-        task_executor_memory_mb=config.get(opt.TASK_MANAGER_MEMORY_PROCESS_SIZE) // MIB,
-        slot_timeout_s=config.get(opt.TASK_MANAGER_SLOT_TIMEOUT),
-        task_executor_registration_timeout_s=config.get(opt.TASK_MANAGER_REGISTRATION_TIMEOUT),
-        task_cancellation_timeout_s=config.get(opt.TASK_CANCELLATION_TIMEOUT),
-        slot_request_timeout_s=config.get(opt.SLOT_REQUEST_TIMEOUT),
-        slot_idle_timeout_s=config.get(opt.SLOT_IDLE_TIMEOUT),
-        task_manager_idle_timeout_s=config.get(opt.RESOURCE_MANAGER_TASK_MANAGER_TIMEOUT),
-        evenly_spread_out_slots=config.get(opt.CLUSTER_EVENLY_SPREAD_OUT_SLOTS),
-        job_store_expiration_s=config.get(opt.JOB_STORE_EXPIRATION_TIME),
-        job_graph_limits=JobGraphLimits(
-            max_vertices=config.get(opt.JOB_GRAPH_MAX_VERTICES),
-            max_parallelism=config.get(opt.JOB_GRAPH_MAX_PARALLELISM),
-            max_subtasks=config.get(opt.JOB_GRAPH_MAX_SUBTASKS),
-            max_edges=config.get(opt.JOB_GRAPH_MAX_EDGES),
-        ),
-        ha_storage_dir=config.get(opt.HA_STORAGE_DIR),
-        metrics_enabled=config.get(opt.METRICS_ENABLED),
-        metrics_bind_host=config.get(opt.METRICS_BIND_HOST),
-        metrics_address=config.get(opt.METRICS_ADDRESS).strip(),
-        metrics_port=config.get(opt.METRICS_PORT),
-        exchange_dir=config.get(opt.EXCHANGE_DIR),
-        spark_master=config.get(opt.SPARK_MASTER),
-        spark_session_start=config.get(opt.SPARK_SESSION_START),
-        spark_session_warm_up=config.get(opt.SPARK_SESSION_WARM_UP),
-        spark_ui_enabled=config.get(opt.SPARK_UI_ENABLED),
-        spark_conf=config.prefixed("spark.conf."),
+    return resolve_settings(ClusterSettings, config)
+
+
+# -- per job ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RestartSettings:
+    """The restart strategy's options (``restart-strategy.*``); see
+    :mod:`sparkmill.services.jobmaster.scheduler.restart_strategy`."""
+
+    strategy: str = _option(opt.RESTART_STRATEGY_TYPE)
+    fixed_delay_attempts: int = _option(opt.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS)
+    fixed_delay_s: float = _option(opt.RESTART_STRATEGY_FIXED_DELAY_DELAY)
+    failure_rate_max_failures: int = _option(opt.RESTART_STRATEGY_FAILURE_RATE_MAX_FAILURES)
+    failure_rate_interval_s: float = _option(opt.RESTART_STRATEGY_FAILURE_RATE_INTERVAL)
+    failure_rate_delay_s: float = _option(opt.RESTART_STRATEGY_FAILURE_RATE_DELAY)
+    exponential_initial_backoff_s: float = _option(opt.RESTART_STRATEGY_EXP_INITIAL_BACKOFF)
+    exponential_max_backoff_s: float = _option(opt.RESTART_STRATEGY_EXP_MAX_BACKOFF)
+    exponential_multiplier: float = _option(opt.RESTART_STRATEGY_EXP_BACKOFF_MULTIPLIER)
+    exponential_reset_threshold_s: float = _option(opt.RESTART_STRATEGY_EXP_RESET_BACKOFF_THRESHOLD)
+    exponential_jitter: float = _option(opt.RESTART_STRATEGY_EXP_JITTER_FACTOR)
+    exponential_attempts: int = _option(opt.RESTART_STRATEGY_EXP_ATTEMPTS_BEFORE_RESET)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSettings:
+    """What one JobMaster runs its job with: the cluster's options overridden by the job's own
+    (the job-overridable keys of its job graph's config)."""
+
+    slot_request_timeout_s: float = _option(opt.SLOT_REQUEST_TIMEOUT)
+    failover_strategy: str = _option(opt.FAILOVER_STRATEGY)
+    deployment_offload_min_partitions: int = _option(opt.DEPLOYMENT_OFFLOAD_MIN_PARTITIONS)
+    restart: RestartSettings = _setting(  # noqa: RUF009 (a field(), see _setting)
+        lambda source: resolve_settings(RestartSettings, source)
     )
+
+
+def job_settings_from_config(config: Configuration) -> JobSettings:
+    """``config``: the cluster's configuration with the job's overrides applied
+    (:meth:`Configuration.with_overrides` with ``job_scope=True``)."""
+    return resolve_settings(JobSettings, config)
 
 
 def load_cluster_config(path: Path) -> tuple[ClusterSettings, Configuration]:

@@ -21,7 +21,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
 
 from sparkmill.common.core.errors import (
     AlreadyExistsError,
@@ -31,6 +30,7 @@ from sparkmill.common.core.errors import (
     RpcError,
 )
 from sparkmill.common.core.ids import JobID, short
+from sparkmill.common.core.proto_convert import error_code_to_proto, job_status_to_proto
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.ha.job_stores import JobGraphStore, JobResultStore, UnrecoverableJobGraph
 from sparkmill.common.ha.leader import LeaderElectionService
@@ -215,7 +215,7 @@ class Dispatcher(DispatcherServicer):
         job.status = JobStatus.FAILED
         job.ended_at = time.time()
         result = jobs_pb2.JobResult(
-            job_id=job.job_id, status=cast(Any, JobStatus.FAILED.value), failure=failure
+            job_id=job.job_id, status=job_status_to_proto(JobStatus.FAILED), failure=failure
         )
         result.details.CopyFrom(self._details(job))
         job.record_result(result)
@@ -359,7 +359,7 @@ class Dispatcher(DispatcherServicer):
     async def _refuse_job(self, job: JobRecord, exc: InvalidArgumentError) -> None:
         log.error("job %s FAILED: the JobMaster refused to start it: %s", short(job.job_id), exc)
         failure = common_pb2.ErrorInfo(
-            code=cast(Any, int(exc.code)),
+            code=error_code_to_proto(exc.code),
             message=f"the JobMaster refused to start the job: {exc.message}",
             exception_type=type(exc).__name__,
         )
@@ -544,7 +544,7 @@ class Dispatcher(DispatcherServicer):
             summary = reply.jobs.add(
                 job_id=job.job_id,
                 name=job.name,
-                status=job.status.value,
+                status=job_status_to_proto(job.status),
                 submitted_at=job.submitted_at,
                 ended_at=job.ended_at,
             )
@@ -584,7 +584,7 @@ class Dispatcher(DispatcherServicer):
                 )
         details.job_id = job.job_id
         details.name = job.name
-        details.status = job.status.value  # type: ignore[assignment]
+        details.status = job_status_to_proto(job.status)
         details.submitted_at = job.submitted_at
         details.ended_at = job.ended_at
         details.job_master_address = job.address
@@ -616,7 +616,7 @@ class Dispatcher(DispatcherServicer):
             job.status = JobStatus.CANCELED
             job.ended_at = time.time()
             canceled = jobs_pb2.JobResult(
-                job_id=job.job_id, status=cast(Any, JobStatus.CANCELED.value)
+                job_id=job.job_id, status=job_status_to_proto(JobStatus.CANCELED)
             )
             canceled.details.CopyFrom(self._details(job))
             job.record_result(canceled)

@@ -290,6 +290,7 @@ class RestApi:
                 "grafana-url": self.web.grafana_url,
                 "authentication": self.authorizer.name,
                 "features": {"web-submit": True, "web-cancel": True},
+                "states": rest_json.states_json(),
             },
         )
 

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sparkmill.common.config import options as opt
-from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import ConfigurationError
 from sparkmill.common.rpc.keys import read_rest_tokens
+from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.services.dispatcher.http_server import HttpRequest
 from sparkmill.services.dispatcher.rest_api import Action, AllowAll, Refusal, RestAuthorizer
 
@@ -93,14 +93,14 @@ class BearerTokenAuthorizer:
         return None
 
 
-def authorizer_from_config(config: Configuration) -> RestAuthorizer:
+def authorizer_of(settings: ClusterSettings) -> RestAuthorizer:
     """The REST authorizer of a dispatcher; a bad token file raises ConfigurationError (at
     start-up, before anything is bound, like the other secret files)."""
-    path = config.get(opt.REST_AUTH_TOKEN_FILE).strip()
+    path = settings.rest_auth_token_file
     if not path:
-        if not config.get(opt.REST_ENABLED):
+        if not settings.rest_enabled:
             return AllowAll()  # nothing is served
-        if not config.get(opt.REST_AUTH_ALLOW_UNAUTHENTICATED):
+        if not settings.rest_auth_allow_unauthenticated:
             # Fail closed, like CurveZMQ without keys: an open API accepts jobs, i.e. code.
             raise ConfigurationError(
                 opt.REST_AUTH_TOKEN_FILE.key,

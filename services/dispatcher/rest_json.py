@@ -11,35 +11,41 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sparkmill.common.core.states import (
+    ExecutionState,
+    JobStatus,
+    execution_state_name,
+    job_status_name,
+)
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
 
 Json = dict[str, Any]
 
-# ExecutionState numbers (common.proto) -> Flink's ExecutionState names.
-EXECUTION_STATES = (
-    "",
-    "CREATED",
-    "SCHEDULED",
-    "DEPLOYING",
-    "INITIALIZING",
-    "RUNNING",
-    "FINISHED",
-    "CANCELING",
-    "CANCELED",
-    "FAILED",
-)
-TERMINAL_JOB_STATES = frozenset({"FINISHED", "FAILED", "CANCELED"})
+# The names come from sparkmill.common.core.states, which follows Flink's JobStatus and
+# ExecutionState: the JSON spells them exactly as Flink's REST API does.
+EXECUTION_STATES = tuple(state.name for state in ExecutionState)
+JOB_STATES = tuple(status.name for status in JobStatus)
+TERMINAL_JOB_STATES = frozenset(s.name for s in JobStatus if s.is_globally_terminal)
+_ES = ExecutionState
 
 
 def execution_state(number: int) -> str:
-    return EXECUTION_STATES[number] if 0 < number < len(EXECUTION_STATES) else "UNKNOWN"
+    return execution_state_name(number)
 
 
 def job_state(number: int) -> str:
-    try:
-        return common_pb2.JobStatus.Name(number)
-    except ValueError:
-        return "UNKNOWN"
+    return job_status_name(number)
+
+
+def states_json() -> Json:
+    """Every state name, for the dashboard (which keeps no list of its own): job states,
+    the terminal ones, and execution states in lifecycle order (the order of a vertex's
+    ``tasks`` counts too)."""
+    return {
+        "job": list(JOB_STATES),
+        "job-terminal": [name for name in JOB_STATES if name in TERMINAL_JOB_STATES],
+        "execution": list(EXECUTION_STATES),
+    }
 
 
 def millis(seconds: float) -> int:
@@ -82,25 +88,25 @@ def job_summary_json(job: dispatcher_pb2.JobSummary, now: float) -> Json:
 
 def vertex_state(tasks: dict[str, int], parallelism: int) -> str:
     """One state for a vertex from its subtasks' states (Flink's aggregate vertex state)."""
-    for state in ("FAILED", "CANCELING", "CANCELED"):
-        if tasks.get(state):
-            return state
-    if parallelism and tasks.get("FINISHED", 0) == parallelism:
-        return "FINISHED"
-    for state in ("RUNNING", "INITIALIZING", "DEPLOYING", "SCHEDULED"):
-        if tasks.get(state):
-            return state
-    return "CREATED"
+    for state in (_ES.FAILED, _ES.CANCELING, _ES.CANCELED):
+        if tasks.get(state.name):
+            return state.name
+    if parallelism and tasks.get(_ES.FINISHED.name, 0) == parallelism:
+        return _ES.FINISHED.name
+    for state in (_ES.RUNNING, _ES.INITIALIZING, _ES.DEPLOYING, _ES.SCHEDULED):
+        if tasks.get(state.name):
+            return state.name
+    return _ES.CREATED.name
 
 
 def _tasks(vertex: jobs_pb2.VertexDetails) -> dict[str, int]:
-    counts = {name: 0 for name in EXECUTION_STATES[1:]}
+    counts = dict.fromkeys(EXECUTION_STATES, 0)
     for number, count in vertex.tasks_by_state.items():
         name = execution_state(number)
         counts[name] = counts.get(name, 0) + count
     known = sum(counts.values())
     if known < vertex.parallelism:  # no report yet: every subtask is still to be created
-        counts["CREATED"] += vertex.parallelism - known
+        counts[_ES.CREATED.name] += vertex.parallelism - known
     return counts
 
 
@@ -181,7 +187,7 @@ def job_details_json(
 
 
 def _status_counts(details: jobs_pb2.JobDetails) -> dict[str, int]:
-    counts = {name: 0 for name in EXECUTION_STATES[1:]}
+    counts = dict.fromkeys(EXECUTION_STATES, 0)
     for vertex in details.vertices:
         state = vertex_state(_tasks(vertex), vertex.parallelism)
         counts[state] = counts.get(state, 0) + 1
@@ -333,7 +339,7 @@ def overview_json(
         "slots-total": status.slots_total if status is not None else None,
         "slots-available": status.slots_free if status is not None else None,
         "jobs-running": sum(1 for s in states if s not in TERMINAL_JOB_STATES),
-        "jobs-finished": states.count("FINISHED"),
-        "jobs-cancelled": states.count("CANCELED"),
-        "jobs-failed": states.count("FAILED"),
+        "jobs-finished": states.count(JobStatus.FINISHED.name),
+        "jobs-cancelled": states.count(JobStatus.CANCELED.name),
+        "jobs-failed": states.count(JobStatus.FAILED.name),
     }

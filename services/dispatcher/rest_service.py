@@ -12,8 +12,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkmill.common.config import options as opt
-from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.config.kinds import port_range
 from sparkmill.common.core.errors import RpcError
 from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
@@ -21,6 +19,7 @@ from sparkmill.common.ha.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.ha.services import HighAvailabilityServices
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
 from sparkmill.common.v1.gateways import ResourceManagerClient
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
@@ -43,14 +42,14 @@ class RestSettings:
     grafana_url: str
 
     @classmethod
-    def from_config(cls, config: Configuration, dispatcher_address: str) -> RestSettings:
-        bind = config.get(opt.REST_BIND_ADDRESS).strip() or rpc_host(dispatcher_address)
+    def of(cls, settings: ClusterSettings) -> RestSettings:
+        bind = settings.rest_bind_address or rpc_host(settings.dispatcher_address)
         return cls(
-            enabled=config.get(opt.REST_ENABLED),
+            enabled=settings.rest_enabled,
             bind_host=bind,
-            advertised_host=advertised_host(bind, config.get(opt.REST_ADDRESS).strip()),
-            ports=port_range(config.get(opt.REST_PORT)),
-            grafana_url=config.get(opt.WEB_GRAFANA_URL).strip().rstrip("/"),
+            advertised_host=advertised_host(bind, settings.rest_address),
+            ports=port_range(settings.rest_port),
+            grafana_url=settings.web_grafana_url,
         )
 
 
@@ -143,7 +142,6 @@ class RestEndpoint:
 
 async def start_rest_endpoint(
     dispatcher: Dispatcher,
-    config: Configuration,
     runtime: ServiceRuntime,
     ha: HighAvailabilityServices,
     clients: RpcClientPool,
@@ -152,7 +150,7 @@ async def start_rest_endpoint(
     """Serve the REST API and dashboard (its ``url`` goes into the dispatcher's ServiceInfo).
     A port that cannot be
     bound is logged as an error and the dispatcher runs on without it (as metrics do)."""
-    settings = RestSettings.from_config(config, dispatcher.settings.dispatcher_address)
+    settings = RestSettings.of(dispatcher.settings)
     if not settings.enabled:
         return None
     static = await runtime.run_blocking(StaticFiles.load, WEB_ROOT)

@@ -8,8 +8,7 @@ counters, restarts, the failure cause and the failures kept).
 
 from __future__ import annotations
 
-from typing import Any, cast
-
+from sparkmill.common.core.proto_convert import job_status_to_proto
 from sparkmill.common.core.states import ExecutionState, JobStatus
 from sparkmill.common.v1 import common_pb2, jobs_pb2
 from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
@@ -32,7 +31,7 @@ def render_job_details(
     details = jobs_pb2.JobDetails(
         job_id=graph.job_id,
         name=name,
-        status=cast(Any, status.value),
+        status=job_status_to_proto(status),
         submitted_at=submitted_at,
         ended_at=ended_at,
         job_master_address=job_master_address,

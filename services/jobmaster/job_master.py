@@ -14,16 +14,18 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, cast
 
-from sparkmill.common.config import options as opt
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import RpcError, UnavailableError, error_from_code
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
-from sparkmill.common.core.io_counters import io_from_proto
-from sparkmill.common.core.proto_convert import profile_from_proto, profile_to_proto
+from sparkmill.common.core.proto_convert import (
+    job_status_to_proto,
+    profile_from_proto,
+    profile_to_proto,
+)
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.common.deployment.state_update import TaskStateUpdate
 from sparkmill.common.exchange.layout import cleanup_job
 from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo
 from sparkmill.common.jobgraph.model import JobGraph
@@ -32,7 +34,7 @@ from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.heartbeat import HeartbeatManager
 from sparkmill.common.runtime.retry import retry_registration
-from sparkmill.common.runtime.settings import ClusterSettings
+from sparkmill.common.runtime.settings import ClusterSettings, job_settings_from_config
 from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
     common_pb2,
@@ -53,7 +55,7 @@ from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
 from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
 from sparkmill.services.jobmaster.scheduler.deployments import DeploymentTracker, is_live_state
-from sparkmill.services.jobmaster.scheduler.restart_strategy import restart_strategy_from_config
+from sparkmill.services.jobmaster.scheduler.restart_strategy import restart_strategy_from_settings
 from sparkmill.services.jobmaster.scheduler.task_submissions import TaskSubmissionBatcher
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PhysicalSlot,
@@ -103,7 +105,9 @@ class JobMaster:
         self.epoch = 0
         self.status = JobStatus.INITIALIZING
         # Job-level keys override the cluster's (restart strategy, failover, slot timeout).
-        self.config = config.with_overrides(graph.config, job_scope=True)
+        self.job_settings = job_settings_from_config(
+            config.with_overrides(graph.config, job_scope=True)
+        )
         self.graph = ExecutionGraph.build(graph)
         self.timers = AsyncioTimerService()
         self.slot_pool = SlotPool(
@@ -112,7 +116,7 @@ class JobMaster:
             self,
             # A little longer than the resource manager's own timeout, so its diagnostic
             # (what was asked, what exists) normally arrives first.
-            slot_request_timeout_s=self.config.get(opt.SLOT_REQUEST_TIMEOUT) + 1.0,
+            slot_request_timeout_s=self.job_settings.slot_request_timeout_s + 1.0,
             idle_slot_timeout_s=settings.slot_idle_timeout_s,
         )
         self.progress = ProgressRecorder(host.progress_store, self.job_id, runtime)
@@ -120,15 +124,14 @@ class JobMaster:
             self.graph,
             self.slot_pool,
             self,
-            restart_strategy_from_config(self.config),
-            failover_strategy=self.config.get(opt.FAILOVER_STRATEGY),
+            restart_strategy_from_settings(self.job_settings.restart),
+            failover_strategy=self.job_settings.failover_strategy,
             progress=self.progress,
         )
-        # "local": a task executor's results are lost with it (see exchange.storage).
-        self.results_lost_with_executor = config.get(opt.EXCHANGE_STORAGE) == "local"
+        self.results_lost_with_executor = settings.results_lost_with_executor
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
         self.deployments = DeploymentTracker()
-        self.input_gates = InputGateCache(self.config.get(opt.DEPLOYMENT_OFFLOAD_MIN_PARTITIONS))
+        self.input_gates = InputGateCache(self.job_settings.deployment_offload_min_partitions)
         self.task_submissions = TaskSubmissionBatcher(
             spawn=self.runtime.spawn, timeout_s=settings.rpc_timeout_s
         )
@@ -220,7 +223,7 @@ class JobMaster:
         finished."""
         report = dispatcher_pb2.JobStatusReport(
             job_id=self.job_id,
-            status=cast(Any, JobStatus.SUSPENDED.value),
+            status=job_status_to_proto(JobStatus.SUSPENDED),
             job_master_session_id=self.session_id,
             details=self.details(),
             job_master_process_id=self.host.identity.id,
@@ -274,7 +277,7 @@ class JobMaster:
             await self._hand_job_back()  # the job's outcome (if any) is for the next one
             return
         result = jobs_pb2.JobResult(
-            job_id=self.job_id, status=cast(Any, status.value), details=self.details()
+            job_id=self.job_id, status=job_status_to_proto(status), details=self.details()
         )
         if cause and status is not JobStatus.FINISHED:
             result.failure.code = common_pb2.INTERNAL
@@ -284,7 +287,7 @@ class JobMaster:
         accepted = await self.host.report_job_status(
             dispatcher_pb2.JobStatusReport(
                 job_id=self.job_id,
-                status=cast(Any, status.value),
+                status=job_status_to_proto(status),
                 job_master_session_id=self.session_id,
                 details=result.details,
                 result=result,
@@ -316,7 +319,7 @@ class JobMaster:
     def _report_status(self, status: JobStatus, cause: str) -> None:
         report = dispatcher_pb2.JobStatusReport(
             job_id=self.job_id,
-            status=cast(Any, status.value),
+            status=job_status_to_proto(status),
             job_master_session_id=self.session_id,
             details=self.details(),
             job_master_process_id=self.host.identity.id,
@@ -399,7 +402,7 @@ class JobMaster:
                 allocation_id=allocation_id,
                 resource_profile=profile_to_proto(resource_profile),
                 job_master_address=self.host.identity.address,
-                timeout_ms=int(self.config.get(opt.SLOT_REQUEST_TIMEOUT) * 1000),
+                timeout_ms=int(self.job_settings.slot_request_timeout_s * 1000),
                 job_master_session_id=self.session_id,
             )
         )
@@ -619,21 +622,20 @@ class JobMaster:
     def update_task_execution_states(
         self, resource_id: str, updates: list[job_master_pb2.TaskExecutionState]
     ) -> None:
-        for update in updates:
-            io = update.io_metrics
+        # Decoded first: a malformed message refuses the whole batch before any of it applies.
+        decoded = [TaskStateUpdate.from_proto(update) for update in updates]
+        for update in decoded:
+            failure = update.failure
             self.scheduler.update_task_execution_state(
-                update.attempt_id,  # type: ignore[arg-type]
-                ExecutionState(update.state),
-                message=update.error.message,
-                details=update.error.details,
-                exception_type=update.error.exception_type,
-                suppress_restarts=update.suppress_restarts,
-                io=io_from_proto(io) if update.HasField("io_metrics") else None,
+                update.attempt_id,
+                update.state,
+                message=failure.message if failure else "",
+                details=failure.details if failure else "",
+                exception_type=failure.exception_type if failure else "",
+                suppress_restarts=failure.suppress_restarts if failure else False,
+                io=update.io,
                 accumulator=update.accumulator,
-                lost_partitions=[
-                    (p.dataset_id, p.partition_number, p.producer_attempt_id)
-                    for p in update.lost_partitions
-                ],
+                lost_partitions=[p.as_tuple() for p in failure.lost_partitions] if failure else (),
             )
 
     # -- details ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import (
@@ -31,6 +31,7 @@ from sparkmill.common.core.errors import (
     UnavailableError,
 )
 from sparkmill.common.core.ids import JobID, SharedGateID, short
+from sparkmill.common.core.proto_convert import job_status_to_proto
 from sparkmill.common.ha.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.ha.services import HighAvailabilityServices
 from sparkmill.common.jobgraph.codec import job_graph_from_proto
@@ -336,7 +337,7 @@ class JobMasterProcess(JobMasterServicer):
         return [
             jobs_pb2.HostedJob(
                 job_id=jm.job_id,
-                status=cast(Any, jm.status.value),
+                status=job_status_to_proto(jm.status),
                 job_master_session_id=jm.session_id,
             )
             for jm in self.job_masters.values()

@@ -19,10 +19,11 @@ from prometheus_client.core import Metric
 from sparkmill.common.core.ids import JobID
 from sparkmill.common.core.io_counters import NO_IO, IOCounters
 from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.deployment.state_update import TaskFailure
 from sparkmill.common.runtime.metrics import ExpiringKeys, ProcessMetrics, counter, gauge
 from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.slot_table import TaskSlotState
-from sparkmill.services.taskexecutor.task import Task, TaskFailureInfo
+from sparkmill.services.taskexecutor.task import Task
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 
 LIVE_TASK_STATES = (
@@ -81,7 +82,7 @@ class TaskExecutorCollector:
         self,
         task: Task,
         state: ExecutionState,
-        failure: TaskFailureInfo | None,
+        failure: TaskFailure | None,
         outcome: TaskOutcome | None,
     ) -> None:
         job_id, attempt = task.tdd.job_id, task.tdd.attempt_id

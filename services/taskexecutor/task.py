@@ -18,7 +18,6 @@ import logging
 import threading
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from sparkmill.common.core.errors import (
     ErrorCode,
@@ -27,28 +26,17 @@ from sparkmill.common.core.errors import (
     TaskCancelledError,
 )
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID
-from sparkmill.common.core.partitions import InputGateInfo, InputPartitionInfo
+from sparkmill.common.core.partitions import InputGateInfo
 from sparkmill.common.core.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from sparkmill.common.deployment.descriptor import SharedGateKey, TaskDeployment
+from sparkmill.common.deployment.state_update import LostPartition, TaskFailure
 from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class TaskFailureInfo:
-    code: ErrorCode
-    exception_type: str
-    message: str
-    details: str
-    # Input partitions the task could not read (see PartitionNotFoundError).
-    lost_partitions: tuple[InputPartitionInfo, ...] = ()
-    # The task raised a SuppressRestartsError (subclasses included): restarting cannot help.
-    suppress_restarts: bool = False
-
-
-StateListener = Callable[["Task", ExecutionState, TaskFailureInfo | None, TaskOutcome | None], None]
+StateListener = Callable[["Task", ExecutionState, TaskFailure | None, TaskOutcome | None], None]
 
 
 class Task:
@@ -84,7 +72,7 @@ class Task:
         )
         self._invokable: Invokable | None = None
         self._lock = threading.Lock()  # guards _invokable between the loop and the task thread
-        self._external_failure: TaskFailureInfo | None = None
+        self._external_failure: TaskFailure | None = None
         self._thread: threading.Thread | None = None
 
     # SlotTask protocol (used by the TaskSlotTable)
@@ -129,7 +117,7 @@ class Task:
     def fail_externally(self, cause: BaseException) -> None:
         """Fail the attempt for a reason outside it (slot freed, JobMaster lost...)."""
         if self._external_failure is None:
-            self._external_failure = TaskFailureInfo(
+            self._external_failure = TaskFailure(
                 ErrorCode.FAILED_PRECONDITION, type(cause).__name__, str(cause), ""
             )
         self.cancel()
@@ -143,7 +131,7 @@ class Task:
     def _post(
         self,
         state: ExecutionState,
-        failure: TaskFailureInfo | None = None,
+        failure: TaskFailure | None = None,
         outcome: TaskOutcome | None = None,
     ) -> None:
         # A closed loop means the process is shutting down: nobody is left to tell.
@@ -167,12 +155,12 @@ class Task:
             if self.context.cancelled.is_set():
                 self._post(ExecutionState.CANCELED)
             else:
-                failure = TaskFailureInfo(
+                failure = TaskFailure(
                     ErrorCode.INTERNAL,
                     type(exc).__name__,
                     str(exc),
                     traceback.format_exc(),
-                    exc.partitions if isinstance(exc, PartitionNotFoundError) else (),
+                    lost_partitions(exc),
                     suppress_restarts=isinstance(exc, SuppressRestartsError),
                 )
                 self._post(ExecutionState.FAILED, failure=failure)
@@ -182,7 +170,7 @@ class Task:
     def _apply(
         self,
         state: ExecutionState,
-        failure: TaskFailureInfo | None,
+        failure: TaskFailure | None,
         outcome: TaskOutcome | None,
     ) -> None:
         if state is ExecutionState.CANCELED and self._external_failure is not None:
@@ -195,3 +183,10 @@ class Task:
             return
         self.state = state
         self._listener(self, state, failure, outcome)
+
+
+def lost_partitions(error: BaseException) -> tuple[LostPartition, ...]:
+    """The input partitions ``error`` says the task could not read (none for most errors)."""
+    if isinstance(error, PartitionNotFoundError):
+        return tuple(LostPartition.of(p) for p in error.partitions)
+    return ()

@@ -32,7 +32,6 @@ from sparkmill.common.core.errors import (
     UnavailableError,
 )
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
-from sparkmill.common.core.io_counters import io_to_proto
 from sparkmill.common.core.partitions import InputGateInfo
 from sparkmill.common.core.proto_convert import (
     profile_from_proto,
@@ -45,6 +44,7 @@ from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.slots import SlotStatus
 from sparkmill.common.core.states import ExecutionState
 from sparkmill.common.deployment.descriptor import SharedGateKey, shared_gate_keys
+from sparkmill.common.deployment.state_update import TaskFailure, TaskStateUpdate
 from sparkmill.common.ha.job_leaders import JobLeaderRetrievalFactory, JobLeaderTracker
 from sparkmill.common.ha.leader import LeaderInfo, LeaderRetrievalService
 from sparkmill.common.rpc.client import RpcClientPool
@@ -72,7 +72,7 @@ from sparkmill.services.taskexecutor.resource_manager_link import (
 from sparkmill.services.taskexecutor.resource_manager_link import ResourceManagerLink
 from sparkmill.services.taskexecutor.shared_gates import Resolved, SharedGateCache
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
-from sparkmill.services.taskexecutor.task import StateListener, Task, TaskFailureInfo
+from sparkmill.services.taskexecutor.task import StateListener, Task
 from sparkmill.services.taskexecutor.task_services import close_task_services, install_task_services
 
 log = logging.getLogger(__name__)
@@ -523,30 +523,18 @@ class TaskExecutor(TaskExecutorServicer):
         self,
         task: Task,
         state: ExecutionState,
-        failure: TaskFailureInfo | None,
+        failure: TaskFailure | None,
         outcome: TaskOutcome | None,
     ) -> None:
         if self.task_state_listener is not None:
             self.task_state_listener(task, state, failure, outcome)
-        update = job_master_pb2.TaskExecutionState(
-            attempt_id=task.tdd.attempt_id,
-            state=state.value,  # type: ignore[arg-type]
-        )
-        if failure is not None:
-            update.error.code = int(failure.code)  # type: ignore[assignment]
-            update.error.message = failure.message
-            update.error.details = failure.details
-            update.error.exception_type = failure.exception_type
-            update.suppress_restarts = failure.suppress_restarts
-            for lost in failure.lost_partitions:
-                update.lost_partitions.add(
-                    dataset_id=lost.dataset_id,
-                    partition_number=lost.partition_number,
-                    producer_attempt_id=lost.producer_attempt_id,
-                )
-        if outcome is not None:
-            io_to_proto(outcome.io, update.io_metrics)
-            update.accumulator = outcome.accumulator
+        update = TaskStateUpdate(
+            attempt_id=task.attempt_id,
+            state=state,
+            failure=failure,
+            io=outcome.io if outcome is not None else None,
+            accumulator=outcome.accumulator if outcome is not None else b"",
+        ).to_proto()
         if state.is_terminal:
             self._table().remove_task(task.attempt_id)
         connection = self.jobs.get(task.job_id)
@@ -574,6 +562,14 @@ class TaskExecutor(TaskExecutorServicer):
                     log.info("JobMaster of %s refused updates: %s", short(connection.job_id), exc)
                     connection.unacknowledged.difference_update(u.attempt_id for u in batch)
                     break
+                if isinstance(exc, InvalidArgumentError):
+                    # Sending the same batch again cannot help: its updates are written off, and
+                    # heartbeat reconciliation tells the JobMaster what became of the attempts.
+                    log.error(
+                        "BUG: JobMaster of %s refused updates: %s", short(connection.job_id), exc
+                    )
+                    connection.unacknowledged.difference_update(u.attempt_id for u in batch)
+                    continue
                 log.info("state updates to %s failed (%s); retrying", short(connection.job_id), exc)
                 connection.updates[:0] = batch
                 await asyncio.sleep(delay)

@@ -258,6 +258,16 @@ def test_invalid_wire_resource_profile_is_kept_for_the_validator(cpu: float, mem
     assert f"memory={memory}MiB" in text
 
 
+def test_resource_profile_constructor_refuses_what_only_unvalidated_keeps() -> None:
+    with pytest.raises(ValueError, match="cannot be negative"):
+        ResourceProfile(-1.0, 0)
+    kept = ResourceProfile.unvalidated(-1.0, -5)
+    assert (kept.cpu_cores, kept.memory_mb) == (-1.0, -5)
+    # The switch is not a field: it changes neither equality nor the repr.
+    assert ResourceProfile.unvalidated(1.0, 5) == ResourceProfile(1.0, 5)
+    assert repr(kept) == "ResourceProfile(cpu_cores=-1.0, memory_mb=-5)"
+
+
 def test_decoding_random_garbage_never_raises_and_validation_raises_only_invalid_job_graph() -> (
     None
 ):

@@ -13,6 +13,7 @@ import pytest
 
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import ConfigurationError, FailedPreconditionError, NotFoundError
+from sparkmill.common.core.states import ExecutionState, JobStatus
 from sparkmill.common.rpc.server import CallContext
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
 from sparkmill.services.dispatcher import rest_json
@@ -472,6 +473,23 @@ def test_vertex_state_aggregates_like_flink() -> None:
     assert rest_json.vertex_state({"FINISHED": 1, "RUNNING": 1}, 2) == "RUNNING"
     assert rest_json.vertex_state({"FINISHED": 1, "FAILED": 1}, 2) == "FAILED"
     assert rest_json.vertex_state({"FINISHED": 1, "CREATED": 1}, 2) == "CREATED"
+
+
+def test_the_dashboard_gets_every_state_name_from_the_config() -> None:
+    # app.js keeps no list of states: these are all it knows, in lifecycle order.
+    _, config = _call(_api()[0], "GET", "/v1/config")
+    assert config["states"] == {
+        "job": [s.name for s in JobStatus],
+        "job-terminal": ["FAILED", "CANCELED", "FINISHED"],
+        "execution": [s.name for s in ExecutionState],
+    }
+    # A vertex's task counts come in the same order, every state present.
+    vertex = jobs_pb2.VertexDetails(parallelism=2, tasks_by_state={6: 1, 99: 1})
+    assert (
+        list(rest_json.vertex_json(vertex, 0.0)["tasks"])[: len(ExecutionState)]
+        == (config["states"]["execution"])
+    )
+    assert rest_json.job_state(0) == rest_json.execution_state(42) == "UNKNOWN"
 
 
 def test_rest_options_are_validated() -> None:

@@ -17,9 +17,10 @@ from sparkmill.common.rpc.keys import (
     read_rest_tokens,
     rest_token_of,
 )
+from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.services.dispatcher.http_server import HttpRequest, HttpResponse, parse_target
-from sparkmill.services.dispatcher.rest_api import AllowAll, RestApi
-from sparkmill.services.dispatcher.rest_auth import BearerTokenAuthorizer, authorizer_from_config
+from sparkmill.services.dispatcher.rest_api import AllowAll, RestApi, RestAuthorizer
+from sparkmill.services.dispatcher.rest_auth import BearerTokenAuthorizer, authorizer_of
 from tests.unit.test_rest_api import JOB, STATIC, TestingClusterView, TestingGateway
 
 VIEWER = "v" * 20
@@ -156,24 +157,24 @@ def test_role_of_matches_whole_tokens_only() -> None:
 
 
 def test_the_dispatcher_takes_its_authorizer_from_the_configuration(tmp_path: Path) -> None:
-    lab = {"rest.auth.allow-unauthenticated": True}
-    assert isinstance(authorizer_from_config(Configuration.from_mapping(lab)), AllowAll)
-    off = {"rest.enabled": False}
-    assert isinstance(authorizer_from_config(Configuration.from_mapping(off)), AllowAll)
+    assert isinstance(_from_keys({"rest.auth.allow-unauthenticated": True}), AllowAll)
+    assert isinstance(_from_keys({"rest.enabled": False}), AllowAll)
     path = _token_file(tmp_path, f"operator {OPERATOR}\n")
-    authorizer = authorizer_from_config(
-        Configuration.from_mapping({"rest.auth.token-file": str(path)})
-    )
+    authorizer = _from_keys({"rest.auth.token-file": f" {path} "})  # blanks around it: stripped
     assert isinstance(authorizer, BearerTokenAuthorizer)
     assert authorizer.role_of(OPERATOR) == "operator"
     path.chmod(0o644)
     with pytest.raises(ConfigurationError, match="chmod 600"):
-        authorizer_from_config(Configuration.from_mapping({"rest.auth.token-file": str(path)}))
+        _from_keys({"rest.auth.token-file": str(path)})
+
+
+def _from_keys(config: dict[str, object]) -> RestAuthorizer:
+    return authorizer_of(settings_from_config(Configuration.from_mapping(config)))
 
 
 def test_a_dispatcher_without_a_token_file_refuses_to_serve_an_open_api() -> None:
     with pytest.raises(ConfigurationError) as caught:
-        authorizer_from_config(Configuration.from_mapping({}))
+        _from_keys({})
     message = str(caught.value)
     assert "rest.auth.token-file" in message
     assert "rest.auth.allow-unauthenticated" in message  # the way out is named

@@ -7,14 +7,27 @@ from typing import Any
 
 import pytest
 
-from sparkmill.common.core.errors import IllegalStateBug
+from sparkmill.common.core.errors import ErrorCode, IllegalStateBug, InvalidArgumentError
+from sparkmill.common.core.proto_convert import (
+    error_code_to_proto,
+    execution_state_from_proto,
+    execution_state_to_proto,
+    job_status_from_proto,
+    job_status_to_proto,
+)
 from sparkmill.common.core.state_machine import TransitionTable
 from sparkmill.common.core.states import (
     EXECUTION_STATE_TRANSITIONS,
     JOB_STATUS_TRANSITIONS,
+    UNKNOWN_STATE_NAME,
     ExecutionState,
     JobStatus,
+    execution_state_name,
+    execution_state_of,
+    job_status_name,
+    job_status_of,
 )
+from sparkmill.common.v1 import common_pb2
 
 J = JobStatus
 E = ExecutionState
@@ -174,3 +187,35 @@ def test_illegal_execution_state_transitions_raise(current, target):
     assert not EXECUTION_STATE_TRANSITIONS.can_transition(current, target)
     with pytest.raises(IllegalStateBug, match=f"{current.name} -> {target.name}"):
         EXECUTION_STATE_TRANSITIONS.check(current, target)
+
+
+# -- the wire enums ------------------------------------------------------------------------------
+
+
+def test_the_wire_enums_mirror_the_python_enums_number_for_number() -> None:
+    # proto_convert's *_to_proto functions rely on this: one number, one name, on both sides.
+    job_wire = {n: v for n, v in common_pb2.JobStatus.items() if v}
+    assert job_wire == {s.name: job_status_to_proto(s) for s in JobStatus}
+    # ExecutionState's proto names carry an EXECUTION_ prefix where JobStatus has the same name.
+    exec_wire = {n.removeprefix("EXECUTION_"): v for n, v in common_pb2.ExecutionState.items() if v}
+    assert exec_wire == {s.name: execution_state_to_proto(s) for s in ExecutionState}
+    code_wire = dict(common_pb2.ErrorCode.items())
+    assert code_wire == {c.name: error_code_to_proto(c) for c in ErrorCode}
+
+
+def test_state_numbers_decode_to_members_or_a_typed_refusal() -> None:
+    for status in JobStatus:
+        assert job_status_from_proto(status.value) is status is job_status_of(status.value)
+        assert job_status_name(status.value) == status.name
+    for state in ExecutionState:
+        assert execution_state_from_proto(state.value) is state is execution_state_of(state.value)
+        assert execution_state_name(state.value) == state.name
+    for number in (0, -1, 11, 1000):
+        assert job_status_of(number) is None and job_status_name(number) == UNKNOWN_STATE_NAME
+        with pytest.raises(InvalidArgumentError, match=rf"^status: {number} is not a job status"):
+            job_status_from_proto(number)
+    for number in (0, 10):
+        assert execution_state_of(number) is None
+        assert execution_state_name(number) == UNKNOWN_STATE_NAME
+        with pytest.raises(InvalidArgumentError, match=r"^updates\.state: "):
+            execution_state_from_proto(number, field="updates.state")

@@ -17,11 +17,12 @@ from sparkmill.common.core.ids import (
 )
 from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.deployment.state_update import TaskFailure
 from sparkmill.common.pipeline.noop import NoOpOptions, encode_noop_payload
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.operators import NoOpInvokable
-from sparkmill.services.taskexecutor.task import Task, TaskFailureInfo
+from sparkmill.services.taskexecutor.task import Task
 
 ES = ExecutionState
 WAIT_S = 5.0
@@ -56,7 +57,7 @@ def make_tdd(
 @dataclass
 class Report:
     state: ExecutionState
-    failure: TaskFailureInfo | None
+    failure: TaskFailure | None
     outcome: TaskOutcome | None
     thread: int
 
@@ -73,7 +74,7 @@ class RecordingListener:
         self,
         task: Task,
         state: ExecutionState,
-        failure: TaskFailureInfo | None,
+        failure: TaskFailure | None,
         outcome: TaskOutcome | None,
     ) -> None:
         assert task.state is state  # the task's own state is already updated

@@ -3,11 +3,12 @@
 // fresh API answers every refresh interval, so a running job's graph updates live.
 "use strict";
 
-const TERMINAL = new Set(["FINISHED", "FAILED", "CANCELED"]);
-const STATE_ORDER = ["CREATED", "SCHEDULED", "DEPLOYING", "INITIALIZING", "RUNNING",
-  "FINISHED", "CANCELING", "CANCELED", "FAILED"];
 const SVG_NS = "http://www.w3.org/2000/svg";
-let config = { "refresh-interval": 2000, "grafana-url": "" };
+// State names are the server's (v1/config "states", made from sparkmill's state enums): this
+// file keeps no list of its own. Empty until the configuration is loaded; refresh() loads it
+// before it renders anything.
+const NO_STATES = { job: [], "job-terminal": [], execution: [] };
+let config = { "refresh-interval": 2000, "grafana-url": "", states: NO_STATES };
 let timer = null;
 let renderSeq = 0;
 
@@ -215,7 +216,7 @@ async function cancelJob(jid, button) {
 async function renderJob(view, jid) {
   const [job, exceptions] = await Promise.all([api(`jobs/${jid}`), api(`jobs/${jid}/exceptions`)]);
   const jm = job["job-master"];
-  const running = !TERMINAL.has(job.state);
+  const running = !config.states["job-terminal"].includes(job.state);
   return [
     el("div", { class: "job-head" },
       el("h1", {}, job.name || "(unnamed)", " ", el("span", { id: "job-state" }, badge(job.state))),
@@ -341,7 +342,8 @@ function drawGraph(job) {
   }
   for (const node of nodes) {
     const p = pos.get(node.id);
-    const v = vertices.get(node.id) || { status: "CREATED", tasks: {}, parallelism: node.parallelism };
+    const v = vertices.get(node.id)
+      || { status: config.states.execution[0], tasks: {}, parallelism: node.parallelism };
     const g = svg("g", { class: `vertex state-${v.status}`, "data-vertex-name": node.description,
       "data-state": v.status, transform: `translate(${p.x},${p.y})` });
     g.append(svg("rect", { width: W, height: H, rx: 8, class: "vertex-box" }));
@@ -354,7 +356,7 @@ function drawGraph(job) {
     const total = Math.max(1, node.parallelism);
     let x = 16;
     const barW = W - 32;
-    for (const state of STATE_ORDER) {
+    for (const state of config.states.execution) {
       const count = (v.tasks || {})[state] || 0;
       if (!count) continue;
       const w = (barW * count) / total;
@@ -362,7 +364,7 @@ function drawGraph(job) {
         svg("title", {}, `${count} ${state}`)));
       x += w;
     }
-    const counts = STATE_ORDER.filter((s) => (v.tasks || {})[s])
+    const counts = config.states.execution.filter((s) => (v.tasks || {})[s])
       .map((s) => `${v.tasks[s]} ${s.toLowerCase()}`).join(" · ");
     g.append(svg("text", { x: 16, y: 88, class: "vertex-counts" }, clip(counts, 34)));
     g.append(svg("title", {}, `${node.description}\n${counts}`));
@@ -394,6 +396,10 @@ async function refresh() {
   document.querySelectorAll("[data-nav]").forEach((a) =>
     a.classList.toggle("active", a.dataset.nav === nav));
   try {
+    if (!config.states.execution.length) {  // the first load failed: nothing to draw with
+      const failure = await loadConfig();
+      if (failure) throw failure;
+    }
     const content = await render(view);
     if (seq !== renderSeq) return;  // a newer render started meanwhile
     const open = new Set([...view.querySelectorAll("details[open] summary")].map((s) => s.textContent));
@@ -418,7 +424,7 @@ async function refresh() {
 async function loadConfig() {
   let failure = null;
   try {
-    config = await api("config");
+    config = { ...config, ...(await api("config")) };
   } catch (error) {
     failure = error;  // keep the defaults
   }

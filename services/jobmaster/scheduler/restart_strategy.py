@@ -22,8 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from sparkmill.common.config import options as opt
-from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.runtime.settings import RestartSettings
 
 
 class RestartStrategy(Protocol):
@@ -147,26 +146,23 @@ class ExponentialDelayRestartStrategy:
         )
 
 
-def restart_strategy_from_config(config: Configuration) -> RestartStrategy:
-    kind = config.get(opt.RESTART_STRATEGY_TYPE)
+def restart_strategy_from_settings(settings: RestartSettings) -> RestartStrategy:
+    kind = settings.strategy
     if kind == "fixed-delay":
-        return FixedDelayRestartStrategy(
-            config.get(opt.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS),
-            config.get(opt.RESTART_STRATEGY_FIXED_DELAY_DELAY),
-        )
+        return FixedDelayRestartStrategy(settings.fixed_delay_attempts, settings.fixed_delay_s)
     if kind == "failure-rate":
         return FailureRateRestartStrategy(
-            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_MAX_FAILURES),
-            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_INTERVAL),
-            config.get(opt.RESTART_STRATEGY_FAILURE_RATE_DELAY),
+            settings.failure_rate_max_failures,
+            settings.failure_rate_interval_s,
+            settings.failure_rate_delay_s,
         )
     if kind == "exponential-delay":
         return ExponentialDelayRestartStrategy(
-            config.get(opt.RESTART_STRATEGY_EXP_INITIAL_BACKOFF),
-            config.get(opt.RESTART_STRATEGY_EXP_MAX_BACKOFF),
-            config.get(opt.RESTART_STRATEGY_EXP_BACKOFF_MULTIPLIER),
-            config.get(opt.RESTART_STRATEGY_EXP_RESET_BACKOFF_THRESHOLD),
-            config.get(opt.RESTART_STRATEGY_EXP_JITTER_FACTOR),
-            config.get(opt.RESTART_STRATEGY_EXP_ATTEMPTS_BEFORE_RESET),
+            settings.exponential_initial_backoff_s,
+            settings.exponential_max_backoff_s,
+            settings.exponential_multiplier,
+            settings.exponential_reset_threshold_s,
+            settings.exponential_jitter,
+            settings.exponential_attempts,
         )
     return NoRestartStrategy()
