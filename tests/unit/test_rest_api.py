@@ -506,3 +506,17 @@ def test_the_default_bind_host_is_the_dispatchers_own() -> None:
     assert rpc_host("tcp://10.1.2.3:6123") == "10.1.2.3"
     assert rpc_host("tcp://*:6123") == "0.0.0.0"
     assert rpc_host("tcp://[::1]:6123") == "::1"
+
+
+def test_members_urls_reach_the_dashboard_only_when_they_are_http() -> None:
+    from sparkmill.services.dispatcher.rest_json import service_json, web_url
+
+    assert web_url("http://h:9249/metrics") == "http://h:9249/metrics"
+    assert web_url("HTTPS://h/") == "HTTPS://h/"
+    for hostile in ("javascript:alert(1)", "JaVaScRiPt:x", "data:text/html,x", "//h/x", "h:1"):
+        assert web_url(hostile) == "", hostile
+    info = common_pb2.ServiceInfo(
+        role="job-master", metrics_url="javascript:fetch('//evil')", rest_url="http://ok:1"
+    )
+    document = service_json(info)
+    assert document["metrics-url"] == "" and document["rest-url"] == "http://ok:1"

@@ -107,8 +107,23 @@ function shortId(id) {
   return id ? id.slice(0, 8) : "";
 }
 
+// Only http(s) URLs become links: members announce their own metrics and REST URLs, and a
+// "javascript:" one would run in the dashboard's origin. Anything else is shown as text.
+function webUrl(href) {
+  try {
+    const url = new URL(href, window.location.href);
+    return url.protocol === "http:" || url.protocol === "https:" ? url.href : null;
+  } catch (_) {
+    return null;
+  }
+}
+
 function link(href, text, external) {
-  return el("a", external ? { href, target: "_blank", rel: "noopener" } : { href }, text);
+  if (external) {
+    const safe = webUrl(href);
+    return safe ? el("a", { href: safe, target: "_blank", rel: "noopener" }, text) : text;
+  }
+  return el("a", { href }, text);
 }
 
 function card(label, value, id) {
