@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 from sparkmill.common.core.errors import (
     AlreadyExistsError,
@@ -44,16 +43,17 @@ from sparkmill.common.runtime.heartbeat import HeartbeatManager
 from sparkmill.common.runtime.service_base import ServiceIdentity, leader_session, require_leader
 from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
-from sparkmill.common.v1.gateways import DispatcherServicer, JobMasterClient
-from sparkmill.services.dispatcher import job_listing
+from sparkmill.common.v1.gateways import DispatcherServicer
+from sparkmill.services.dispatcher import job_listing, job_recovery
+from sparkmill.services.dispatcher.job_master_processes import JobMasterProcesses
 from sparkmill.services.dispatcher.job_placement import (
     JobMasterProcessRecord,
     JobPlacement,
     JobRecord,
     can_be_released,
     can_start,
-    is_waiting_for_claim,
 )
+from sparkmill.services.dispatcher.job_views import add_job_summary, job_details
 
 log = logging.getLogger(__name__)
 # The longest a GetJobResult call may wait for its job to end (its RPC deadline must be longer).
@@ -70,7 +70,7 @@ class Dispatcher(DispatcherServicer):
         result_store: JobResultStore,
         clients: RpcClientPool,
         identity: ServiceIdentity,
-        job_master_contenders: Callable[[JobID], Awaitable[int | None]] | None = None,
+        job_master_contenders: job_recovery.ContenderCount | None = None,
     ) -> None:
         self.settings = settings
         # How many JobMasters contend for a job's leadership (None: cannot be known).
@@ -83,15 +83,13 @@ class Dispatcher(DispatcherServicer):
         self.identity = identity
         self.session_id: str | None = None
         self.jobs: dict[JobID, JobRecord] = {}
-        self.processes: dict[str, JobMasterProcessRecord] = {}
-        self.heartbeats = HeartbeatManager(
-            "dispatcher->jm",
-            interval_s=settings.heartbeat_interval_s,
-            timeout_s=settings.heartbeat_timeout_s,
-            rpc_failure_threshold=settings.heartbeat_rpc_failure_threshold,
-            on_timeout=self._on_process_timeout,
-        )
+        self.processes = JobMasterProcesses(settings, clients, identity.id, self._lose_process)
         self.submitted_total = 0
+
+    @property
+    def heartbeats(self) -> HeartbeatManager:
+        """The heartbeats to the registered job-master processes (their metrics)."""
+        return self.processes.heartbeats
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -111,70 +109,28 @@ class Dispatcher(DispatcherServicer):
         await self.election.confirm_leadership(session_id, self.identity.address)
         # Recovered jobs wait a little for their job-master processes to re-register and claim
         # them (a running JobMaster must not be started a second time).
-        grace = 2 * self.settings.heartbeat_interval_s + self.settings.registration.max_timeout_s
+        grace = job_recovery.recovery_grace_s(self.settings)
         asyncio.get_running_loop().call_later(grace, self._end_recovery_grace)
         if self._job_master_contenders is not None:
-            self.runtime.spawn(
-                self._release_uncontended_jobs(session_id, grace), "uncontended-recovered-jobs"
+            release = job_recovery.release_uncontended_jobs(
+                self.jobs,
+                self._job_master_contenders,
+                still_leading=lambda: self.session_id == session_id,
+                on_released=self._schedule_waiting_jobs,
+                grace_s=grace,
+                poll_s=min(1.0, self.settings.heartbeat_interval_s),
             )
+            self.runtime.spawn(release, "uncontended-recovered-jobs")
         self._schedule_waiting_jobs()
-
-    async def _release_uncontended_jobs(self, session_id: str, grace_s: float) -> None:
-        """Start a recovered job before the grace period ends once no JobMaster contends for it.
-
-        The grace period is for a job-master process that still hosts the job (leading, or
-        standby in its election) to claim it. A job whose election has no contender has no such
-        process: its JobMaster was lost with its host or its ZooKeeper session, and waiting
-        would only delay the takeover (its finished subtasks are kept either way). A process
-        that was given the job a moment before the leader change and has not entered the
-        election yet may still claim it; the job's own election then lets one of the two lead.
-        """
-        assert self._job_master_contenders is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace_s
-        poll_s = min(1.0, self.settings.heartbeat_interval_s)
-        while self.session_id == session_id and loop.time() < deadline:
-            waiting = [j for j in self.jobs.values() if is_waiting_for_claim(j.placement)]
-            if not waiting:
-                return
-            released = 0
-            for job in waiting:
-                contenders = await self._job_master_contenders(job.job_id)
-                if (
-                    contenders == 0
-                    and self.session_id == session_id
-                    and is_waiting_for_claim(job.placement)
-                ):
-                    log.info(
-                        "recovered job %s: no JobMaster contends for it, started now instead"
-                        " of after the recovery grace period",
-                        short(job.job_id),
-                    )
-                    job.move_to(JobPlacement.WAITING)
-                    released += 1
-            if released:
-                self._schedule_waiting_jobs()
-            await asyncio.sleep(poll_s)
 
     async def _recover(self) -> None:
         """Rebuild the job table from the stores; a job with a result is never run again."""
         results = await self.runtime.run_blocking(self.result_store.results)
         for result, dirty in results:
-            job_id = JobID(result.job_id)
-            job = JobRecord(
-                job_id,
-                result.details.name,
-                common_pb2.JobGraph(job_id=job_id),
-                result.details.submitted_at or time.time(),
-                status=JobStatus(result.status),
-                ended_at=result.details.ended_at,
-                result=result,
-                details=result.details,
-                placement=JobPlacement.ENDED,
-            )
-            self.jobs[job_id] = job
+            job = job_recovery.ended_job(result)
+            self.jobs[job.job_id] = job
             if dirty:  # the previous leader died between recording the result and clean-up
-                await self._clean_up(job_id)
+                await self._clean_up(job.job_id)
         recovered = await self.runtime.run_blocking(self.job_store.recover)
         for lost in recovered.unrecoverable:
             await self._fail_unrecoverable(lost)
@@ -184,9 +140,7 @@ class Dispatcher(DispatcherServicer):
                 log.info("job %s already has a result; removing its stale graph", short(job_id))
                 await self._clean_up(job_id)
                 continue
-            self.jobs[job_id] = JobRecord(
-                job_id, graph.name, graph, time.time(), placement=JobPlacement.RECOVERED
-            )
+            self.jobs[job_id] = job_recovery.recovered_job(graph)
             log.info("recovered job %s ('%s') from the job graph store", short(job_id), graph.name)
 
     async def _fail_unrecoverable(self, lost: UnrecoverableJobGraph) -> None:
@@ -199,15 +153,9 @@ class Dispatcher(DispatcherServicer):
         if job_id in self.jobs:  # it already has a result: only its clean-up was left
             await self._clean_up(job_id)
             return
-        message = f"the job graph could not be read back from the HA store: {lost.reason}"
-        job = JobRecord(
-            job_id, "(unreadable job graph)", common_pb2.JobGraph(job_id=job_id), time.time()
-        )
+        job, failure = job_recovery.unreadable_job(lost)
         self.jobs[job_id] = job
-        log.error("job %s FAILED on recovery: %s", short(job_id), message)
-        failure = common_pb2.ErrorInfo(
-            code=common_pb2.FAILED_PRECONDITION, message=message, exception_type="JobGraphLost"
-        )
+        log.error("job %s FAILED on recovery: %s", short(job_id), failure.message)
         await self._fail_for_good(job, failure)
 
     async def _fail_for_good(self, job: JobRecord, failure: common_pb2.ErrorInfo) -> None:
@@ -229,16 +177,12 @@ class Dispatcher(DispatcherServicer):
         await self.runtime.run_blocking(self.result_store.mark_clean, job_id)
 
     def _end_recovery_grace(self) -> None:
-        for job in self.jobs.values():
-            if is_waiting_for_claim(job.placement):
-                job.move_to(JobPlacement.WAITING)
+        job_recovery.end_recovery_grace(self.jobs.values())
         self._schedule_waiting_jobs()
 
     async def revoke_leadership(self) -> None:
         log.warning("dispatcher %s lost leadership", short(self.identity.id))
         self.session_id = None
-        for process_id in list(self.processes):
-            self.heartbeats.unmonitor(process_id)
         self.processes.clear()
         self.jobs.clear()
         await self.runtime.run_blocking(self.job_store.release_all)
@@ -287,7 +231,7 @@ class Dispatcher(DispatcherServicer):
             return
         for job in self.jobs.values():
             if can_start(job.placement):
-                process = self._least_loaded_process()
+                process = self.processes.least_loaded()
                 if process is None:
                     log.info("job %s waits for a job-master process to register", short(job.job_id))
                     return
@@ -306,11 +250,6 @@ class Dispatcher(DispatcherServicer):
         new = self.processes.get(process_id)
         if new is not None:
             new.jobs.add(job.job_id)
-
-    def _least_loaded_process(self) -> JobMasterProcessRecord | None:
-        if not self.processes:
-            return None
-        return min(self.processes.values(), key=lambda p: (len(p.jobs), p.process_id))
 
     async def _start_job(self, job: JobRecord, process: JobMasterProcessRecord) -> None:
         try:
@@ -430,9 +369,7 @@ class Dispatcher(DispatcherServicer):
     ) -> dispatcher_pb2.RegisterJobMasterProcessResponse:
         if request.process_id in self.processes:
             self._lose_process(request.process_id, "it registered again")
-        client = JobMasterClient(self.clients.get(request.address))
-        process = JobMasterProcessRecord(request.process_id, request.address, client, request.info)
-        self.processes[request.process_id] = process
+        process = self.processes.add(request.process_id, request.address, request.info)
         for hosted in request.jobs:
             job = self.jobs.get(JobID(hosted.job_id))
             if hosted.status == JobStatus.SUSPENDED.value:
@@ -464,11 +401,6 @@ class Dispatcher(DispatcherServicer):
                     self._stop_orphan(process, job.job_id, hosted.job_master_session_id),
                     "stop-orphan",
                 )
-        self.heartbeats.monitor(
-            request.process_id,
-            lambda: self._heartbeat_process(request.process_id),
-            watch=self.clients.get(request.address).watch_connection,
-        )
         log.info(
             "job-master process %s registered from %s", short(request.process_id), request.address
         )
@@ -490,23 +422,10 @@ class Dispatcher(DispatcherServicer):
         except RpcError as exc:
             log.info("job %s: the orphaned JobMaster was not cancelled: %s", short(job_id), exc)
 
-    async def _heartbeat_process(self, process_id: str) -> None:
-        process = self.processes.get(process_id)
-        if process is None:
-            return
-        await process.client.heartbeat_from_dispatcher(
-            common_pb2.HeartbeatRequest(sender_id=self.identity.id),
-            timeout=self.settings.heartbeat_interval_s,
-        )
-
-    def _on_process_timeout(self, process_id: str, reason: str) -> None:
-        self._lose_process(process_id, reason)
-
     def _lose_process(self, process_id: str, reason: str) -> None:
-        process = self.processes.pop(process_id, None)
+        process = self.processes.remove(process_id)
         if process is None:
             return
-        self.heartbeats.unmonitor(process_id)
         orphans = [self.jobs[j] for j in process.jobs if j in self.jobs]
         log.warning(
             "job-master process %s lost (%s); %d jobs will start elsewhere",
@@ -541,29 +460,17 @@ class Dispatcher(DispatcherServicer):
         page, next_token = job_listing.select_page(self.jobs.values(), size, request.page_token)
         reply = dispatcher_pb2.ListJobsResponse(next_page_token=next_token)
         for job in page:
-            summary = reply.jobs.add(
-                job_id=job.job_id,
-                name=job.name,
-                status=job_status_to_proto(job.status),
-                submitted_at=job.submitted_at,
-                ended_at=job.ended_at,
-            )
-            total = sum(v.parallelism for v in job.graph.vertices)
-            summary.total_tasks = total
-            if job.details is not None:
-                summary.restarts = job.details.restarts
-                summary.finished_tasks = sum(
-                    v.tasks_by_state.get(6, 0) for v in job.details.vertices
-                )  # FINISHED
+            add_job_summary(reply, job)
         return reply
 
     async def get_job_status(
         self, request: dispatcher_pb2.GetJobStatusRequest, context: CallContext
     ) -> jobs_pb2.JobDetails:
         job = self._job(request.job_id)
-        if not job.terminal and job.session_id and job.process_id in self.processes:
+        process = self.processes.get(job.process_id)
+        if not job.terminal and job.session_id and process is not None:
             try:
-                details = await self.processes[job.process_id].client.get_job_details(
+                details = await process.client.get_job_details(
                     job_master_pb2.GetJobDetailsRequest(job_id=job.job_id),
                     fencing_token=job.session_id,
                     timeout=5.0,
@@ -574,24 +481,7 @@ class Dispatcher(DispatcherServicer):
         return self._details(job)
 
     def _details(self, job: JobRecord) -> jobs_pb2.JobDetails:
-        details = jobs_pb2.JobDetails()
-        if job.details is not None:
-            details.CopyFrom(job.details)
-        else:
-            for vertex in job.graph.vertices:
-                details.vertices.add(
-                    vertex_id=vertex.id, name=vertex.name, parallelism=vertex.parallelism
-                )
-        details.job_id = job.job_id
-        details.name = job.name
-        details.status = job_status_to_proto(job.status)
-        details.submitted_at = job.submitted_at
-        details.ended_at = job.ended_at
-        details.job_master_address = job.address
-        process = self.processes.get(job.process_id)
-        if process is not None and job.session_id:
-            details.job_master.CopyFrom(process.info)  # the process whose JobMaster leads it
-        return details
+        return job_details(job, self.processes.get(job.process_id))
 
     def job_graph(self, job_id: str) -> common_pb2.JobGraph:
         """The submitted graph (for the REST API's plan; only the id after a leader change
@@ -606,8 +496,9 @@ class Dispatcher(DispatcherServicer):
             raise FailedPreconditionError(
                 f"job {short(job.job_id)} already ended {job.status.name}; nothing to cancel"
             )
-        if job.session_id and job.process_id in self.processes:
-            await self.processes[job.process_id].client.cancel_job(
+        process = self.processes.get(job.process_id)
+        if job.session_id and process is not None:
+            await process.client.cancel_job(
                 job_master_pb2.JobMasterCancelJobRequest(job_id=job.job_id),
                 fencing_token=job.session_id,
             )
@@ -648,7 +539,7 @@ class Dispatcher(DispatcherServicer):
     ) -> dispatcher_pb2.ClusterServices:
         return dispatcher_pb2.ClusterServices(
             dispatcher=self.identity.info(is_leader=True),
-            job_master_processes=[p.info for p in self.processes.values()],
+            job_master_processes=[p.info for p in self.processes],
         )
 
     async def get_service_info(
