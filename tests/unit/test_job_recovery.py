@@ -37,7 +37,7 @@ def test_only_jobs_without_contenders_are_released_before_the_grace_period() -> 
     assert alive.placement is JobPlacement.RECOVERED  # its JobMaster may still claim it
     assert released_rounds == [1]
     job_recovery.end_recovery_grace(jobs.values())
-    assert alive.placement is JobPlacement.WAITING
+    assert [j.placement for j in jobs.values()] == [JobPlacement.WAITING, JobPlacement.WAITING]
 
 
 def test_nothing_is_released_once_leadership_is_lost() -> None:
