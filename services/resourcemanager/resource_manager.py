@@ -12,11 +12,8 @@ All state is owned by the service's event loop; RPC results come back to it as c
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from sparkmill.common.core.errors import (
     FailedPreconditionError,
@@ -35,15 +32,12 @@ from sparkmill.common.core.ids import (
     short,
 )
 from sparkmill.common.core.proto_convert import (
-    error_to_proto,
     profile_from_proto,
     profile_to_proto,
     refusal_to_proto,
     slot_report_from_proto,
-    slot_status_to_proto,
 )
-from sparkmill.common.core.resources import ResourceProfile
-from sparkmill.common.core.slots import SlotID, SlotStatus
+from sparkmill.common.core.slots import SlotID
 from sparkmill.common.ha.job_leaders import JobLeaderRetrievalFactory, JobLeaderTracker
 from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo
 from sparkmill.common.rpc.client import RpcClientPool
@@ -64,29 +58,16 @@ from sparkmill.common.v1.gateways import (
     ResourceManagerServicer,
     TaskExecutorClient,
 )
-from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
+from sparkmill.services.resourcemanager.cluster_status import cluster_status
+from sparkmill.services.resourcemanager.job_master_registration import JobMasterRegistration
+from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest
+from sparkmill.services.resourcemanager.task_executor_registration import (
+    TaskExecutorRegistration,
+    WorkerRegistration,
+    no_slot_large_enough,
+)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _TaskExecutorRecord:
-    resource_id: ResourceID
-    instance_id: InstanceID
-    address: str
-    client: TaskExecutorClient
-    request: resource_manager_pb2.RegisterTaskExecutorRequest
-    registered_at: float = field(default_factory=time.time)
-    slot_manager_registered: bool = False
-    peer: str = ""  # the authenticated key that registered it ("" with security off)
-
-
-@dataclass
-class _JobMasterRecord:
-    job_id: JobID
-    address: str
-    session_id: str
-    client: JobMasterClient
 
 
 class ResourceManager(ResourceManagerServicer):
@@ -107,9 +88,9 @@ class ResourceManager(ResourceManagerServicer):
         self.clients = clients
         self.identity = identity
         self.session_id: str | None = None
-        self.task_executors: dict[ResourceID, _TaskExecutorRecord] = {}
+        self.task_executors: dict[ResourceID, WorkerRegistration] = {}
         self._by_instance: dict[InstanceID, ResourceID] = {}
-        self.job_masters: dict[JobID, _JobMasterRecord] = {}
+        self.job_masters: dict[JobID, JobMasterRegistration] = {}
         self.slot_manager: SlotManager | None = None
         self._timers: AsyncioTimerService | None = None
         self.te_heartbeats = self._heartbeats("rm->te", self._on_task_executor_timeout)
@@ -186,10 +167,9 @@ class ResourceManager(ResourceManagerServicer):
         self, request: resource_manager_pb2.RegisterTaskExecutorRequest, context: CallContext
     ) -> resource_manager_pb2.RegisterTaskExecutorResponse:
         self._slots()
-        # Refuse bad profiles now: they are decoded again on every slot report.
-        profile_from_proto(request.total_resources, field="total_resources")
-        profile_from_proto(request.default_slot_profile, field="default_slot_profile")
-        resource_id = ResourceID(request.resource_id)
+        # Decoded once: a bad profile is refused now, and later uses read the typed record.
+        registration = TaskExecutorRegistration.from_proto(request)
+        resource_id = registration.resource_id
         previous = self.task_executors.get(resource_id)
         if previous is not None and previous.peer != context.peer:
             # Only the key that registered a resource id may replace its registration: another
@@ -209,8 +189,8 @@ class ResourceManager(ResourceManagerServicer):
         client = TaskExecutorClient(
             self.clients.get(request.address), fencing_token=self.session_id or ""
         )
-        self.task_executors[resource_id] = _TaskExecutorRecord(
-            resource_id, instance_id, request.address, client, request, peer=context.peer
+        self.task_executors[resource_id] = WorkerRegistration(
+            registration, instance_id, client, peer=context.peer
         )
         self._by_instance[instance_id] = resource_id
         self.te_heartbeats.monitor(
@@ -221,8 +201,8 @@ class ResourceManager(ResourceManagerServicer):
         log.info(
             "task executor %s registered from %s with %d slots (instance %s)",
             short(resource_id),
-            request.address,
-            request.number_slots,
+            registration.address,
+            registration.number_slots,
             short(instance_id),
         )
         return resource_manager_pb2.RegisterTaskExecutorResponse(
@@ -239,25 +219,17 @@ class ResourceManager(ResourceManagerServicer):
         return common_pb2.Empty()
 
     def _apply_slot_report(
-        self, record: _TaskExecutorRecord, message: common_pb2.SlotReport
+        self, record: WorkerRegistration, message: common_pb2.SlotReport
     ) -> None:
         slots = self._slots()
         report = slot_report_from_proto(message)
         if not record.slot_manager_registered:
-            slots.register_task_executor(
-                record.instance_id,
-                record.resource_id,
-                report,
-                profile_from_proto(record.request.total_resources, field="total_resources"),
-                profile_from_proto(
-                    record.request.default_slot_profile, field="default_slot_profile"
-                ),
-            )
+            slots.register_task_executor(record.instance_id, record.registration, report)
             record.slot_manager_registered = True
         else:
             slots.report_slot_status(record.instance_id, report)
 
-    def _task_executor_by_instance(self, instance_id: InstanceID) -> _TaskExecutorRecord:
+    def _task_executor_by_instance(self, instance_id: InstanceID) -> WorkerRegistration:
         resource_id = self._by_instance.get(instance_id)
         if resource_id is None:
             raise NotFoundError(
@@ -321,37 +293,9 @@ class ResourceManager(ResourceManagerServicer):
         for job_id in {r.job_id for r in lost}:
             jm = self.job_masters.get(job_id)
             if jm is not None:
-                self.runtime.spawn(
-                    self._tell_job_master_te_lost(jm, resource_id, cause), "jm-te-lost"
-                )
+                self.runtime.spawn(jm.tell_task_executor_lost(resource_id, cause), "jm-te-lost")
         if notify:
-            self.runtime.spawn(self._tell_task_executor_disconnect(record, cause), "te-disconnect")
-
-    async def _tell_job_master_te_lost(
-        self, jm: _JobMasterRecord, resource_id: ResourceID, cause: str
-    ) -> None:
-        try:
-            await jm.client.disconnect_task_executor(
-                job_master_pb2.JobMasterDisconnectTaskExecutorRequest(
-                    job_id=jm.job_id, resource_id=resource_id, cause=cause
-                ),
-                fencing_token=jm.session_id,
-            )
-        except RpcError as exc:
-            log.info(
-                "could not tell the JobMaster of %s about %s: %s",
-                short(jm.job_id),
-                short(resource_id),
-                exc,
-            )
-
-    async def _tell_task_executor_disconnect(self, record: _TaskExecutorRecord, cause: str) -> None:
-        # It is probably dead; if not, it re-registers when it notices our silence.
-        with contextlib.suppress(RpcError):
-            await record.client.disconnect_resource_manager(
-                task_executor_pb2.TaskExecutorDisconnectResourceManagerRequest(cause=cause),
-                timeout=2.0,
-            )
+            self.runtime.spawn(record.tell_disconnect(cause), "te-disconnect")
 
     # -- job masters -----------------------------------------------------------------------------
 
@@ -372,7 +316,7 @@ class ResourceManager(ResourceManagerServicer):
         if old is not None and old.session_id != session_id:
             self._close_job_master(job_id, "a new JobMaster registered for the job")
         client = JobMasterClient(self.clients.get(request.job_master_address))
-        self.job_masters[job_id] = _JobMasterRecord(
+        self.job_masters[job_id] = JobMasterRegistration(
             job_id, request.job_master_address, request.job_master_session_id, client
         )
         self.jm_heartbeats.monitor(
@@ -446,7 +390,8 @@ class ResourceManager(ResourceManagerServicer):
                 f"{short(job_id)}"
             )
         profile = profile_from_proto(request.resource_profile)
-        unsatisfiable = self._unsatisfiable(job_id, profile)
+        registered = (record.registration for record in self.task_executors.values())
+        unsatisfiable = no_slot_large_enough(job_id, profile, registered)
         if unsatisfiable:
             raise ResourceExhaustedError(unsatisfiable)
         slots.register_slot_request(
@@ -459,32 +404,6 @@ class ResourceManager(ResourceManagerServicer):
             )
         )
         return common_pb2.Empty()
-
-    def _unsatisfiable(self, job_id: JobID, profile: ResourceProfile) -> str:
-        """A diagnostic when no registered task executor could ever serve ``profile``.
-
-        Waiting for the slot request timeout would only delay the inevitable: fail fast and
-        say what is registered. With no task executor registered yet, the request waits (they
-        may still be starting).
-        """
-        if profile.is_unknown or not self.task_executors:
-            return ""
-        offered: dict[str, int] = {}
-        for record in self.task_executors.values():
-            slot = profile_from_proto(record.request.default_slot_profile)
-            if slot.is_matching(profile):
-                return ""
-            key = f"{slot} (of {profile_from_proto(record.request.total_resources)})"
-            offered[key] = offered.get(key, 0) + record.request.number_slots
-        described = ", ".join(f"{n} x {p}" for p, n in sorted(offered.items()))
-        return (
-            f"slot request of job {short(job_id)} for {profile} can never be served: no "
-            f"registered task executor offers slots that large ({len(self.task_executors)} "
-            f"task executors registered, slots: {described}); lower the operator's resource "
-            f"profile or add task executors with more cpu/memory per slot "
-            f"(taskmanager.cpu.cores, taskmanager.memory.process.size, "
-            f"taskmanager.numberOfTaskSlots)"
-        )
 
     async def cancel_slot_request(
         self, request: resource_manager_pb2.CancelSlotRequestRequest, context: CallContext
@@ -561,27 +480,7 @@ class ResourceManager(ResourceManagerServicer):
         jm = self.job_masters.get(job_id)
         if jm is None:
             return
-        self.runtime.spawn(
-            self._notify_allocation_failure(jm, allocation_id, cause), "allocation-failure"
-        )
-
-    async def _notify_allocation_failure(
-        self, jm: _JobMasterRecord, allocation_id: AllocationID, cause: RpcError
-    ) -> None:
-        try:
-            await jm.client.notify_slot_allocation_failure(
-                job_master_pb2.NotifySlotAllocationFailureRequest(
-                    job_id=jm.job_id, allocation_id=allocation_id, error=error_to_proto(cause)
-                ),
-                fencing_token=jm.session_id,
-            )
-        except RpcError as exc:
-            log.info(
-                "could not report failed allocation %s to job %s: %s",
-                short(allocation_id),
-                short(jm.job_id),
-                exc,
-            )
+        self.runtime.spawn(jm.tell_allocation_failed(allocation_id, cause), "allocation-failure")
 
     def notify_idle_task_executor(self, instance_id: InstanceID) -> None:
         resource_id = self._by_instance.get(instance_id)
@@ -594,39 +493,12 @@ class ResourceManager(ResourceManagerServicer):
     async def get_cluster_status(
         self, request: resource_manager_pb2.GetClusterStatusRequest, context: CallContext
     ) -> resource_manager_pb2.ClusterStatus:
-        slots = self._slots()
-        status = resource_manager_pb2.ClusterStatus(
-            resource_manager=self.identity.info(is_leader=True),
-            registered_jobs=sorted(self.job_masters),
-            pending_slot_requests=slots.number_pending_requests(),
+        return cluster_status(
+            self.identity.info(is_leader=True),
+            self._slots(),
+            self.task_executors.values(),
+            self.job_masters,
         )
-        counts = slots.slot_counts()
-        status.slots_free = counts.get(SlotState.FREE, 0)
-        status.slots_pending = counts.get(SlotState.PENDING, 0)
-        status.slots_allocated = counts.get(SlotState.ALLOCATED, 0)
-        status.slots_total = status.slots_free + status.slots_pending + status.slots_allocated
-        for record in self.task_executors.values():
-            te = status.task_executors.add(
-                resource_id=record.resource_id,
-                instance_id=record.instance_id,
-                address=record.address,
-                total_resources=record.request.total_resources,
-                info=record.request.info,
-                registered_at=record.registered_at,
-            )
-            if record.slot_manager_registered:
-                for info in slots.task_executor_slots(record.instance_id):
-                    te.slots.append(
-                        slot_status_to_proto(
-                            SlotStatus(
-                                info.slot_id.slot_index,
-                                info.resource_profile,
-                                info.allocation_id,
-                                info.job_id,
-                            )
-                        )
-                    )
-        return status
 
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, context: CallContext

@@ -29,12 +29,9 @@ Lost allocations (slots allocated on a task executor that unregisters) are *retu
 
 from __future__ import annotations
 
-import enum
 import itertools
 import logging
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from sparkmill.common.core.errors import (
     AlreadyExistsError,
@@ -47,124 +44,26 @@ from sparkmill.common.core.errors import (
 from sparkmill.common.core.ids import AllocationID, InstanceID, JobID, ResourceID, short
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.slots import SlotID, SlotReport
-from sparkmill.common.core.state_machine import TransitionTable
 from sparkmill.common.runtime.timers import TimerService
-
-log = logging.getLogger(__name__)
-
-
-class SlotState(enum.Enum):
-    """The resource manager's view of one task executor slot."""
-
-    FREE = "FREE"
-    PENDING = "PENDING"  # a requestSlot call to the task executor is in flight
-    ALLOCATED = "ALLOCATED"  # held by an allocation (possibly one we do not know: id None)
-
-
-SLOT_STATE_TRANSITIONS: TransitionTable[SlotState] = TransitionTable(
-    "slot manager slot",
-    {
-        SlotState.FREE: {SlotState.PENDING, SlotState.ALLOCATED},
-        SlotState.PENDING: {SlotState.FREE, SlotState.ALLOCATED},
-        SlotState.ALLOCATED: {SlotState.FREE},
-    },
+from sparkmill.services.resourcemanager.slot_requests import (
+    AllocationInfo,
+    AllocationStatus,
+    ResourceActions,
+    SlotRequest,
+)
+from sparkmill.services.resourcemanager.task_executor_registration import TaskExecutorRegistration
+from sparkmill.services.resourcemanager.task_executor_slots import (
+    SLOT_STATE_TRANSITIONS,
+    PendingSlotRequest,
+    SlotInfo,
+    SlotState,
+    TrackedSlot,
+    TrackedTaskExecutor,
+    find_free_slot,
+    slot_size,
 )
 
-
-class AllocationStatus(enum.Enum):
-    WAITING = "WAITING"  # queued, no slot yet
-    ALLOCATING = "ALLOCATING"  # requestSlot in flight to a slot
-    ALLOCATED = "ALLOCATED"  # a slot is allocated to it
-
-
-@dataclass(frozen=True, slots=True)
-class SlotRequest:
-    """A job master's request for one slot (``ResourceManager.requestSlot``)."""
-
-    job_id: JobID
-    allocation_id: AllocationID
-    resource_profile: ResourceProfile
-    job_master_address: str
-    # The job's own slot.request.timeout (a job may override the cluster's); None = cluster's.
-    timeout_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SlotInfo:
-    slot_id: SlotID
-    state: SlotState
-    resource_profile: ResourceProfile
-    allocation_id: AllocationID | None
-    job_id: JobID | None
-
-
-@dataclass(frozen=True, slots=True)
-class AllocationInfo:
-    allocation_id: AllocationID
-    job_id: JobID | None
-    status: AllocationStatus
-    slot_id: SlotID | None
-
-
-class ResourceActions(Protocol):
-    """The slot manager's way out; implemented by the resource manager."""
-
-    def allocate_slot(self, instance_id: InstanceID, slot_id: SlotID, request: SlotRequest) -> None:
-        """Send ``requestSlot`` to the task executor; answer via ``on_allocation_result``."""
-        ...
-
-    def notify_allocation_failure(
-        self, job_id: JobID, allocation_id: AllocationID, cause: RpcError
-    ) -> None:
-        """Tell the job master that its slot request failed for good."""
-        ...
-
-    def notify_idle_task_executor(self, instance_id: InstanceID) -> None:
-        """The task executor has had no slot in use for the idle timeout."""
-        ...
-
-
-@dataclass(eq=False, slots=True)
-class _Request:
-    request: SlotRequest
-    seq: int  # registration order: waiting requests are served in this order
-    deadline: float
-    slot: _Slot | None = None  # the slot an attempt is in flight to
-    live: bool = True  # False once cancelled or served by another slot
-
-
-@dataclass(eq=False, slots=True)
-class _Slot:
-    slot_id: SlotID
-    instance_id: InstanceID
-    profile: ResourceProfile
-    state: SlotState = SlotState.FREE
-    allocation_id: AllocationID | None = None
-    job_id: JobID | None = None
-    attempt: _Request | None = None  # set while PENDING
-    origin: SlotRequest | None = None  # the request that got this slot, when we know it
-
-
-@dataclass(eq=False, slots=True)
-class _TaskExecutor:
-    instance_id: InstanceID
-    resource_id: ResourceID
-    total_resources: ResourceProfile
-    default_slot_profile: ResourceProfile
-    slots: dict[int, _Slot] = field(default_factory=dict)
-    free: dict[ResourceProfile, dict[SlotID, _Slot]] = field(default_factory=dict)
-    used: int = 0  # slots not FREE
-
-    def first_free(self, profiles: list[ResourceProfile], exclude: _Slot | None) -> _Slot | None:
-        for profile in profiles:
-            for slot in self.free.get(profile, {}).values():
-                if slot is not exclude:
-                    return slot
-        return None
-
-
-def _size(profile: ResourceProfile) -> tuple[float, int]:
-    return (profile.cpu_cores, profile.memory_mb)
+log = logging.getLogger(__name__)
 
 
 class SlotManager:
@@ -193,12 +92,12 @@ class SlotManager:
         self._on_request_served = on_request_served  # gets the seconds a served request waited
         self._timer_owner = object()  # keeps our timer keys apart on a shared timer service
         self._seq = itertools.count()
-        self._tes: dict[InstanceID, _TaskExecutor] = {}  # registration order
+        self._tes: dict[InstanceID, TrackedTaskExecutor] = {}  # registration order
         self._by_resource: dict[ResourceID, InstanceID] = {}
-        self._slots: dict[SlotID, _Slot] = {}
-        self._requests: dict[AllocationID, _Request] = {}  # live: waiting or allocating
-        self._waiting: dict[AllocationID, _Request] = {}  # ordered by seq
-        self._allocated: dict[AllocationID, _Slot] = {}
+        self._slots: dict[SlotID, TrackedSlot] = {}
+        self._requests: dict[AllocationID, PendingSlotRequest] = {}  # live: waiting or allocating
+        self._waiting: dict[AllocationID, PendingSlotRequest] = {}  # ordered by seq
+        self._allocated: dict[AllocationID, TrackedSlot] = {}
         self._counts: dict[SlotState, int] = dict.fromkeys(SlotState, 0)
         self._free_by_profile: dict[ResourceProfile, int] = {}  # only counts > 0
 
@@ -207,14 +106,13 @@ class SlotManager:
     def register_task_executor(
         self,
         instance_id: InstanceID,
-        resource_id: ResourceID,
+        registration: TaskExecutorRegistration,
         slot_report: SlotReport,
-        total_resources: ResourceProfile,
-        default_slot_profile: ResourceProfile,
     ) -> bool:
         """Register a task executor and its slots; ``False`` if the instance is known already
         (its report is then reconciled like a heartbeat's). Slot statuses with an unknown
-        profile get ``default_slot_profile``."""
+        profile get the registration's ``default_slot_profile``."""
+        resource_id = registration.resource_id
         if instance_id in self._tes:
             self.report_slot_status(instance_id, slot_report)
             return False
@@ -224,7 +122,7 @@ class SlotManager:
                 f"still registered as {short(self._by_resource[resource_id])}; the resource "
                 "manager must unregister the old instance first"
             )
-        te = _TaskExecutor(instance_id, resource_id, total_resources, default_slot_profile)
+        te = TrackedTaskExecutor(instance_id, registration)
         self._tes[instance_id] = te
         self._by_resource[resource_id] = instance_id
         for status in slot_report.slots:
@@ -232,10 +130,10 @@ class SlotManager:
                 log.warning("duplicate slot %d in the report of %s", status.slot_index, instance_id)
                 continue
             profile = status.resource_profile
-            slot = _Slot(
+            slot = TrackedSlot(
                 SlotID(resource_id, status.slot_index),
                 instance_id,
-                default_slot_profile if profile.is_unknown else profile,
+                registration.default_slot_profile if profile.is_unknown else profile,
             )
             te.slots[status.slot_index] = slot
             self._slots[slot.slot_id] = slot
@@ -264,7 +162,7 @@ class SlotManager:
         del self._by_resource[te.resource_id]
         self._timers.cancel(self._key("idle", instance_id))
         lost: list[SlotRequest] = []
-        retry: list[_Request] = []
+        retry: list[PendingSlotRequest] = []
         for index in sorted(te.slots):
             slot = te.slots[index]
             if slot.state is SlotState.PENDING and slot.attempt is not None:
@@ -318,7 +216,9 @@ class SlotManager:
         allocation_id = request.allocation_id
         if allocation_id in self._requests or allocation_id in self._allocated:
             return False
-        entry = _Request(request, next(self._seq), self._timers.now() + self._timeout_of(request))
+        entry = PendingSlotRequest(
+            request, next(self._seq), self._timers.now() + self._timeout_of(request)
+        )
         self._requests[allocation_id] = entry
         if not self._try_place(entry, exclude=None):
             log.debug("slot request %s waits for a slot", short(allocation_id))
@@ -426,47 +326,34 @@ class SlotManager:
 
     # ---------------------------------------------------------------- internals: matching
 
-    def _find_slot(self, required: ResourceProfile, exclude: _Slot | None) -> _Slot | None:
-        """A free slot for ``required``, preferring the smallest fitting slot profile. Spread
-        out: the least loaded task executor first, then the smaller slot; packed: the smaller
-        slot, then the earliest registered task executor. Ties go to registration order.
-        O(distinct free profiles + task executors)."""
+    def _find_slot(
+        self, required: ResourceProfile, exclude: TrackedSlot | None
+    ) -> TrackedSlot | None:
         if self._counts[SlotState.FREE] == 0:
             return None
-        profiles = sorted((p for p in self._free_by_profile if p.is_matching(required)), key=_size)
-        if not profiles:
-            return None
-        best: _Slot | None = None
-        best_key: tuple[float, ...] = ()
-        for te in self._tes.values():
-            slot = te.first_free(profiles, exclude)
-            if slot is None:
-                continue
-            if self._spread_out:
-                key: tuple[float, ...] = (te.used / len(te.slots), *_size(slot.profile))
-            elif slot.profile == profiles[0]:
-                return slot  # cannot do better than the smallest fitting profile
-            else:
-                key = _size(slot.profile)
-            if best is None or key < best_key:
-                best, best_key = slot, key
-        return best
+        return find_free_slot(
+            self._tes.values(),
+            self._free_by_profile,
+            required,
+            exclude,
+            spread_out=self._spread_out,
+        )
 
-    def _try_place(self, entry: _Request, exclude: _Slot | None) -> bool:
+    def _try_place(self, entry: PendingSlotRequest, exclude: TrackedSlot | None) -> bool:
         slot = self._find_slot(entry.request.resource_profile, exclude)
         if slot is None:
             return False
         self._start_attempt(entry, slot)
         return True
 
-    def _serve_waiting(self, skip: _Request | None = None) -> None:
+    def _serve_waiting(self, skip: PendingSlotRequest | None = None) -> None:
         for entry in list(self._waiting.values()):
             if self._counts[SlotState.FREE] == 0:
                 return
             if entry is not skip:
                 self._try_place(entry, exclude=None)
 
-    def _start_attempt(self, entry: _Request, slot: _Slot) -> None:
+    def _start_attempt(self, entry: PendingSlotRequest, slot: TrackedSlot) -> None:
         allocation_id = entry.request.allocation_id
         if self._waiting.pop(allocation_id, None) is not None:
             self._timers.cancel(self._key("request", allocation_id))
@@ -482,7 +369,7 @@ class SlotManager:
         log.debug("requesting slot %s for allocation %s", slot_id, short(allocation_id))
         self._actions.allocate_slot(slot.instance_id, slot_id, entry.request)
 
-    def _finish_attempt(self, slot: _Slot, error: RpcError | None) -> None:
+    def _finish_attempt(self, slot: TrackedSlot, error: RpcError | None) -> None:
         entry = slot.attempt
         if entry is None:
             raise IllegalStateBug(f"slot {slot.slot_id} has no attempt in flight")
@@ -505,11 +392,11 @@ class SlotManager:
         self._retry(entry, exclude=slot)
         self._serve_waiting(skip=entry)
 
-    def _retry(self, entry: _Request, exclude: _Slot | None) -> None:
+    def _retry(self, entry: PendingSlotRequest, exclude: TrackedSlot | None) -> None:
         if entry.live and not self._try_place(entry, exclude):
             self._enqueue(entry)
 
-    def _enqueue(self, entry: _Request) -> None:
+    def _enqueue(self, entry: PendingSlotRequest) -> None:
         allocation_id = entry.request.allocation_id
         if self._waiting and next(reversed(self._waiting.values())).seq > entry.seq:
             ordered = sorted([*self._waiting.values(), entry], key=lambda e: e.seq)
@@ -523,7 +410,7 @@ class SlotManager:
         )
 
     def _mark_reported_allocated(
-        self, slot: _Slot, allocation_id: AllocationID, job_id: JobID | None
+        self, slot: TrackedSlot, allocation_id: AllocationID, job_id: JobID | None
     ) -> None:
         """A report says ``slot`` holds ``allocation_id``; a request for it is thereby served."""
         if slot.state is SlotState.FREE:
@@ -547,7 +434,7 @@ class SlotManager:
 
     # ---------------------------------------------------------------- internals: timeouts
 
-    def _on_request_timeout(self, entry: _Request) -> None:
+    def _on_request_timeout(self, entry: PendingSlotRequest) -> None:
         request = entry.request
         if self._waiting.get(request.allocation_id) is not entry:
             return
@@ -562,7 +449,7 @@ class SlotManager:
         return request.timeout_s if request.timeout_s else self._request_timeout_s
 
     def _exhausted_message(self, request: SlotRequest) -> str:
-        largest = max(self._free_by_profile, key=_size, default=None)
+        largest = max(self._free_by_profile, key=slot_size, default=None)
         total = sum(self._counts.values())
         return (
             f"no slot for allocation {request.allocation_id} of job {request.job_id} "
@@ -574,7 +461,7 @@ class SlotManager:
             "them bigger slots, or lower the job's parallelism or slot profile"
         )
 
-    def _on_attempt_timeout(self, slot_id: SlotID, entry: _Request) -> None:
+    def _on_attempt_timeout(self, slot_id: SlotID, entry: PendingSlotRequest) -> None:
         slot = self._slots.get(slot_id)
         if slot is None or slot.attempt is not entry:
             return
@@ -587,7 +474,7 @@ class SlotManager:
             ),
         )
 
-    def _on_idle_timeout(self, te: _TaskExecutor) -> None:
+    def _on_idle_timeout(self, te: TrackedTaskExecutor) -> None:
         if self._tes.get(te.instance_id) is te and te.used == 0:
             log.info("task executor %s is idle", short(te.instance_id))
             self._actions.notify_idle_task_executor(te.instance_id)
@@ -597,14 +484,14 @@ class SlotManager:
     def _key(self, kind: str, subject: Hashable) -> Hashable:
         return (self._timer_owner, kind, subject)
 
-    def _schedule_idle(self, te: _TaskExecutor) -> None:
+    def _schedule_idle(self, te: TrackedTaskExecutor) -> None:
         self._timers.schedule(
             self._key("idle", te.instance_id),
             self._idle_timeout_s,
             lambda: self._on_idle_timeout(te),
         )
 
-    def _set_state(self, slot: _Slot, target: SlotState) -> None:
+    def _set_state(self, slot: TrackedSlot, target: SlotState) -> None:
         SLOT_STATE_TRANSITIONS.check(slot.state, target, str(slot.slot_id))
         te = self._tes[slot.instance_id]
         if slot.state is SlotState.FREE:
@@ -622,7 +509,7 @@ class SlotManager:
         self._counts[target] += 1
         slot.state = target
 
-    def _add_free(self, te: _TaskExecutor, slot: _Slot) -> None:
+    def _add_free(self, te: TrackedTaskExecutor, slot: TrackedSlot) -> None:
         te.free.setdefault(slot.profile, {})[slot.slot_id] = slot
         self._count_free_profile(slot.profile, +1)
 
@@ -635,7 +522,7 @@ class SlotManager:
 
     def _assign(
         self,
-        slot: _Slot,
+        slot: TrackedSlot,
         allocation_id: AllocationID,
         job_id: JobID | None,
         origin: SlotRequest | None,
@@ -643,7 +530,20 @@ class SlotManager:
         slot.allocation_id, slot.job_id, slot.origin = allocation_id, job_id, origin
         self._allocated[allocation_id] = slot
 
-    def _unassign(self, slot: _Slot) -> None:
+    def _unassign(self, slot: TrackedSlot) -> None:
         if slot.allocation_id is not None and self._allocated.get(slot.allocation_id) is slot:
             del self._allocated[slot.allocation_id]
         slot.allocation_id = slot.job_id = slot.origin = None
+
+
+# The request, state and action types are part of the slot manager's interface.
+__all__ = [
+    "SLOT_STATE_TRANSITIONS",
+    "AllocationInfo",
+    "AllocationStatus",
+    "ResourceActions",
+    "SlotInfo",
+    "SlotManager",
+    "SlotRequest",
+    "SlotState",
+]

@@ -33,11 +33,13 @@ from sparkmill.common.runtime.metrics import (
     ZooKeeperStateHolder,
 )
 from sparkmill.common.runtime.timers import ManualTimerService
+from sparkmill.common.v1 import common_pb2
 from sparkmill.services.dispatcher.metrics import DispatcherCollector
 from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 from sparkmill.services.jobmaster.metrics import JobMasterCollector, _JobMasters
 from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
+from sparkmill.services.resourcemanager.task_executor_registration import TaskExecutorRegistration
 from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.metrics import TaskExecutorCollector, spark_session_up
 from sparkmill.testing import noop_pipeline
@@ -260,7 +262,10 @@ def test_slot_manager_reports_how_long_a_served_request_waited() -> None:
     assert sm.register_slot_request(request)  # no task executor yet: it waits
     timers.advance(4.0)
     report = SlotReport((SlotStatus(0, profile),))
-    sm.register_task_executor(new_instance_id(), new_resource_id(), report, profile, profile)
+    registration = TaskExecutorRegistration(
+        new_resource_id(), "te", 1, profile, profile, common_pb2.ServiceInfo()
+    )
+    sm.register_task_executor(new_instance_id(), registration, report)
     timers.advance(1.0)
     _, slot_id, _ = actions.allocations[-1]
     assert sm.on_allocation_result(request.allocation_id, slot_id, None)

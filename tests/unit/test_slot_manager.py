@@ -27,6 +27,7 @@ from sparkmill.common.core.ids import (
 from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
 from sparkmill.common.core.slots import SlotID, SlotReport, SlotStatus
 from sparkmill.common.runtime.timers import ManualTimerService
+from sparkmill.common.v1 import common_pb2
 from sparkmill.services.resourcemanager.slot_manager import (
     SLOT_STATE_TRANSITIONS,
     AllocationStatus,
@@ -34,6 +35,7 @@ from sparkmill.services.resourcemanager.slot_manager import (
     SlotRequest,
     SlotState,
 )
+from sparkmill.services.resourcemanager.task_executor_registration import TaskExecutorRegistration
 
 SMALL = ResourceProfile(1.0, 1024)
 BIG = ResourceProfile(4.0, 8192)
@@ -61,6 +63,15 @@ class RecordingActions:
 
     def last_slot(self) -> SlotID:
         return self.allocations[-1][1]
+
+
+def registration(
+    resource_id: ResourceID, slots: int, profile: ResourceProfile
+) -> TaskExecutorRegistration:
+    """A task executor's decoded registration: ``slots`` slots of ``profile``."""
+    return TaskExecutorRegistration(
+        resource_id, "te-address", slots, profile.multiply(slots), profile, common_pb2.ServiceInfo()
+    )
 
 
 @dataclass
@@ -92,7 +103,7 @@ class Harness:
         te = TE(new_instance_id(), new_resource_id())
         report = self.report(slots, profile, allocated or {})
         assert self.sm.register_task_executor(
-            te.instance_id, te.resource_id, report, profile.multiply(slots), profile
+            te.instance_id, registration(te.resource_id, slots, profile), report
         )
         return te
 
@@ -161,7 +172,7 @@ def test_duplicate_registration_is_refused_and_counts_unchanged() -> None:
     te = h.add_te(slots=2)
     again = h.report(2, SMALL, {})
     assert not h.sm.register_task_executor(
-        te.instance_id, te.resource_id, again, SMALL.multiply(2), SMALL
+        te.instance_id, registration(te.resource_id, 2, SMALL), again
     )
     assert h.sm.number_registered_task_executors() == 1
     assert h.sm.slot_counts()[SlotState.FREE] == 2
@@ -172,7 +183,7 @@ def test_same_resource_under_a_new_instance_is_a_caller_bug() -> None:
     te = h.add_te(slots=1)
     with pytest.raises(IllegalStateBug):
         h.sm.register_task_executor(
-            new_instance_id(), te.resource_id, h.report(1, SMALL, {}), SMALL, SMALL
+            new_instance_id(), registration(te.resource_id, 1, SMALL), h.report(1, SMALL, {})
         )
 
 
@@ -180,7 +191,7 @@ def test_unknown_slot_profile_in_report_gets_default_profile() -> None:
     h = Harness()
     te = TE(new_instance_id(), new_resource_id())
     report = SlotReport((SlotStatus(0, UNKNOWN_PROFILE),))
-    h.sm.register_task_executor(te.instance_id, te.resource_id, report, BIG, BIG)
+    h.sm.register_task_executor(te.instance_id, registration(te.resource_id, 1, BIG), report)
     assert h.sm.task_executor_slots(te.instance_id)[0].resource_profile == BIG
     h.request(BIG)
     assert h.actions.allocations[-1][1] == SlotID(te.resource_id, 0)
@@ -290,7 +301,7 @@ def test_duplicate_registration_reconciles_the_report() -> None:
     allocation = new_allocation_id()
     again = h.report(2, SMALL, {0: allocation})
     assert not h.sm.register_task_executor(
-        te.instance_id, te.resource_id, again, SMALL.multiply(2), SMALL
+        te.instance_id, registration(te.resource_id, 2, SMALL), again
     )
     assert h.states(te) == [SlotState.ALLOCATED, SlotState.FREE]
 

@@ -1,0 +1,63 @@
+"""The slot manager's vocabulary towards the rest of the resource manager: a JobMaster's
+:class:`SlotRequest` (Flink's ``SlotRequest``), where an allocation stands
+(:class:`AllocationInfo`), and the :class:`ResourceActions` through which the slot manager acts
+(Flink's ``ResourceAllocator`` / ``ResourceEventListener``, implemented by the resource manager).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from sparkmill.common.core.errors import RpcError
+from sparkmill.common.core.ids import AllocationID, InstanceID, JobID
+from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.slots import SlotID
+
+
+@dataclass(frozen=True, slots=True)
+class SlotRequest:
+    """A job master's request for one slot (``ResourceManager.requestSlot``)."""
+
+    job_id: JobID
+    allocation_id: AllocationID
+    resource_profile: ResourceProfile
+    job_master_address: str
+    # The job's own slot.request.timeout (a job may override the cluster's); None = cluster's.
+    timeout_s: float | None = None
+
+
+class AllocationStatus(enum.Enum):
+    WAITING = "WAITING"  # queued, no slot yet
+    ALLOCATING = "ALLOCATING"  # requestSlot in flight to a slot
+    ALLOCATED = "ALLOCATED"  # a slot is allocated to it
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationInfo:
+    allocation_id: AllocationID
+    job_id: JobID | None
+    status: AllocationStatus
+    slot_id: SlotID | None
+
+
+class ResourceActions(Protocol):
+    """The slot manager's way out; implemented by the resource manager."""
+
+    def allocate_slot(self, instance_id: InstanceID, slot_id: SlotID, request: SlotRequest) -> None:
+        """Send ``requestSlot`` to the task executor; answer via ``on_allocation_result``."""
+        ...
+
+    def notify_allocation_failure(
+        self, job_id: JobID, allocation_id: AllocationID, cause: RpcError
+    ) -> None:
+        """Tell the job master that its slot request failed for good."""
+        ...
+
+    def notify_idle_task_executor(self, instance_id: InstanceID) -> None:
+        """The task executor has had no slot in use for the idle timeout."""
+        ...
+
+
+__all__ = ["AllocationInfo", "AllocationStatus", "ResourceActions", "SlotRequest"]
