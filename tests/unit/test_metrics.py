@@ -43,7 +43,7 @@ from sparkmill.services.resourcemanager.task_executor_registration import TaskEx
 from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.metrics import TaskExecutorCollector, spark_session_up
 from sparkmill.testing import noop_pipeline
-from tests.unit.test_slot_manager import RecordingActions
+from tests.unit.slot_manager_fakes import RecordingActions
 
 ES = ExecutionState
 
