@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from sparkmill.common.core.errors import (
@@ -59,6 +58,7 @@ from sparkmill.services.taskexecutor.slot_types import (
     TaskSlotState,
     TaskSlotTableState,
 )
+from sparkmill.services.taskexecutor.task_slot import ResourceBudget, TaskSlot
 
 _log = logging.getLogger(__name__)
 
@@ -77,68 +77,6 @@ __all__ = [
 
 
 T = TypeVar("T", bound=SlotTask)
-
-
-@dataclass(eq=False, slots=True)
-class _TaskSlot(Generic[T]):
-    index: int
-    is_dynamic: bool
-    resource_profile: ResourceProfile
-    job_id: JobID
-    allocation_id: AllocationID
-    state: TaskSlotState = TaskSlotState.ALLOCATED
-    tasks: dict[ExecutionAttemptID, T] = field(default_factory=dict)
-    # The ticket of the armed timeout; it stays set after the timer fired, because the owner
-    # validates the ticket only later, when it handles ``timeout_slot``.
-    timeout_ticket: object | None = None
-
-    def info(self) -> TaskSlotInfo:
-        return TaskSlotInfo(
-            self.index,
-            self.allocation_id,
-            self.job_id,
-            self.resource_profile,
-            self.state,
-            self.is_dynamic,
-            len(self.tasks),
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"TaskSlot(index={self.index}, state={self.state.name}, "
-            f"allocation={self.allocation_id}, job={self.job_id}, {self.resource_profile})"
-        )
-
-
-class _ResourceBudget:
-    """Reserved-vs-total bookkeeping. Sums are kept (not a shrinking remainder) and compared
-    with a tolerance, so that fractional CPU reservations do not drift into false refusals."""
-
-    _EPSILON = 1e-9
-
-    def __init__(self, total: ResourceProfile) -> None:
-        self.total = total
-        self._cpu = 0.0
-        self._memory = 0
-
-    def reserve(self, profile: ResourceProfile) -> bool:
-        if self._cpu + profile.cpu_cores > self.total.cpu_cores + self._EPSILON:
-            return False
-        if self._memory + profile.memory_mb > self.total.memory_mb:
-            return False
-        self._cpu += profile.cpu_cores
-        self._memory += profile.memory_mb
-        return True
-
-    def release(self, profile: ResourceProfile) -> None:
-        self._cpu = max(0.0, self._cpu - profile.cpu_cores)
-        self._memory = max(0, self._memory - profile.memory_mb)
-
-    @property
-    def available(self) -> ResourceProfile:
-        return ResourceProfile(
-            max(0.0, self.total.cpu_cores - self._cpu), max(0, self.total.memory_mb - self._memory)
-        )
 
 
 class TaskSlotTable(Generic[T]):
@@ -160,7 +98,7 @@ class TaskSlotTable(Generic[T]):
         if number_slots <= 0:
             raise ValueError(f"the number of task slots must be positive, got {number_slots}")
         static_need = default_slot_profile.multiply(number_slots)
-        if not _ResourceBudget(total_resources).reserve(static_need):
+        if not ResourceBudget(total_resources).reserve(static_need):
             # Reports advertise every static slot as free capacity: refuse a config that lies.
             raise ValueError(
                 f"{number_slots} static slots of {default_slot_profile} need {static_need}, "
@@ -168,17 +106,17 @@ class TaskSlotTable(Generic[T]):
             )
         self._number_slots = number_slots
         self._default_profile = default_slot_profile
-        self._budget = _ResourceBudget(total_resources)
+        self._budget = ResourceBudget(total_resources)
         self._timers = timer_service
         self._state = TaskSlotTableState.CREATED
         self._slot_actions: SlotActions | None = None
         self._next_dynamic_index = number_slots
 
-        self._by_index: dict[int, _TaskSlot[T]] = {}
-        self._by_allocation: dict[AllocationID, _TaskSlot[T]] = {}
+        self._by_index: dict[int, TaskSlot[T]] = {}
+        self._by_allocation: dict[AllocationID, TaskSlot[T]] = {}
         # Dicts (not sets) so that per-job listings come out in allocation order.
-        self._by_job: dict[JobID, dict[AllocationID, _TaskSlot[T]]] = {}
-        self._by_attempt: dict[ExecutionAttemptID, _TaskSlot[T]] = {}
+        self._by_job: dict[JobID, dict[AllocationID, TaskSlot[T]]] = {}
+        self._by_attempt: dict[ExecutionAttemptID, TaskSlot[T]] = {}
         self._closed_callbacks: list[Callable[[], None]] = []
 
     @property
@@ -322,7 +260,7 @@ class TaskSlotTable(Generic[T]):
             index = self._next_dynamic_index
             self._next_dynamic_index += 1
         assert index is not None
-        slot: _TaskSlot[T] = _TaskSlot(index, dynamic, profile, job_id, allocation_id)
+        slot: TaskSlot[T] = TaskSlot(index, dynamic, profile, job_id, allocation_id)
         self._by_index[index] = slot
         self._by_allocation[allocation_id] = slot
         self._by_job.setdefault(job_id, {})[allocation_id] = slot
@@ -331,7 +269,7 @@ class TaskSlotTable(Generic[T]):
 
     def _reallocate(
         self,
-        slot: _TaskSlot[T],
+        slot: TaskSlot[T],
         index: int | None,
         dynamic: bool,
         job_id: JobID,
@@ -399,7 +337,7 @@ class TaskSlotTable(Generic[T]):
         slot = self._by_allocation.get(allocation_id)
         return slot is not None and ticket is not None and slot.timeout_ticket is ticket
 
-    def _activate(self, slot: _TaskSlot[T]) -> bool:
+    def _activate(self, slot: TaskSlot[T]) -> bool:
         if slot.state is TaskSlotState.RELEASING:
             return False
         if slot.state is TaskSlotState.ALLOCATED:
@@ -407,7 +345,7 @@ class TaskSlotTable(Generic[T]):
         self._disarm_timeout(slot)
         return True
 
-    def _arm_timeout(self, slot: _TaskSlot[T], timeout_s: float) -> None:
+    def _arm_timeout(self, slot: TaskSlot[T], timeout_s: float) -> None:
         # A fresh ticket per arming lets the owner tell the latest timeout from stale ones.
         ticket = object()
         slot.timeout_ticket = ticket
@@ -420,7 +358,7 @@ class TaskSlotTable(Generic[T]):
 
         self._timers.schedule(allocation_id, timeout_s, fire)
 
-    def _disarm_timeout(self, slot: _TaskSlot[T]) -> None:
+    def _disarm_timeout(self, slot: TaskSlot[T]) -> None:
         if slot.timeout_ticket is not None:
             slot.timeout_ticket = None
             self._timers.cancel(slot.allocation_id)
@@ -568,17 +506,17 @@ class TaskSlotTable(Generic[T]):
         TABLE_TRANSITIONS.check(self._state, target, "the task slot table")
         self._state = target
 
-    def _set_slot_state(self, slot: _TaskSlot[T], target: TaskSlotState) -> None:
+    def _set_slot_state(self, slot: TaskSlot[T], target: TaskSlotState) -> None:
         SLOT_TRANSITIONS.check(slot.state, target, f"the slot of allocation {slot.allocation_id}")
         slot.state = target
 
-    def _require(self, allocation_id: AllocationID, expected: str) -> _TaskSlot[T]:
+    def _require(self, allocation_id: AllocationID, expected: str) -> TaskSlot[T]:
         slot = self._by_allocation.get(allocation_id)
         if slot is None:
             raise SlotNotFoundError.for_allocation(allocation_id, expected)
         return slot
 
-    def _release(self, slot: _TaskSlot[T], cause: BaseException) -> None:
+    def _release(self, slot: TaskSlot[T], cause: BaseException) -> None:
         """Mark RELEASING and fail the tasks. A releasing slot needs no timeout: it is already
         leaving, and a timeout would only make the owner free it a second time."""
         if slot.state is not TaskSlotState.RELEASING:
@@ -592,7 +530,7 @@ class TaskSlotTable(Generic[T]):
                 # One misbehaving task must not keep the others (or the slot) alive.
                 _log.exception("failing task %s of %r raised", task.attempt_id, slot)
 
-    def _remove(self, slot: _TaskSlot[T]) -> None:
+    def _remove(self, slot: TaskSlot[T]) -> None:
         """Drop an empty slot from every index and give its resources back."""
         self._disarm_timeout(slot)
         del self._by_allocation[slot.allocation_id]
