@@ -4,7 +4,8 @@ tasks."""
 
 from __future__ import annotations
 
-from sparkmill.cli import build_parser, run_cluster_config
+from sparkmill.cli.jobs import run_cluster_config
+from sparkmill.cli.main import build_parser
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.settings import ClusterSettings, settings_from_config

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkmill.cli import PipelineLoadError, load_pipeline
+from sparkmill.cli.pipeline_loading import PipelineLoadError, load_pipeline
 
 PYSPARK_OUTSIDE_TRANSFORM = """
 import sparkmill as sm

@@ -1,0 +1,75 @@
+"""``sparkmill local-cluster up|down``: a cluster of real service processes on this machine,
+in a directory that holds its configuration, keys and logs (for trying sparkmill out and for
+the integration tests; :mod:`sparkmill.local_cluster` does the work)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sparkmill.cli import keys
+from sparkmill.cli.exit_codes import EXIT_OK, EXIT_UNREACHABLE
+from sparkmill.common.core.errors import SparkmillError
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    lc = sub.add_parser("local-cluster", help="start or stop a local cluster of processes")
+    lc_sub = lc.add_subparsers(dest="action", required=True)
+    up = lc_sub.add_parser("up")
+    up.add_argument("--dir", type=Path, required=True)
+    up.add_argument("--task-executors", type=int, default=2)
+    up.add_argument("--slots", type=int, default=2)
+    up.add_argument(
+        "--ha",
+        choices=("none", "zookeeper"),
+        default="none",
+        help="zookeeper: start a local ZooKeeper server and use it for leader election",
+    )
+    up.add_argument(
+        "--standbys",
+        type=int,
+        default=0,
+        help="standby dispatchers, resource managers and job-master processes (needs --ha)",
+    )
+    down = lc_sub.add_parser("down")
+    down.add_argument("--dir", type=Path, required=True)
+
+
+def local_cluster(args: argparse.Namespace) -> int:
+    from sparkmill.local_cluster import LocalCluster
+
+    if args.action == "up":
+        if args.standbys and args.ha != "zookeeper":
+            raise SparkmillError(
+                "--standbys needs --ha zookeeper (standbys find their leader through ZooKeeper)"
+            )
+        cluster = LocalCluster(
+            args.dir.resolve(),
+            task_executors=args.task_executors,
+            slots=args.slots,
+            ha=args.ha == "zookeeper",
+            standbys=args.standbys,
+        )
+        try:
+            cluster.start()
+        except (TimeoutError, RuntimeError) as exc:
+            cluster.stop()
+            print(f"sparkmill: the local cluster did not come up: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        print(
+            f"local cluster up: {len(cluster.processes)} processes, "
+            f"{args.task_executors} x {args.slots} slots"
+        )
+        print(f"client config: {cluster.config_path}")
+        print(f"logs:          {cluster.log_dir}")
+        print(f"dashboard:     {cluster.rest_url() or '(rest.enabled is false)'}")
+        print(f"rest tokens:   {keys.rest_tokens_note(cluster.config_path)}")
+        return EXIT_OK
+    cluster = LocalCluster.attach(args.dir.resolve())
+    cluster.stop()
+    print(f"local cluster in {args.dir} stopped")
+    return EXIT_OK
+
+
+__all__ = ["add_parser", "local_cluster"]

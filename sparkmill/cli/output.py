@@ -1,0 +1,192 @@
+"""How the ``sparkmill`` command shows jobs: the JSON documents of ``--json`` (stable field
+names for scripts), the human-readable text, and the live progress line of a job being waited
+for.
+
+State names come from :mod:`sparkmill.common.core.states` (Flink's spelling: ``FINISHED``, not
+the wire enum's ``EXECUTION_FINISHED``); a number the enum does not know (unspecified, or from a
+newer peer) is shown as ``UNKNOWN`` instead of failing the command.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.common.v1 import common_pb2, jobs_pb2
+
+UNKNOWN_STATE_NAME = "UNKNOWN"
+_JOB_STATUSES = {status.value: status for status in JobStatus}
+_EXECUTION_STATES = {state.value: state for state in ExecutionState}
+
+
+def status_name(number: int) -> str:
+    """The name of the job status with wire number ``number``."""
+    status = _JOB_STATUSES.get(number)
+    return UNKNOWN_STATE_NAME if status is None else status.name
+
+
+def state_name(number: int) -> str:
+    """The name of the execution state with wire number ``number``."""
+    state = _EXECUTION_STATES.get(number)
+    return UNKNOWN_STATE_NAME if state is None else state.name
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+
+
+def service_json(info: common_pb2.ServiceInfo) -> dict[str, Any]:
+    return {
+        "role": info.role,
+        "id": info.id,
+        "address": info.address,
+        "pid": info.pid,
+        "hostname": info.hostname,
+        "leader": info.is_leader,
+        "metrics_url": info.metrics_url or None,
+        "rest_url": info.rest_url or None,
+    }
+
+
+def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
+    return {
+        "job_id": details.job_id,
+        "name": details.name,
+        "status": status_name(details.status),
+        "submitted_at": details.submitted_at,
+        "ended_at": details.ended_at or None,
+        "restarts": details.restarts,
+        "recovered_subtasks": details.recovered_subtasks,
+        "job_master": (
+            service_json(details.job_master) if details.HasField("job_master") else None
+        ),
+        "vertices": [
+            {
+                "id": v.vertex_id,
+                "name": v.name,
+                "parallelism": v.parallelism,
+                "tasks": {state_name(k): n for k, n in sorted(v.tasks_by_state.items())},
+                "attempts": list(v.subtask_attempts),
+                "task_executors": list(v.subtask_task_executors),
+            }
+            for v in details.vertices
+        ],
+        "failure": details.failure.message or None,
+        "exceptions": [
+            {
+                "timestamp": e.timestamp,
+                "task": f"{e.vertex_name} ({e.subtask_index})",
+                "attempt": e.attempt_number,
+                "task_executor": e.task_executor,
+                "exception": e.error.exception_type,
+                "message": e.error.message,
+            }
+            for e in details.exceptions
+        ],
+    }
+
+
+def result_json(result: jobs_pb2.JobResult, duration: float) -> dict[str, Any]:
+    out = details_json(result.details)
+    out.update(
+        job_id=result.job_id,
+        status=status_name(result.status),
+        duration_s=round(duration, 3),
+        failure=result.failure.message or None,
+    )
+    return out
+
+
+# -- text ------------------------------------------------------------------------------------------
+
+
+def print_result(result: jobs_pb2.JobResult, duration: float, pipeline: Any) -> None:
+    """How the job ended, and the pipeline's own rendering of its result if it FINISHED."""
+    print(
+        f"job {result.job_id} {status_name(result.status)} in {duration:.1f}s"
+        + (f" after {result.details.restarts} restarts" if result.details.restarts else "")
+    )
+    if result.failure.message:
+        print(f"cause: {result.failure.message}")
+    render = getattr(pipeline, "render_result", None)
+    if render is not None and result.status == JobStatus.FINISHED.value:
+        print(render(result))
+
+
+def print_details(details: jobs_pb2.JobDetails) -> None:
+    print(
+        f"job {details.job_id} ('{details.name}'): {status_name(details.status)}"
+        + (f", {details.restarts} restarts" if details.restarts else "")
+        + (
+            f", {details.recovered_subtasks} finished subtasks taken over from an earlier JobMaster"
+            if details.recovered_subtasks
+            else ""
+        )
+    )
+    if details.HasField("job_master"):
+        jm = details.job_master
+        print(f"  JobMaster: process {jm.id[:8]} at {jm.address} on {jm.hostname} (pid {jm.pid})")
+    for v in details.vertices:
+        states = ", ".join(
+            f"{n} {state_name(s).lower()}" for s, n in sorted(v.tasks_by_state.items()) if n
+        )
+        rerun = sum(1 for a in v.subtask_attempts if a > 0)
+        again = f"; {rerun} ran again (max attempt #{max(v.subtask_attempts)})" if rerun else ""
+        print(f"  {v.name} (parallelism {v.parallelism}): {states}{again}")
+    if details.failure.message:
+        print(f"failure: {details.failure.message}")
+    if details.exceptions:
+        print("exceptions (oldest first):")
+        for e in details.exceptions:
+            stamp = time.strftime("%H:%M:%S", time.localtime(e.timestamp))
+            print(
+                f"  {stamp} {e.vertex_name} ({e.subtask_index}) attempt #{e.attempt_number}"
+                f" on {e.task_executor[:8] or '-'}: {e.error.exception_type or 'error'}: "
+                f"{e.error.message.splitlines()[0] if e.error.message else ''}"
+            )
+
+
+class Progress:
+    """A live one-line display of tasks by state (a plain log line per change when piped)."""
+
+    def __init__(self) -> None:
+        self._tty = sys.stderr.isatty()
+        self._last = ""
+
+    def __call__(self, details: jobs_pb2.JobDetails) -> None:
+        totals: dict[str, int] = {}
+        for vertex in details.vertices:
+            for state, count in vertex.tasks_by_state.items():
+                name = state_name(state)
+                totals[name] = totals.get(name, 0) + count
+        total = sum(totals.values())
+        parts = [f"{n} {s.lower()}" for s, n in sorted(totals.items()) if n]
+        line = f"{status_name(details.status):<11} {total} tasks: " + ", ".join(parts)
+        if details.restarts:
+            line += f" (restarts: {details.restarts})"
+        if line == self._last:
+            return
+        self._last = line
+        if self._tty:
+            sys.stderr.write("\r\x1b[2K" + line)
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self._tty and self._last:
+            sys.stderr.write("\n")
+
+
+__all__ = [
+    "UNKNOWN_STATE_NAME",
+    "Progress",
+    "details_json",
+    "print_details",
+    "print_result",
+    "result_json",
+    "service_json",
+    "state_name",
+    "status_name",
+]
