@@ -21,7 +21,7 @@ from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.common.v1 import common_pb2
 from sparkmill.common.v1.gateways import DispatcherClient
 from sparkmill.services.entrypoint import EXIT_CONFIG_ERROR, rpc_endpoints_of, run_service
-from tests.unit.test_rpc import FakeDispatcher, run
+from tests.unit.rpc_fakes import FakeDispatcher, run
 
 
 def test_without_a_bind_host_the_server_binds_the_advertised_host() -> None:

@@ -44,7 +44,7 @@ from sparkmill.common.rpc.security import (
 from sparkmill.common.rpc.server import RpcServer
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, envelope_pb2
 from sparkmill.common.v1.gateways import DISPATCHERGATEWAY_METHODS, DispatcherClient
-from tests.unit.test_rpc import TOKEN, FakeDispatcher, job_graph, run
+from tests.unit.rpc_fakes import TOKEN, FakeDispatcher, job_graph, run
 
 # -- keys ---------------------------------------------------------------------------------------
 
