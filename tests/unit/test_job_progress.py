@@ -40,7 +40,7 @@ from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     ExecutionVertex,
 )
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, plan_recovery
-from tests.unit.test_scheduler import A2A, BLOCKING, PIPELINED, POINTWISE, build_graph
+from tests.unit.scheduler_harness import A2A, BLOCKING, PIPELINED, POINTWISE, build_graph
 
 ES = ExecutionState
 

@@ -4,8 +4,8 @@ A task that cannot read an input names the lost partitions; a task executor whos
 finished results (``exchange.storage: local``) loses them with it. Either way the producers of
 what is still needed run again - with their consumers - and nothing else does.
 
-Same harness as tests/unit/test_scheduler.py: a real scheduler, slot pool and execution graph,
-hand-written fakes for the outside world.
+Same harness as the scheduler tests (tests/unit/scheduler_harness.py): a real scheduler, slot
+pool and execution graph, hand-written fakes for the outside world.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sparkmill.common.core.states import ExecutionState, JobStatus
 from sparkmill.services.jobmaster.executiongraph.execution_graph import Execution, ExecutionVertex
 from sparkmill.services.jobmaster.scheduler.restart_strategy import FixedDelayRestartStrategy
 from sparkmill.services.jobmaster.slotpool.slot_pool import TaskExecutorInfo
-from tests.unit.test_scheduler import (
+from tests.unit.scheduler_harness import (
     A2A,
     BLOCKING,
     Harness,

@@ -15,7 +15,7 @@ from sparkmill.common.jobgraph.model import DistributionPattern, JobGraph, Resul
 from sparkmill.common.pipeline.plan import FORWARD
 from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 from sparkmill.services.taskexecutor.spark import exchange
-from tests.unit.test_scheduler import build_graph
+from tests.unit.scheduler_harness import build_graph
 
 POINTWISE = DistributionPattern.POINTWISE
 BLOCKING = ResultPartitionType.BLOCKING

@@ -19,7 +19,7 @@ from sparkmill.common.jobgraph.model import (
 from sparkmill.services.jobmaster.executiongraph.execution_topology import ExecutionVertexID
 from sparkmill.services.jobmaster.scheduler.restart_strategy import FixedDelayRestartStrategy
 from sparkmill.services.jobmaster.slotpool.slot_sharing import SlotSharingStrategy
-from tests.unit.test_scheduler import Harness, build_graph, run, settle
+from tests.unit.scheduler_harness import Harness, build_graph, run, settle
 
 A2A = DistributionPattern.ALL_TO_ALL
 PIPELINED = ResultPartitionType.PIPELINED
@@ -90,7 +90,7 @@ def test_unknown_subtask_is_a_bug() -> None:
         strategy.group_of(_ev("a", 5))
 
 
-# -- the scheduler with slot sharing (hand-written fakes of tests/unit/test_scheduler.py)
+# -- the scheduler with slot sharing (hand-written fakes of tests/unit/scheduler_harness.py)
 
 
 def _by_slot(h: Harness) -> dict[str, list[str]]:
