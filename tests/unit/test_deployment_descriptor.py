@@ -19,7 +19,7 @@ from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import (
     deployment_proto_of,
 )
 from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
-from tests.unit.test_execution_graph import (
+from tests.unit.execution_graph_builders import (
     ALL_TO_ALL,
     POINTWISE,
     E,
