@@ -25,17 +25,9 @@ from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotReq
 from sparkmill.services.resourcemanager.task_executor_registration import TaskExecutorRegistration
 
 SMALL = ResourceProfile(1.0, 1024)
-
-
 BIG = ResourceProfile(4.0, 8192)
-
-
 REQUEST_TIMEOUT = 30.0
-
-
 IDLE_TIMEOUT = 60.0
-
-
 ALLOCATION_TIMEOUT = 5.0
 
 
