@@ -12,6 +12,12 @@ While it leads, it
 
 Job masters push every job status change (``ReportJobStatus``); live task counts are fetched
 from the JobMaster on demand.
+
+Next to it: :mod:`~sparkmill.services.dispatcher.job_placement` (the job and process records and
+the placement state machine), :mod:`~sparkmill.services.dispatcher.job_master_processes` (the
+heartbeated process registry), :mod:`~sparkmill.services.dispatcher.job_recovery` (taking the
+jobs over on leadership) and :mod:`~sparkmill.services.dispatcher.job_views` (what is answered
+about a job).
 """
 
 from __future__ import annotations

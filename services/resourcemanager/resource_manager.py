@@ -7,6 +7,10 @@ asks task executors for slots (``TaskExecutor.RequestSlot``), tells JobMasters w
 failed, and runs heartbeats to every task executor and JobMaster. A heartbeat reply carries the task
 executor's slot report, from which the SlotManager reconciles its view.
 
+A task executor's registration is decoded once, when it arrives, into a
+:class:`~sparkmill.services.resourcemanager.task_executor_registration.TaskExecutorRegistration`
+that every later use reads (a bad profile is refused at registration).
+
 All state is owned by the service's event loop; RPC results come back to it as coroutines.
 """
 
