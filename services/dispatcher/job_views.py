@@ -9,7 +9,7 @@ job, from the ``ExecutionGraphInfoStore``.
 
 from __future__ import annotations
 
-from sparkmill.common.core.proto_convert import job_status_to_proto
+from sparkmill.common.core.proto_convert import execution_state_to_proto, job_status_to_proto
 from sparkmill.common.core.states import ExecutionState
 from sparkmill.common.v1 import dispatcher_pb2, jobs_pb2
 from sparkmill.services.dispatcher.job_placement import JobMasterProcessRecord, JobRecord
@@ -54,7 +54,7 @@ def add_job_summary(reply: dispatcher_pb2.ListJobsResponse, job: JobRecord) -> N
     summary.total_tasks = sum(v.parallelism for v in job.graph.vertices)
     if job.details is not None:
         summary.restarts = job.details.restarts
-        finished = ExecutionState.FINISHED.value
+        finished = execution_state_to_proto(ExecutionState.FINISHED)
         summary.finished_tasks = sum(
             v.tasks_by_state.get(finished, 0) for v in job.details.vertices
         )

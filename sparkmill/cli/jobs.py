@@ -23,10 +23,9 @@ from sparkmill.cli.output import (
     print_details,
     print_result,
     result_json,
-    status_name,
 )
 from sparkmill.cli.pipeline_loading import build_job_graph, load_pipeline
-from sparkmill.common.core.states import JobStatus
+from sparkmill.common.core.states import JobStatus, job_status_name, job_status_of
 
 if TYPE_CHECKING:
     from sparkmill.client import ClusterClient
@@ -84,7 +83,7 @@ def wait(client: ClusterClient, job_id: str, *, as_json: bool, pipeline: Any = N
         print(json.dumps(result_json(result, duration), indent=2))
     else:
         print_result(result, duration, pipeline)
-    return EXIT_OK if result.status == JobStatus.FINISHED.value else EXIT_JOB_FAILED
+    return EXIT_OK if job_status_of(result.status) is JobStatus.FINISHED else EXIT_JOB_FAILED
 
 
 def jobs(client: ClusterClient, args: argparse.Namespace) -> int:
@@ -115,7 +114,7 @@ def _list(client: ClusterClient, *, as_json: bool) -> int:
             {
                 "job_id": j.job_id,
                 "name": j.name,
-                "status": status_name(j.status),
+                "status": job_status_name(j.status),
                 "submitted_at": j.submitted_at,
                 "total_tasks": j.total_tasks,
                 "finished_tasks": j.finished_tasks,
@@ -127,7 +126,7 @@ def _list(client: ClusterClient, *, as_json: bool) -> int:
     print(f"{'JOB ID':<34}{'STATUS':<12}{'TASKS':>12}  NAME")
     for j in listed:
         print(
-            f"{j.job_id:<34}{status_name(j.status):<12}"
+            f"{j.job_id:<34}{job_status_name(j.status):<12}"
             f"{f'{j.finished_tasks}/{j.total_tasks}':>12}  {j.name}"
         )
     return EXIT_OK

@@ -13,25 +13,13 @@ import sys
 import time
 from typing import Any
 
-from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.common.core.states import (
+    JobStatus,
+    execution_state_name,
+    job_status_name,
+    job_status_of,
+)
 from sparkmill.common.v1 import common_pb2, jobs_pb2
-
-UNKNOWN_STATE_NAME = "UNKNOWN"
-_JOB_STATUSES = {status.value: status for status in JobStatus}
-_EXECUTION_STATES = {state.value: state for state in ExecutionState}
-
-
-def status_name(number: int) -> str:
-    """The name of the job status with wire number ``number``."""
-    status = _JOB_STATUSES.get(number)
-    return UNKNOWN_STATE_NAME if status is None else status.name
-
-
-def state_name(number: int) -> str:
-    """The name of the execution state with wire number ``number``."""
-    state = _EXECUTION_STATES.get(number)
-    return UNKNOWN_STATE_NAME if state is None else state.name
-
 
 # -- JSON ------------------------------------------------------------------------------------------
 
@@ -53,7 +41,7 @@ def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
     return {
         "job_id": details.job_id,
         "name": details.name,
-        "status": status_name(details.status),
+        "status": job_status_name(details.status),
         "submitted_at": details.submitted_at,
         "ended_at": details.ended_at or None,
         "restarts": details.restarts,
@@ -66,7 +54,7 @@ def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
                 "id": v.vertex_id,
                 "name": v.name,
                 "parallelism": v.parallelism,
-                "tasks": {state_name(k): n for k, n in sorted(v.tasks_by_state.items())},
+                "tasks": {execution_state_name(k): n for k, n in sorted(v.tasks_by_state.items())},
                 "attempts": list(v.subtask_attempts),
                 "task_executors": list(v.subtask_task_executors),
             }
@@ -91,7 +79,7 @@ def result_json(result: jobs_pb2.JobResult, duration: float) -> dict[str, Any]:
     out = details_json(result.details)
     out.update(
         job_id=result.job_id,
-        status=status_name(result.status),
+        status=job_status_name(result.status),
         duration_s=round(duration, 3),
         failure=result.failure.message or None,
     )
@@ -104,19 +92,19 @@ def result_json(result: jobs_pb2.JobResult, duration: float) -> dict[str, Any]:
 def print_result(result: jobs_pb2.JobResult, duration: float, pipeline: Any) -> None:
     """How the job ended, and the pipeline's own rendering of its result if it FINISHED."""
     print(
-        f"job {result.job_id} {status_name(result.status)} in {duration:.1f}s"
+        f"job {result.job_id} {job_status_name(result.status)} in {duration:.1f}s"
         + (f" after {result.details.restarts} restarts" if result.details.restarts else "")
     )
     if result.failure.message:
         print(f"cause: {result.failure.message}")
     render = getattr(pipeline, "render_result", None)
-    if render is not None and result.status == JobStatus.FINISHED.value:
+    if render is not None and job_status_of(result.status) is JobStatus.FINISHED:
         print(render(result))
 
 
 def print_details(details: jobs_pb2.JobDetails) -> None:
     print(
-        f"job {details.job_id} ('{details.name}'): {status_name(details.status)}"
+        f"job {details.job_id} ('{details.name}'): {job_status_name(details.status)}"
         + (f", {details.restarts} restarts" if details.restarts else "")
         + (
             f", {details.recovered_subtasks} finished subtasks taken over from an earlier JobMaster"
@@ -129,7 +117,9 @@ def print_details(details: jobs_pb2.JobDetails) -> None:
         print(f"  JobMaster: process {jm.id[:8]} at {jm.address} on {jm.hostname} (pid {jm.pid})")
     for v in details.vertices:
         states = ", ".join(
-            f"{n} {state_name(s).lower()}" for s, n in sorted(v.tasks_by_state.items()) if n
+            f"{n} {execution_state_name(s).lower()}"
+            for s, n in sorted(v.tasks_by_state.items())
+            if n
         )
         rerun = sum(1 for a in v.subtask_attempts if a > 0)
         again = f"; {rerun} ran again (max attempt #{max(v.subtask_attempts)})" if rerun else ""
@@ -158,11 +148,11 @@ class Progress:
         totals: dict[str, int] = {}
         for vertex in details.vertices:
             for state, count in vertex.tasks_by_state.items():
-                name = state_name(state)
+                name = execution_state_name(state)
                 totals[name] = totals.get(name, 0) + count
         total = sum(totals.values())
         parts = [f"{n} {s.lower()}" for s, n in sorted(totals.items()) if n]
-        line = f"{status_name(details.status):<11} {total} tasks: " + ", ".join(parts)
+        line = f"{job_status_name(details.status):<11} {total} tasks: " + ", ".join(parts)
         if details.restarts:
             line += f" (restarts: {details.restarts})"
         if line == self._last:
@@ -180,13 +170,10 @@ class Progress:
 
 
 __all__ = [
-    "UNKNOWN_STATE_NAME",
     "Progress",
     "details_json",
     "print_details",
     "print_result",
     "result_json",
     "service_json",
-    "state_name",
-    "status_name",
 ]

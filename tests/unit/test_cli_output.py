@@ -1,26 +1,12 @@
-"""The CLI's rendering of jobs: state names from the enums of sparkmill.common.core.states."""
+"""The CLI's rendering of jobs: state names as sparkmill.common.core.states spells them."""
 
 from __future__ import annotations
 
 import pytest
 
-from sparkmill.cli.output import (
-    UNKNOWN_STATE_NAME,
-    Progress,
-    details_json,
-    state_name,
-    status_name,
-)
-from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.cli.output import Progress, details_json
+from sparkmill.common.core.states import ExecutionState
 from sparkmill.common.v1 import jobs_pb2
-
-
-def test_names_are_the_enums_names_and_unknown_numbers_do_not_fail() -> None:
-    assert [status_name(s.value) for s in JobStatus] == [s.name for s in JobStatus]
-    assert [state_name(s.value) for s in ExecutionState] == [s.name for s in ExecutionState]
-    assert state_name(ExecutionState.FINISHED.value) == "FINISHED"  # not EXECUTION_FINISHED
-    assert status_name(0) == state_name(0) == UNKNOWN_STATE_NAME
-    assert status_name(99) == UNKNOWN_STATE_NAME
 
 
 def test_details_and_progress_name_tasks_by_state(capsys: pytest.CaptureFixture[str]) -> None:
