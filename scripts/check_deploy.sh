@@ -256,7 +256,7 @@ done
 "$PY" - "$R/etc/sparkmill" "$DISPATCHER_PORT" <<'EOF' || fail "the rendered configuration has unexpected values"
 import sys
 from sparkmill.common.config.configuration import Configuration
-from sparkmill.common.config.configuration import options as opt
+from sparkmill.common.config import options as opt
 etc, port = sys.argv[1], int(sys.argv[2])
 conf = Configuration.load(f"{etc}/sparkmill.yaml")
 assert conf.get(opt.DISPATCHER_RPC_ADDRESS) == f"tcp://127.0.0.1:{port}", conf.get(opt.DISPATCHER_RPC_ADDRESS)
