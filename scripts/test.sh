@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # The whole check, exactly as CI runs it: set-up, lint, types, generated-code freshness, tests.
-#   ./scripts/test.sh            # everything
-#   ./scripts/test.sh -k rpc     # extra arguments go to pytest
+#   ./scripts/test.sh                 # everything: every tier (unit, integration, deploy, testbed)
+#   ./scripts/test.sh --fast          # the same checks, then the unit tier only (a few minutes)
+#   ./scripts/test.sh -k rpc          # extra arguments go to pytest (after --fast, too)
 set -euo pipefail
+FAST=0
+if [ "${1:-}" = "--fast" ]; then
+  FAST=1
+  shift
+fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$ROOT/scripts/bootstrap.sh"
 VENV="${SPARKMILL_VENV:-$ROOT/.venv}"
@@ -22,5 +28,13 @@ python scripts/check_docs.py --check
 echo "== generated code"
 python scripts/gen_protos.py --check
 python scripts/gen_config_docs.py --check
-echo "== pytest"
-python -m pytest -q -ra "$@"
+if [ "$FAST" = 1 ]; then
+  echo "== pytest (fast tier: unit)"
+  # Without arguments only tests/unit is collected (the others' imports cost seconds); with
+  # arguments the marker still keeps every heavier tier out.
+  [ $# -gt 0 ] || set -- tests/unit
+  python -m pytest -q -ra -m unit "$@"
+else
+  echo "== pytest (every tier)"
+  python -m pytest -q -ra "$@"
+fi

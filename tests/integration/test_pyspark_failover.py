@@ -19,8 +19,9 @@ import pytest
 import sparkmill as sm
 from sparkmill import functions as F
 from sparkmill.client import ClusterClient
+from sparkmill.common.ha.progress_log import FileJobProgressStore, replay
 from sparkmill.common.ha.zookeeper.server import zookeeper_available
-from sparkmill.common.v1 import common_pb2
+from sparkmill.common.v1 import common_pb2, jobs_pb2
 from sparkmill.local_cluster import LocalCluster
 from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
 from tests.integration.held_pipeline import (
@@ -29,6 +30,7 @@ from tests.integration.held_pipeline import (
     held_pipeline,
     output_rows,
     runs,
+    vertex,
 )
 from tests.integration.held_pipeline import expected_rows as expected_held_rows
 
@@ -132,7 +134,21 @@ def test_job_master_takeover_keeps_the_finished_subtasks(
     )
     out, markers, release = tmp_path / "out", tmp_path / "markers", tmp_path / "release"
     job_id = client.submit(held_pipeline("jm-takeover", out, markers, release).build_job_graph())
-    eventually(lambda: held(client.status(job_id, timeout=60)), timeout=240)
+
+    def held_details() -> jobs_pb2.JobDetails | None:
+        details = client.status(job_id, timeout=60)
+        return details if held(details) else None
+
+    details = eventually(held_details, timeout=240)
+    # The JobMaster reports a subtask FINISHED at once and records it in its progress log on
+    # the HA storage a moment later (batched, off its event loop): only what is recorded can
+    # be restored. Wait for the record of every stage-a subtask, as a successor would read it.
+    stage_a = vertex(details, "stage-a").vertex_id
+    store = FileJobProgressStore(cluster.directory / "ha-storage" / "job-progress")
+    eventually(
+        lambda: sum(v == stage_a for v, _ in replay(store.load(job_id)).finished) == A_PARALLELISM,
+        timeout=60,
+    )
     address, job_master = job_master_of(client, job_id)
     sigkill(cluster, job_master)
     eventually(

@@ -11,9 +11,12 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +82,25 @@ class TestBed:
     groups: dict[str, list[str]]
     timings: dict[str, float] = field(default_factory=dict)
     converges: list[subprocess.CompletedProcess[str]] = field(default_factory=list)
+    # The second converge (the idempotence check) runs while the tests that only read the bed
+    # or run jobs go on; anything that changes a host waits for it first (``settle``).
+    _converging: threading.Thread | None = None
+
+    def converge_in_background(self, name: str) -> None:
+        """Runs ``site.yml`` once more in a thread; its result is appended to ``converges``."""
+
+        def run() -> None:
+            began = time.monotonic()
+            self.converges.append(self.playbook("site.yml"))
+            self.timings[name] = time.monotonic() - began
+
+        self._converging = threading.Thread(target=run, name=name, daemon=True)
+        self._converging.start()
+
+    def settle(self) -> None:
+        """Waits for a converge still running: after it, tests may change the hosts."""
+        if self._converging is not None:
+            self._converging.join()
 
     @property
     def shared(self) -> Path:
@@ -231,3 +253,61 @@ class TestBed:
             if time.monotonic() >= deadline:
                 raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
             time.sleep(interval)
+
+
+class CannotRun(Exception):
+    """This machine cannot run the test bed (not root, no systemd-nspawn, no Debian mirror...)."""
+
+
+def script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``scripts/testbed.sh ARGS`` with this virtualenv's tools."""
+    env = dict(os.environ, SPARKMILL_VENV=sys.prefix)
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def existing_bed() -> TestBed:
+    """The bed that ``scripts/testbed.sh up`` left up (its inventory in the state directory)."""
+    addresses, groups = parse_inventory(STATE / "inventory.ini")
+    return TestBed(inventory=STATE / "inventory.ini", addresses=addresses, groups=groups)
+
+
+@contextmanager
+def running_bed(*, second_converge: bool) -> Iterator[TestBed]:
+    """A bed brought up and converged with ``site.yml``; removed again at the end (also when
+    the set-up failed). With ``second_converge`` the play runs a second time in the background
+    (``TestBed.settle`` waits for it). Raises CannotRun when this machine cannot have one."""
+    started = time.monotonic()
+    try:
+        up = script("up", timeout=900)
+        if up.returncode == EXIT_CANNOT_RUN:
+            reason = next(
+                (line for line in up.stderr.splitlines() if "CANNOT RUN" in line),
+                "scripts/testbed.sh cannot run here",
+            )
+            raise CannotRun(reason.strip())
+        assert up.returncode == 0, f"testbed.sh up exited {up.returncode}:\n{up.stderr[-6000:]}"
+        testbed = existing_bed()
+        testbed.timings["up"] = time.monotonic() - started
+        began = time.monotonic()
+        testbed.converges.append(testbed.playbook("site.yml"))
+        testbed.timings["converge-1"] = time.monotonic() - began
+        if second_converge and testbed.converges[0].returncode == 0:
+            testbed.converge_in_background("converge-2")
+        try:
+            yield testbed
+        finally:
+            testbed.settle()  # `down` must not pull the hosts from under a running play
+        # Kept after `down` (which removes the state directory) for a look at the durations.
+        (CACHE / "last-run-timings.json").write_text(
+            json.dumps({k: round(v, 1) for k, v in testbed.timings.items()}) + "\n"
+        )
+    finally:
+        down = script("down", timeout=300)
+        assert down.returncode in (0, EXIT_CANNOT_RUN), f"testbed.sh down failed:\n{down.stderr}"

@@ -228,7 +228,7 @@ class LeaderWatch:
 
 
 # The HA scenarios run with the rest of the test bed's tests (CI included). While working on
-# something else, SPARKMILL_TESTBED_SCENARIOS=0 skips them (about 25 minutes).
+# something else, SPARKMILL_TESTBED_SCENARIOS=0 skips them (about 8 minutes).
 SCENARIOS_SWITCH = "SPARKMILL_TESTBED_SCENARIOS"
 skip_when_scenarios_off = pytest.mark.skipif(
     os.environ.get(SCENARIOS_SWITCH) == "0",

@@ -2,7 +2,9 @@
 
 The hosts (scripts/testbed.sh): h1, h2 run ZooKeeper, a dispatcher and a resource manager;
 h3 ZooKeeper, a job master and a task executor; h4 a job master and a task executor; h5 a task
-executor and Prometheus. The tests run in this file's order on one converged test bed.
+executor and Prometheus. The tests run in this file's order on one converged test bed: first
+those that only read the hosts or run jobs (``bed_converging``: while the second converge runs),
+then the converge's own checks and the tests that kill or restart services (``bed``).
 """
 
 from __future__ import annotations
@@ -90,42 +92,10 @@ def _unit_state(bed: TestBed, host: str, unit: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def test_converge_leaves_every_unit_active_and_a_second_run_changes_nothing(bed: TestBed) -> None:
-    if not bed.converges:
-        pytest.skip("SPARKMILL_TESTBED_REUSE: the bed was converged by hand")
-    first, second = bed.converges
-    assert first.returncode == 0, first.stdout[-8000:] + first.stderr[-2000:]
-    assert second.returncode == 0, second.stdout[-8000:] + second.stderr[-2000:]
-    first_recap, second_recap = recap(first.stdout), recap(second.stdout)
-    assert set(first_recap) == set(bed.addresses), first.stdout[-3000:]
-    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in first_recap.values())
-    changed = {host: counts["changed"] for host, counts in second_recap.items()}
-    assert changed == dict.fromkeys(bed.addresses, 0), second.stdout[-6000:]
-
-    expected = {host: bed.units_of(host) for host in bed.addresses}
-    # The test bed's layout: 3 ZooKeeper servers, 2 dispatchers + resource managers, 2 job
-    # masters, 3 task executors, 1 Prometheus.
-    counts = {
-        unit: sum(unit in units for units in expected.values())
-        for unit in (
-            "zookeeper-sparkmill.service",
-            "sparkmill-dispatcher.service",
-            "sparkmill-resource-manager.service",
-            "sparkmill-job-master.service",
-            "sparkmill-task-executor@1.service",
-            "prometheus.service",
-        )
-    }
-    assert list(counts.values()) == [3, 2, 2, 2, 3, 1], counts
-    for host, units in expected.items():
-        states = bed.ssh(host, "systemctl is-active " + " ".join(units), check=False).stdout.split()
-        assert states == ["active"] * len(units), (
-            f"{host}: {dict(zip(units, states, strict=False))}"
-        )
-        assert bed.ssh(host, "systemctl is-system-running", check=False).stdout.strip() == "running"
-
-
-def test_prometheus_scrapes_every_sparkmill_process_and_has_the_alert_rules(bed: TestBed) -> None:
+def test_prometheus_scrapes_every_sparkmill_process_and_has_the_alert_rules(
+    bed_converging: TestBed,
+) -> None:
+    bed = bed_converging
     monitoring = bed.groups["monitoring"][0]
     check = bed.ssh(monitoring, "promtool check config /etc/prometheus/prometheus.yml")
     assert "SUCCESS" in check.stdout + check.stderr
@@ -167,7 +137,10 @@ def test_prometheus_scrapes_every_sparkmill_process_and_has_the_alert_rules(bed:
     assert json.loads(dashboard.stdout)["uid"] == "sparkmill-overview"
 
 
-def test_a_job_submitted_from_the_controller_gives_plain_pysparks_rows(bed: TestBed) -> None:
+def test_a_job_submitted_from_the_controller_gives_plain_pysparks_rows(
+    bed_converging: TestBed,
+) -> None:
+    bed = bed_converging
     output = bed.shared / "work" / "wordcount-submit"
     started = time.monotonic()
     result = _submit(bed, output)
@@ -179,7 +152,8 @@ def test_a_job_submitted_from_the_controller_gives_plain_pysparks_rows(bed: Test
     assert outputs[str(output)] == reference
 
 
-def test_keys_are_distributed_private_and_per_host(bed: TestBed) -> None:
+def test_keys_are_distributed_private_and_per_host(bed_converging: TestBed) -> None:
+    bed = bed_converging
     admitted = sorted(p.name for p in (bed.secrets / "keys" / "public").glob("*.key"))
     assert "server.key" in admitted and "client-operator.key" in admitted, admitted
     for host in bed.addresses:
@@ -203,9 +177,12 @@ def test_keys_are_distributed_private_and_per_host(bed: TestBed) -> None:
         assert set(modes) == expected, host  # nobody else's secret key, no client key
 
 
-def test_a_client_without_an_admitted_key_is_refused(bed: TestBed, tmp_path: Path) -> None:
+def test_a_client_without_an_admitted_key_is_refused(
+    bed_converging: TestBed, tmp_path: Path
+) -> None:
     """A stranger who knows every public file and even the ZooKeeper digest, but holds no
     admitted key: the dispatcher never answers it, and the CLI says why that may be."""
+    bed = bed_converging
     made = generate_key(tmp_path / "stranger", "client", "stranger")
     assert made is not None
     shutil.copy(bed.secrets / "keys" / "public" / "server.key", made[0].parent / "server.key")
@@ -229,7 +206,8 @@ def test_a_client_without_an_admitted_key_is_refused(bed: TestBed, tmp_path: Pat
     assert "wordcount-stranger" not in result.stdout
 
 
-def test_the_rest_api_needs_a_token_of_the_play(bed: TestBed) -> None:
+def test_the_rest_api_needs_a_token_of_the_play(bed_converging: TestBed) -> None:
+    bed = bed_converging
     services = bed.cluster_status()["services"]
     rest_url = next(s["rest_url"] for s in services if s["role"] == "dispatcher" and s["leader"])
     tokens = dict(
@@ -253,8 +231,9 @@ def test_the_rest_api_needs_a_token_of_the_play(bed: TestBed) -> None:
 
 
 def test_an_unauthenticated_zookeeper_client_cannot_read_or_write_sparkmills_znodes(
-    bed: TestBed,
+    bed_converging: TestBed,
 ) -> None:
+    bed = bed_converging
     quorum = ",".join(f"{bed.addresses[h]}:2181" for h in bed.groups["zookeeper"])
     outsider = KazooClient(hosts=quorum, timeout=15)
     outsider.start(timeout=30)
@@ -284,6 +263,73 @@ def test_an_unauthenticated_zookeeper_client_cannot_read_or_write_sparkmills_zno
     finally:
         member.stop()
         member.close()
+
+
+def test_unit_security_exposure(bed_converging: TestBed) -> None:
+    bed = bed_converging
+    scores: dict[str, float] = {}
+    for host in bed.addresses:
+        for unit in bed.units_of(host):
+            out = bed.ssh(host, f"systemd-analyze security --no-pager {unit}").stdout
+            match = re.search(r"Overall exposure level for \S+: ([0-9.]+)", out)
+            assert match, out[-2000:]
+            scores[unit] = max(scores.get(unit, 0.0), float(match.group(1)))
+    print(f"\nsystemd-analyze security: {scores}")
+    assert len(scores) == 6
+    assert all(score <= MAX_EXPOSURE for score in scores.values()), scores
+
+
+def test_units_are_bounded_in_memory_and_tasks(bed_converging: TestBed) -> None:
+    bed = bed_converging
+    expected = {  # the role's defaults: a task executor is sized for its Spark JVM
+        "task-executor": {"MemoryMax": str(4 << 30), "TasksMax": "4096"},
+        "other": {"MemoryMax": str(1 << 30), "TasksMax": "512"},
+    }
+    for host in bed.addresses:
+        for unit in bed.units_of(host):
+            if not unit.startswith("sparkmill-"):
+                continue
+            out = bed.ssh(host, f"systemctl show -p MemoryMax -p TasksMax {unit}").stdout
+            shown = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+            kind = "task-executor" if "task-executor" in unit else "other"
+            assert shown == expected[kind], (host, unit, shown)
+
+
+def test_converge_leaves_every_unit_active_and_a_second_run_changes_nothing(bed: TestBed) -> None:
+    if not bed.converges:
+        pytest.skip("SPARKMILL_TESTBED_REUSE: the bed was converged by hand")
+    first = bed.converges[0]
+    assert first.returncode == 0, first.stdout[-8000:] + first.stderr[-2000:]
+    assert len(bed.converges) == 2, "the second converge did not run"
+    second = bed.converges[1]
+    assert second.returncode == 0, second.stdout[-8000:] + second.stderr[-2000:]
+    first_recap, second_recap = recap(first.stdout), recap(second.stdout)
+    assert set(first_recap) == set(bed.addresses), first.stdout[-3000:]
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in first_recap.values())
+    changed = {host: counts["changed"] for host, counts in second_recap.items()}
+    assert changed == dict.fromkeys(bed.addresses, 0), second.stdout[-6000:]
+
+    expected = {host: bed.units_of(host) for host in bed.addresses}
+    # The test bed's layout: 3 ZooKeeper servers, 2 dispatchers + resource managers, 2 job
+    # masters, 3 task executors, 1 Prometheus.
+    counts = {
+        unit: sum(unit in units for units in expected.values())
+        for unit in (
+            "zookeeper-sparkmill.service",
+            "sparkmill-dispatcher.service",
+            "sparkmill-resource-manager.service",
+            "sparkmill-job-master.service",
+            "sparkmill-task-executor@1.service",
+            "prometheus.service",
+        )
+    }
+    assert list(counts.values()) == [3, 2, 2, 2, 3, 1], counts
+    for host, units in expected.items():
+        states = bed.ssh(host, "systemctl is-active " + " ".join(units), check=False).stdout.split()
+        assert states == ["active"] * len(units), (
+            f"{host}: {dict(zip(units, states, strict=False))}"
+        )
+        assert bed.ssh(host, "systemctl is-system-running", check=False).stdout.strip() == "running"
 
 
 @pytest.mark.parametrize(
@@ -326,34 +372,6 @@ def test_a_killed_service_is_restarted_by_systemd_and_rejoins(
         )
 
     bed.wait_until(f"the restarted {role} of {host} in cluster status", rejoined, timeout=90)
-
-
-def test_unit_security_exposure(bed: TestBed) -> None:
-    scores: dict[str, float] = {}
-    for host in bed.addresses:
-        for unit in bed.units_of(host):
-            out = bed.ssh(host, f"systemd-analyze security --no-pager {unit}").stdout
-            match = re.search(r"Overall exposure level for \S+: ([0-9.]+)", out)
-            assert match, out[-2000:]
-            scores[unit] = max(scores.get(unit, 0.0), float(match.group(1)))
-    print(f"\nsystemd-analyze security: {scores}")
-    assert len(scores) == 6
-    assert all(score <= MAX_EXPOSURE for score in scores.values()), scores
-
-
-def test_units_are_bounded_in_memory_and_tasks(bed: TestBed) -> None:
-    expected = {  # the role's defaults: a task executor is sized for its Spark JVM
-        "task-executor": {"MemoryMax": str(4 << 30), "TasksMax": "4096"},
-        "other": {"MemoryMax": str(1 << 30), "TasksMax": "512"},
-    }
-    for host in bed.addresses:
-        for unit in bed.units_of(host):
-            if not unit.startswith("sparkmill-"):
-                continue
-            out = bed.ssh(host, f"systemctl show -p MemoryMax -p TasksMax {unit}").stdout
-            shown = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-            kind = "task-executor" if "task-executor" in unit else "other"
-            assert shown == expected[kind], (host, unit, shown)
 
 
 def test_rolling_restart_while_jobs_run_gives_exact_output(bed: TestBed) -> None:
