@@ -116,6 +116,7 @@ def _build(
             clients,
             identity,
             ha.job_master_contenders,
+            ha.job_leader,
         )
     if role == "resource-manager":
         return ResourceManager(

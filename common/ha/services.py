@@ -24,6 +24,7 @@ from sparkmill.common.ha.job_stores import (
 )
 from sparkmill.common.ha.leader import (
     LeaderElectionService,
+    LeaderInfo,
     LeaderRetrievalService,
     StandaloneLeaderElectionService,
 )
@@ -62,6 +63,12 @@ class HighAvailabilityServices(abc.ABC):
     def job_leader_retrieval_factory(self) -> Callable[[JobID], LeaderRetrievalService] | None:
         """Per-job leader retrieval for checking a JobMaster's claim to lead its job (Flink's
         JobLeaderIdService); ``None`` when jobs' leaders are not published (no HA)."""
+        return None
+
+    async def job_leader(self, job_id: JobID) -> LeaderInfo | None:
+        """The JobMaster that leads ``job_id`` now as the coordination service records it
+        (read afresh, not from a cache), or None when nobody does or it cannot be known (no HA:
+        only the dispatcher that started a JobMaster knows its session)."""
         return None
 
     async def job_master_contenders(self, job_id: JobID) -> int | None:

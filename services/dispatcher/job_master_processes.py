@@ -55,11 +55,11 @@ class JobMasterProcesses:
         return self._records.get(process_id)
 
     def add(
-        self, process_id: str, address: str, info: common_pb2.ServiceInfo
+        self, process_id: str, address: str, info: common_pb2.ServiceInfo, peer: str = ""
     ) -> JobMasterProcessRecord:
         """Register a process (the caller removed an earlier registration under its id)."""
         rpc = self._clients.get(address)
-        record = JobMasterProcessRecord(process_id, address, JobMasterClient(rpc), info)
+        record = JobMasterProcessRecord(process_id, address, JobMasterClient(rpc), info, peer=peer)
         self._records[process_id] = record
         self.heartbeats.monitor(
             process_id, lambda: self._heartbeat(process_id), watch=rpc.watch_connection

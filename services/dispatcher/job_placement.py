@@ -81,6 +81,9 @@ class JobMasterProcessRecord:
     client: JobMasterClient
     info: common_pb2.ServiceInfo
     jobs: set[JobID] = field(default_factory=set)
+    # The authenticated key that registered the process ("" with security off): only that key
+    # may report for the jobs placed on it, or register the process id again.
+    peer: str = ""
 
 
 @dataclass

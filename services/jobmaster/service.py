@@ -28,6 +28,7 @@ from sparkmill.common.core.errors import (
     InvalidArgumentError,
     NotFoundError,
     NotLeaderError,
+    PermissionDeniedError,
     UnavailableError,
 )
 from sparkmill.common.core.ids import JobID, SharedGateID, short
@@ -38,6 +39,7 @@ from sparkmill.common.jobgraph.codec import job_graph_from_proto
 from sparkmill.common.jobgraph.model import KNOWN_OPERATOR_KINDS
 from sparkmill.common.jobgraph.validation import validate_job_graph
 from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.peer_bindings import PeerBindings
 from sparkmill.common.rpc.server import CallContext, MethodSpec
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.heartbeat import HeartbeatManager
@@ -63,6 +65,7 @@ _REPORT_BACKOFF = Backoff(initial_s=0.1, max_s=2.0)
 # The dispatcher leader answered "never": the job is unknown to it, or another JobMaster
 # session leads the job.
 _REPORT_REFUSED: tuple[type[Exception], ...] = (
+    PermissionDeniedError,
     NotFoundError,
     InvalidArgumentError,
     FailedPreconditionError,
@@ -96,6 +99,8 @@ class JobMasterProcess(JobMasterServicer):
         self.ha = ha
         self.clients = clients
         self.identity = identity
+        # A task executor's key speaks only for its own resource id, across this process's jobs.
+        self.task_executor_keys = PeerBindings("task executor")
         self.job_masters: dict[JobID, JobMaster] = {}
         self.dispatcher: _DispatcherConnection | None = None
         self.rm_leader: LeaderInfo | None = None
@@ -270,9 +275,9 @@ class JobMasterProcess(JobMasterServicer):
     async def register_task_executor(
         self, request: job_master_pb2.JobMasterRegisterTaskExecutorRequest, context: CallContext
     ) -> job_master_pb2.JobMasterRegisterTaskExecutorResponse:
-        self._job_master(request.job_id).register_task_executor(
-            request.resource_id, request.address
-        )
+        job_master = self._job_master(request.job_id)
+        self.task_executor_keys.bind(request.resource_id, context.peer)
+        job_master.register_task_executor(request.resource_id, request.address)
         return job_master_pb2.JobMasterRegisterTaskExecutorResponse(
             job_master_resource_id=self.identity.id,
             heartbeat_interval_ms=int(self.settings.heartbeat_interval_s * 1000),
@@ -281,7 +286,9 @@ class JobMasterProcess(JobMasterServicer):
     async def offer_slots(
         self, request: job_master_pb2.OfferSlotsRequest, context: CallContext
     ) -> job_master_pb2.OfferSlotsResponse:
-        accepted = self._job_master(request.job_id).offer_slots(
+        job_master = self._job_master(request.job_id)
+        self.task_executor_keys.check(request.resource_id, context.peer, "offer its slots")
+        accepted = job_master.offer_slots(
             request.resource_id, request.address, list(request.offers)
         )
         return job_master_pb2.OfferSlotsResponse(accepted=accepted)
@@ -289,9 +296,9 @@ class JobMasterProcess(JobMasterServicer):
     async def update_task_execution_state(
         self, request: job_master_pb2.UpdateTaskExecutionStateRequest, context: CallContext
     ) -> common_pb2.Empty:
-        self._job_master(request.job_id).update_task_execution_states(
-            request.resource_id, list(request.updates)
-        )
+        job_master = self._job_master(request.job_id)
+        self.task_executor_keys.check(request.resource_id, context.peer, "report its tasks")
+        job_master.update_task_execution_states(request.resource_id, list(request.updates))
         return common_pb2.Empty()
 
     async def get_input_gate(
@@ -312,7 +319,9 @@ class JobMasterProcess(JobMasterServicer):
     async def disconnect_task_executor(
         self, request: job_master_pb2.JobMasterDisconnectTaskExecutorRequest, context: CallContext
     ) -> common_pb2.Empty:
-        self._job_master(request.job_id).task_executor_lost(request.resource_id, request.cause)
+        job_master = self._job_master(request.job_id)
+        self.task_executor_keys.check(request.resource_id, context.peer, "disconnect it")
+        job_master.task_executor_lost(request.resource_id, request.cause)
         return common_pb2.Empty()
 
     async def disconnect_resource_manager(

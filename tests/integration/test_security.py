@@ -27,9 +27,9 @@ from sparkmill.common.ha.zookeeper.server import zookeeper_available
 from sparkmill.common.rpc.client import RpcClient
 from sparkmill.common.rpc.keys import generate_key
 from sparkmill.common.rpc.security import CurveKeyPair, TransportSecurity
-from sparkmill.common.v1 import common_pb2, dispatcher_pb2, resource_manager_pb2
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
 from sparkmill.common.v1.gateways import DispatcherClient, ResourceManagerClient
-from sparkmill.local_cluster import LocalCluster
+from sparkmill.local_cluster import KEYS_DIR, LocalCluster
 from sparkmill.testing import noop_pipeline
 from tests.integration.conftest import ClusterFactory, RunningCluster, eventually
 
@@ -40,9 +40,10 @@ T = TypeVar("T")
 def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningCluster]:
     from tests.integration.conftest import start_local_cluster
 
-    running = RunningCluster(
-        start_local_cluster(tmp_path_factory.mktemp("secure"), task_executors=2, slots=2)
-    )
+    directory = tmp_path_factory.mktemp("secure")
+    # Another host's task-executor key, admitted with the others (see the resource-id test).
+    generate_key(directory / KEYS_DIR, "task-executor", "evil")
+    running = RunningCluster(start_local_cluster(directory, task_executors=2, slots=2))
     yield running
     running.close()
 
@@ -177,7 +178,8 @@ def test_a_task_executor_key_cannot_report_job_status_or_act_as_job_master(
 
     assert isinstance(call(cluster, rm, executor, register_job_master), PermissionDeniedError)
 
-    # Even a job-master key cannot end someone else's job with a forged (unfenced) report.
+    # Even a job-master key cannot end someone else's job with a forged (unfenced) report:
+    # naming no registered process, it is not heard at all.
     async def forged_by_job_master(rpc: RpcClient) -> BaseException | None:
         try:
             await DispatcherClient(rpc, fencing_token=d_session).report_job_status(finished)
@@ -188,9 +190,103 @@ def test_a_task_executor_key_cannot_report_job_status_or_act_as_job_master(
     outcome = call(
         cluster, dispatcher, cluster.transport_security("job-master"), forged_by_job_master
     )
-    assert isinstance(outcome, FailedPreconditionError), outcome
+    assert isinstance(outcome, UnavailableError), outcome
     assert client.wait(job_id, timeout=60).status == common_pb2.FINISHED
     assert client.result(job_id).details.restarts == 0
+
+
+def test_a_job_master_key_cannot_take_over_a_running_job_with_an_invented_session(
+    secure_cluster: RunningCluster,
+) -> None:
+    """The attack: report the job RUNNING under an invented session (as a new JobMaster
+    would), then FINISHED under it with forged rows. Both are refused; the job ends with its
+    own result."""
+    cluster, client = secure_cluster.cluster, secure_cluster.client
+    job_id = client.submit(noop_pipeline("victim", parallelism=1, sleep_s=4.0).build_job_graph())
+    view = client.cluster_status()
+    dispatcher = view.dispatcher.address
+    process_id = view.job_master_process_infos[0].id  # public: GetClusterServices lists it
+    d_session = session_of(cluster, dispatcher, "dispatcher", "job-master")
+    invented = "e" * 32
+    running = dispatcher_pb2.JobStatusReport(
+        job_id=job_id,
+        status=common_pb2.RUNNING,
+        job_master_session_id=invented,
+        job_master_process_id=process_id,
+        job_master_address="tcp://127.0.0.1:9",
+    )
+    forged = jobs_pb2.JobResult(job_id=job_id, status=common_pb2.FINISHED)
+    forged.accumulators["collect"] = b"forged rows"
+    finished = dispatcher_pb2.JobStatusReport(
+        job_id=job_id,
+        status=common_pb2.FINISHED,
+        job_master_session_id=invented,
+        job_master_process_id=process_id,
+        result=forged,
+    )
+
+    async def forge(rpc: RpcClient) -> list[BaseException | None]:
+        d = DispatcherClient(rpc, fencing_token=d_session)
+        outcomes: list[BaseException | None] = []
+        for report in (running, finished):
+            try:
+                await d.report_job_status(report)
+                outcomes.append(None)
+            except RpcError as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    outcomes = call(cluster, dispatcher, cluster.transport_security("job-master"), forge)
+    assert all(isinstance(o, FailedPreconditionError) for o in outcomes), outcomes
+    result = client.wait(job_id, timeout=60)
+    assert result.status == common_pb2.FINISHED
+    assert b"forged rows" not in result.SerializeToString()
+
+
+def test_a_task_executor_key_acts_only_for_its_own_resource_id(
+    secure_cluster: RunningCluster,
+) -> None:
+    """A second task-executor key (another host's, say) may neither disconnect a registered
+    task executor at the resource manager nor take its resource id over."""
+    cluster, client = secure_cluster.cluster, secure_cluster.client
+    rm = client.cluster_status().resource_manager.resource_manager.address
+    victim = client.cluster_status().resource_manager.task_executors[0].resource_id
+    rm_session = session_of(cluster, rm, "resource-manager", "task-executor")
+    from sparkmill.common.rpc.keys import load_secret_key
+
+    public, secret = load_secret_key(
+        cluster.keys_dir / "private" / "task-executor-evil.key_secret", "test"
+    )
+    other_host = TransportSecurity(
+        True, CurveKeyPair(public, secret), cluster.transport_security().server_public
+    )
+
+    async def evict(rpc: RpcClient) -> list[BaseException | None]:
+        gateway = ResourceManagerClient(rpc, fencing_token=rm_session)
+        outcomes: list[BaseException | None] = []
+        for attempt in (
+            gateway.disconnect_task_executor(
+                resource_manager_pb2.DisconnectTaskExecutorRequest(
+                    resource_id=victim, cause="evicted"
+                )
+            ),
+            gateway.register_task_executor(
+                resource_manager_pb2.RegisterTaskExecutorRequest(
+                    resource_id=victim, address="tcp://127.0.0.1:9", number_slots=1
+                )
+            ),
+        ):
+            try:
+                await attempt
+                outcomes.append(None)
+            except RpcError as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    outcomes = call(cluster, rm, other_host, evict)
+    assert all(isinstance(o, PermissionDeniedError) for o in outcomes), outcomes
+    registered = {te.resource_id for te in client.cluster_status().resource_manager.task_executors}
+    assert victim in registered
 
 
 def test_a_task_executor_without_an_admitted_key_cannot_register(

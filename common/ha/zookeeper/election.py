@@ -77,6 +77,16 @@ def latch_members(children: list[str]) -> list[str]:
     return [child for _, child in sorted(members)]
 
 
+def parse_leader_info(data: bytes, name: str = "leader") -> LeaderInfo | None:
+    """A leader's published address and session, or None (logged) when unreadable."""
+    try:
+        raw = json.loads(data)
+        return LeaderInfo(str(raw["address"]), str(raw["session_id"]))
+    except (ValueError, KeyError, TypeError):
+        log.warning("%s: unreadable leader information %r", name, data[:200])
+        return None
+
+
 class ZooKeeperLeaderElectionService(LeaderElectionService):
     def __init__(
         self, zk: ZooKeeperConnection, path: str, *, tolerate_suspended: bool, name: str
@@ -406,13 +416,7 @@ class ZooKeeperLeaderRetrievalService(LeaderRetrievalService):
     def _on_data(self, data: bytes | None, stat: Any) -> bool:  # kazoo thread
         if self._stopped:
             return False
-        info: LeaderInfo | None = None
-        if data:
-            try:
-                raw = json.loads(data)
-                info = LeaderInfo(str(raw["address"]), str(raw["session_id"]))
-            except (ValueError, KeyError, TypeError):
-                log.warning("%s: unreadable leader information %r", self.name, data[:200])
+        info = parse_leader_info(data, self.name) if data else None
         self.zk.post(lambda: self._notify(info))
         return True
 

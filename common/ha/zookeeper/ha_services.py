@@ -17,14 +17,14 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from sparkmill.common.config import options as opt
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.ids import JobID
 from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
 from sparkmill.common.ha.job_stores import JobGraphStore, JobResultStore
-from sparkmill.common.ha.leader import LeaderElectionService, LeaderRetrievalService
+from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo, LeaderRetrievalService
 from sparkmill.common.ha.progress_log import FileJobProgressStore, JobProgressStore
 from sparkmill.common.ha.services import HighAvailabilityServices
 from sparkmill.common.ha.zookeeper.acl import acl_text, zookeeper_auth_from_config
@@ -33,6 +33,7 @@ from sparkmill.common.ha.zookeeper.election import (
     ZooKeeperLeaderElectionService,
     ZooKeeperLeaderRetrievalService,
     latch_members,
+    parse_leader_info,
 )
 from sparkmill.common.ha.zookeeper.stores import FileSystemJobResultStore, ZooKeeperJobGraphStore
 from sparkmill.common.runtime.settings import ClusterSettings
@@ -88,6 +89,27 @@ class ZooKeeperHaServices(HighAvailabilityServices):
 
     def job_leader_retrieval_factory(self) -> Callable[[JobID], LeaderRetrievalService] | None:
         return self.job_master_retrieval
+
+    async def job_leader(self, job_id: JobID) -> LeaderInfo | None:
+        client = self.connection.client
+        if client is None or not self.connection.connected:
+            return None
+        path = self.connection.path("leader", f"job-{job_id}", "connection_info")
+
+        def read() -> bytes | None:
+            client.sync(path)  # catch the server we talk to up with the leader first
+            try:
+                data, _ = client.get(path)
+            except NoNodeError:
+                return None
+            return bytes(data) if data else None
+
+        try:
+            data = await self.connection.call(read)
+        except KazooException as exc:
+            log.warning("job %s: cannot read its leader from ZooKeeper: %s", job_id, exc)
+            return None
+        return parse_leader_info(data) if data else None
 
     async def job_master_contenders(self, job_id: JobID) -> int | None:
         client = self.connection.client
