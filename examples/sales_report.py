@@ -1,6 +1,6 @@
 """Sales per country: two CSV sources joined on the customer, aggregated, written as Parquet.
 
-    sparkmill run examples/sales_report.py
+    sparkmill run examples/sales_report.py [-- --output DIR]
 
 Sample data is generated on the first run (SPARKMILL_EXAMPLES_DIR moves it). The orders and
 the customers are both hash-exchanged on ``customer_id`` so that each join subtask sees all
@@ -9,6 +9,7 @@ rows of its customers; the revenue per country is then aggregated with a second 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import random
@@ -20,7 +21,6 @@ from sparkmill import functions as F
 
 BASE = Path(os.environ.get("SPARKMILL_EXAMPLES_DIR") or Path(tempfile.gettempdir()) / "sparkmill")
 DATA = BASE / "sales-input"
-OUTPUT = str(BASE / "sales-report")
 
 COUNTRIES = ["DE", "FR", "JP", "BR", "US", "IN", "NO"]
 PRODUCTS = {"widget": 2.50, "gadget": 12.00, "gizmo": 7.25, "doohickey": 0.99}
@@ -44,6 +44,12 @@ def sample_data(directory: Path, customers: int = 200, orders: int = 5000, seed:
                 product = rng.choice(list(PRODUCTS))
                 out.writerow([o, rng.randrange(customers), product, rng.randint(1, 9)])
 
+
+parser = argparse.ArgumentParser(prog="sales_report", description="Revenue per country.")
+parser.add_argument(
+    "--output", default=str(BASE / "sales-report"), help="where the report is written (replaced)"
+)
+OUTPUT = parser.parse_args().output
 
 sample_data(DATA)
 prices = [(product, price) for product, price in PRODUCTS.items()]

@@ -1,13 +1,17 @@
 """Word count: read text files, count every word, write Parquet, show the most frequent words.
 
     sparkmill run examples/wordcount.py
+    sparkmill run examples/wordcount.py -- --input 'books/*.txt' --output counts/
 
-Sample text is generated on the first run (override the locations with SPARKMILL_EXAMPLES_DIR,
-or point WORDCOUNT_INPUT at your own files, e.g. WORDCOUNT_INPUT='/data/books/*.txt').
+Sample text is generated on the first run (SPARKMILL_EXAMPLES_DIR moves it). The parameters
+come after ``--`` and are read with argparse like any script's; relative paths are relative to
+the directory the command runs in. (WORDCOUNT_INPUT and WORDCOUNT_OUTPUT still work as
+defaults.)
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import tempfile
@@ -18,7 +22,6 @@ import sparkmill as sm
 from sparkmill import functions as F
 
 BASE = Path(os.environ.get("SPARKMILL_EXAMPLES_DIR") or Path(tempfile.gettempdir()) / "sparkmill")
-OUTPUT = os.environ.get("WORDCOUNT_OUTPUT") or str(BASE / "wordcount-output")
 
 VOCABULARY = (
     "the quick brown fox jumps over a lazy dog while slot based runtimes schedule "
@@ -50,9 +53,22 @@ def top_words(df: Any, n: int = 10) -> Any:
     return df.orderBy(F.desc("count"), "word").limit(n)
 
 
-source = os.environ.get("WORDCOUNT_INPUT") or sample_text(BASE / "wordcount-input")
+parser = argparse.ArgumentParser(prog="wordcount", description="Count the words of text files.")
+parser.add_argument(
+    "--input",
+    default=os.environ.get("WORDCOUNT_INPUT"),
+    help="text files (a glob or directory; default: generated sample text)",
+)
+parser.add_argument(
+    "--output",
+    default=os.environ.get("WORDCOUNT_OUTPUT") or str(BASE / "wordcount-output"),
+    help="where the counts are written as Parquet (replaced)",
+)
+parser.add_argument("--parallelism", type=int, default=4, help="subtasks per operator")
+args = parser.parse_args()
+source = args.input or sample_text(BASE / "wordcount-input")
 
-pipeline = sm.Pipeline("wordcount", parallelism=4)
+pipeline = sm.Pipeline("wordcount", parallelism=args.parallelism)
 counts = (
     pipeline.read_text(source)
     .select(F.explode(F.split(F.lower("value"), r"\s+")).alias("word"))
@@ -60,7 +76,7 @@ counts = (
     .key_by("word")
     .agg(F.count("*").alias("count"))
 )
-counts.write_parquet(OUTPUT, mode="overwrite")
+counts.write_parquet(args.output, mode="overwrite")
 # The ten most frequent words: ten per subtask first, then the ten of those in one subtask.
 (
     counts.transform(top_words, name="top 10 per subtask")

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkmill._logical import LogicalPlan, Node
+from sparkmill._plan_check import check_plan
 from sparkmill.common.core.errors import PipelineError
 from sparkmill.common.core.ids import new_dataset_id, new_job_id, new_vertex_id
 from sparkmill.common.core.partitions import NO_DATA_PARTITIONER
@@ -71,6 +72,7 @@ class CompiledPipeline:
 
 
 def compile_pipeline(pipeline: LogicalPlan) -> CompiledPipeline:
+    check_plan(pipeline)  # schema strings and known column names, before anything else
     ops = _working_copy(pipeline)
     ops = _split_aggregations(ops)
     _check_sinks(ops)

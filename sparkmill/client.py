@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -59,10 +59,24 @@ class ClusterView:
 
 
 class ClusterClient:
-    def __init__(self, settings: ClusterSettings, ha_config: Any = None) -> None:
+    """``contact_timeout``: until the cluster has answered once, no call waits longer than
+    this (a command line must say at once that nothing runs at the configured addresses);
+    once it has answered, each call's own timeout applies, long enough to ride out a leader
+    failover."""
+
+    def __init__(
+        self,
+        settings: ClusterSettings,
+        ha_config: Any = None,
+        *,
+        contact_timeout: float | None = None,
+    ) -> None:
         from sparkmill.common.ha.factory import create_ha_services
 
         self.settings = settings
+        self._contact_timeout = contact_timeout
+        self._answered = False
+        self._ha_config = ha_config
         self.security = (
             security_from_config(ha_config, "client", serves=False)
             if isinstance(ha_config, Configuration)
@@ -77,11 +91,33 @@ class ClusterClient:
         self._ha = create_ha_services(settings, ha_config, self._clients.get)
 
     @classmethod
-    def from_config_file(cls, path: str | Path) -> ClusterClient:
-        from sparkmill.common.runtime.settings import load_cluster_config
+    def from_config_file(
+        cls,
+        path: str | Path,
+        *,
+        overrides: Mapping[str, str] | None = None,
+        contact_timeout: float | None = None,
+    ) -> ClusterClient:
+        """A client of the cluster ``path`` configures; ``overrides`` (``-D key=value``)
+        replace keys of the file and are validated like it."""
+        from sparkmill.common.runtime.settings import settings_from_config
 
-        settings, ha_config = load_cluster_config(Path(path))
-        return cls(settings, ha_config)
+        config = Configuration.load(Path(path))
+        if overrides:
+            config = config.with_overrides(overrides, source="-D")
+        return cls(settings_from_config(config), config, contact_timeout=contact_timeout)
+
+    def contact_points(self) -> str:
+        """Where this client looks for the cluster (for messages)."""
+        from sparkmill.common.config import options as opt
+
+        config = self._ha_config
+        if isinstance(config, Configuration) and config.get(opt.HA_MODE) == "zookeeper":
+            return f"ZooKeeper at {config.get(opt.HA_ZOOKEEPER_QUORUM)}"
+        return (
+            f"dispatcher at {self.settings.dispatcher_address}, resource manager at "
+            f"{self.settings.resource_manager_address}"
+        )
 
     def __enter__(self) -> ClusterClient:
         return self
@@ -157,15 +193,28 @@ class ClusterClient:
         address may stay published until its ZooKeeper session expires, and an attempt against
         a dead (or frozen) process must not eat the whole budget.
         """
+        first_contact = not self._answered and self._contact_timeout is not None
+        if first_contact and self._contact_timeout is not None:
+            timeout = min(timeout, self._contact_timeout)
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             attempt = max(0.5, min(ATTEMPT_TIMEOUT_S, remaining))
             try:
                 gateway = await connect(attempt)
-                return await call(gateway, attempt)
+                answer = await call(gateway, attempt)
+                self._answered = True
+                return answer
             except (NotLeaderError, FencingMismatchError, DeadlineExceededError, UnavailableError):
                 if time.monotonic() + 0.2 >= deadline:
+                    if first_contact:
+                        raise UnavailableError(
+                            f"nothing answered within {timeout:g}s (tried the "
+                            f"{self.contact_points()}); is the cluster running? Start one "
+                            "with `sparkmill local-cluster up --dir DIR`, or give the "
+                            "configuration of a running cluster with --config or "
+                            "SPARKMILL_CONFIG"
+                        ) from None
                     raise
                 await asyncio.sleep(0.2)
 

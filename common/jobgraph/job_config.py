@@ -12,13 +12,19 @@ check on what arrives over the wire.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import ConfigurationError
 
 JobConfigValue = str | int | float | bool | timedelta
+
+# The job configuration key that carries a pipeline file's arguments (a JSON list of strings).
+PIPELINE_ARGS_KEY = "pipeline.args"
+# The job graph's limit on one configuration value (validation.MAX_CONFIG_VALUE_LENGTH).
+MAX_PIPELINE_ARGS_LENGTH = 16 * 1024
 
 
 def config_value_text(key: str, value: object) -> str:
@@ -50,3 +56,31 @@ def normalize_job_config(config: Mapping[str, object]) -> dict[str, str]:
     # with the same messages the cluster would give.
     Configuration().with_overrides(texts, job_scope=True, source="the job's configuration")
     return texts
+
+
+def encode_pipeline_args(args: Sequence[str]) -> str:
+    """``args`` as the value of :data:`PIPELINE_ARGS_KEY`; :class:`ConfigurationError` when
+    the encoded list is longer than a job configuration value may be."""
+    text = json.dumps(list(args), ensure_ascii=False)
+    if len(text) > MAX_PIPELINE_ARGS_LENGTH:
+        raise ConfigurationError(
+            PIPELINE_ARGS_KEY,
+            f"the pipeline arguments take {len(text)} characters as JSON, more than the maximum "
+            f"of {MAX_PIPELINE_ARGS_LENGTH} (pass a file name instead of the data)",
+        )
+    return text
+
+
+def decode_pipeline_args(config: Mapping[str, str]) -> list[str]:
+    """The pipeline arguments a job configuration carries ([] if none, or if the value is not
+    a JSON list of strings: a view shows what it can rather than failing)."""
+    text = config.get(PIPELINE_ARGS_KEY, "")
+    if not text:
+        return []
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return [text]
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        return [text]
+    return value

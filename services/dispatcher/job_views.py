@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from sparkmill.common.core.proto_convert import execution_state_to_proto, job_status_to_proto
 from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.jobgraph.job_config import decode_pipeline_args
 from sparkmill.common.v1 import dispatcher_pb2, jobs_pb2
 from sparkmill.services.dispatcher.job_placement import JobMasterProcessRecord, JobRecord
 
@@ -37,6 +38,8 @@ def job_details(
     details.submitted_at = job.submitted_at
     details.ended_at = job.ended_at
     details.job_master_address = job.address
+    del details.pipeline_args[:]
+    details.pipeline_args.extend(decode_pipeline_args(job.graph.config))
     if hosting_process is not None and job.session_id:
         details.job_master.CopyFrom(hosting_process.info)
     return details

@@ -182,6 +182,7 @@ def job_details_json(
         "now": millis(now),
         "restarts": details.restarts,
         "recovered-subtasks": details.recovered_subtasks,
+        "pipeline-args": list(details.pipeline_args),
         "job-master": service_json(details.job_master) if details.HasField("job_master") else None,
         "job-master-address": details.job_master_address,
         "failure": error_json(details.failure) if details.HasField("failure") else None,
@@ -258,14 +259,17 @@ def plan_json(details: jobs_pb2.JobDetails, graph: common_pb2.JobGraph | None) -
 
 
 def exceptions_json(details: jobs_pb2.JobDetails, *, max_entries: int = 100) -> Json:
-    """Flink's ``/jobs/:jid/exceptions``: the root exception and the history, newest first."""
+    """Flink's ``/jobs/:jid/exceptions``: the root exception and the history, newest first.
+    Tasks are named as in the failure messages: ``name (subtask from 1/parallelism)``."""
+    parallelism = {v.name: v.parallelism for v in details.vertices}
     entries = [
         {
             "exceptionName": failure.error.exception_type,
             "message": failure.error.message,
             "stacktrace": failure.error.details,
             "timestamp": millis(failure.timestamp),
-            "taskName": f"{failure.vertex_name} ({failure.subtask_index + 1})",
+            "taskName": f"{failure.vertex_name} ({failure.subtask_index + 1}/"
+            f"{parallelism.get(failure.vertex_name, '?')})",
             "vertexName": failure.vertex_name,
             "subtaskIndex": failure.subtask_index,
             "attempt": failure.attempt_number,

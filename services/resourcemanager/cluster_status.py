@@ -5,9 +5,9 @@ and ``TaskManagerInfo`` queries from the same bookkeeping)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from sparkmill.common.core.ids import JobID
+from sparkmill.common.core.ids import JobID, ResourceID
 from sparkmill.common.core.proto_convert import profile_to_proto, slot_status_to_proto
 from sparkmill.common.core.slots import SlotStatus
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
@@ -20,7 +20,10 @@ def cluster_status(
     slots: SlotManager,
     workers: Iterable[WorkerRegistration],
     job_ids: Iterable[JobID],
+    last_heartbeat_at: Callable[[ResourceID], float] | None = None,
 ) -> resource_manager_pb2.ClusterStatus:
+    """``last_heartbeat_at``: when a task executor last answered a heartbeat (epoch seconds,
+    0 if never), for the views' "time since last heartbeat"."""
     status = resource_manager_pb2.ClusterStatus(
         resource_manager=resource_manager,
         registered_jobs=sorted(job_ids),
@@ -39,6 +42,9 @@ def cluster_status(
             total_resources=profile_to_proto(worker.registration.total_resources),
             info=worker.registration.info,
             registered_at=worker.registered_at,
+            last_heartbeat_at=(
+                last_heartbeat_at(worker.resource_id) if last_heartbeat_at is not None else 0.0
+            ),
         )
         if worker.slot_manager_registered:
             for info in slots.task_executor_slots(worker.instance_id):

@@ -16,7 +16,9 @@ All state is owned by the service's event loop; RPC results come back to it as c
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from sparkmill.common.core.errors import (
@@ -503,11 +505,19 @@ class ResourceManager(ResourceManagerServicer):
     async def get_cluster_status(
         self, request: resource_manager_pb2.GetClusterStatusRequest, context: CallContext
     ) -> resource_manager_pb2.ClusterStatus:
+        # The heartbeat manager notes loop (monotonic) times; the status carries wall-clock ones.
+        offset = time.time() - asyncio.get_running_loop().time()
+
+        def last_heartbeat_at(resource_id: ResourceID) -> float:
+            heard = self.te_heartbeats.last_heard(resource_id)
+            return 0.0 if heard is None else heard + offset
+
         return cluster_status(
             self.identity.info(is_leader=True),
             self._slots(),
             self.task_executors.values(),
             self.job_masters,
+            last_heartbeat_at,
         )
 
     async def get_service_info(

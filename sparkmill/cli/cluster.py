@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from sparkmill.cli.exit_codes import EXIT_OK
+from sparkmill.cli.options import SubParsers, add_config_options
 from sparkmill.cli.output import service_json
 from sparkmill.common.rpc.security import INSECURE_WARNING
 
@@ -16,11 +17,14 @@ if TYPE_CHECKING:
     from sparkmill.client import ClusterClient
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: SubParsers[argparse.ArgumentParser]) -> None:
     cluster = sub.add_parser("cluster", help="cluster overview")
-    cluster_sub = cluster.add_subparsers(dest="action", required=True)
-    status = cluster_sub.add_parser("status")
-    status.add_argument("--json", action="store_true")
+    cluster_sub = cluster.add_subparsers(dest="action", required=True, metavar="ACTION")
+    status = cluster_sub.add_parser(
+        "status", help="services, leaders, task executors, slots and security"
+    )
+    status.add_argument("--json", action="store_true", help="print a JSON document")
+    add_config_options(status)
 
 
 def cluster_status(client: ClusterClient, *, as_json: bool) -> int:

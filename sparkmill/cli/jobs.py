@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkmill.cli import keys
 from sparkmill.cli.exit_codes import EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from sparkmill.cli.options import SubParsers, add_config_options
 from sparkmill.cli.output import (
     Progress,
     details_json,
@@ -24,44 +25,87 @@ from sparkmill.cli.output import (
     print_result,
     result_json,
 )
-from sparkmill.cli.pipeline_loading import build_job_graph, load_pipeline
+from sparkmill.cli.pipeline_loading import attach_pipeline_args, build_job_graph, load_pipeline
+from sparkmill.common.core.errors import SparkmillError
 from sparkmill.common.core.states import JobStatus, job_status_name, job_status_of
 
 if TYPE_CHECKING:
     from sparkmill.client import ClusterClient
 
 
-def add_run_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    run = sub.add_parser("run", help="run a pipeline on an embedded local cluster")
-    run.add_argument("pipeline", type=Path)
+PIPELINE_HELP = "the pipeline file (its own arguments go after `--`: FILE -- --input x)"
+JSON_HELP = "print a JSON document instead of text (errors too)"
+
+
+def positive(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def add_run_parser(sub: SubParsers[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser(
+        "run",
+        help="run a pipeline on an embedded local cluster",
+        description="Start a local cluster, run the pipeline on it, show the result and stop "
+        "the cluster: sparkmill run FILE [-- ARGS...]",
+    )
+    run.add_argument("pipeline", type=Path, metavar="FILE", help=PIPELINE_HELP)
     # One task executor with every slot: one Spark JVM on the machine instead of several
     # competing for its cores (each JVM costs seconds of CPU to start and hundreds of MB).
-    run.add_argument("--task-executors", type=int, default=1)
-    run.add_argument("--slots", type=int, default=4)
+    run.add_argument(
+        "--task-executors", type=positive, default=1, help="task executor processes to start"
+    )
+    run.add_argument("--slots", type=positive, default=4, help="slots per task executor")
     run.add_argument("--dir", type=Path, help="cluster directory (default: a temporary one)")
-    run.add_argument("--json", action="store_true")
+    run.add_argument("--json", action="store_true", help=JSON_HELP)
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: SubParsers[argparse.ArgumentParser]) -> None:
     """``submit`` and ``jobs``."""
-    submit = sub.add_parser("submit", help="submit a pipeline file to a cluster")
-    submit.add_argument("pipeline", type=Path)
+    submit = sub.add_parser(
+        "submit",
+        help="submit a pipeline file to a cluster",
+        description="Submit a pipeline to a running cluster and wait for its outcome: "
+        "sparkmill submit FILE [-- ARGS...]",
+    )
+    submit.add_argument("pipeline", type=Path, metavar="FILE", help=PIPELINE_HELP)
     submit.add_argument("--detach", action="store_true", help="return once submitted")
-    submit.add_argument("--json", action="store_true")
+    submit.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_config_options(submit)
 
     jobs = sub.add_parser("jobs", help="list, inspect, cancel or wait for jobs")
-    jobs_sub = jobs.add_subparsers(dest="action", required=True)
-    jobs_list = jobs_sub.add_parser("list")
-    jobs_list.add_argument("--json", action="store_true")
-    for action in ("status", "cancel", "wait"):
-        p = jobs_sub.add_parser(action)
-        p.add_argument("job_id")
-        p.add_argument("--json", action="store_true")
+    jobs_sub = jobs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    jobs_list = jobs_sub.add_parser("list", help="every job the cluster knows")
+    jobs_list.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_config_options(jobs_list)
+    for action, text in (
+        ("status", "a job's state, tasks, arguments and failures"),
+        ("cancel", "ask the cluster to cancel a job"),
+        ("wait", "wait for a job to end; the exit code says how it ended"),
+    ):
+        p = jobs_sub.add_parser(action, help=text)
+        p.add_argument("job_id", metavar="JOB_ID", help="the job's id (see jobs list)")
+        p.add_argument("--json", action="store_true", help=JSON_HELP)
+        add_config_options(p)
 
 
-def submit(client: ClusterClient, path: Path, *, detach: bool, as_json: bool) -> int:
-    pipeline = load_pipeline(path)
-    graph = pipeline.build_job_graph()
+def submit(
+    client: ClusterClient,
+    path: Path,
+    pipeline_args: list[str] | None = None,
+    *,
+    detach: bool,
+    as_json: bool,
+) -> int:
+    pipeline = load_pipeline(path, pipeline_args or ())
+    graph = build_job_graph(pipeline, path)
+    attach_pipeline_args(graph, pipeline_args or ())
     job_id = client.submit(graph)
     if detach:
         print(json.dumps({"job_id": job_id, "status": "SUBMITTED"}) if as_json else job_id)
@@ -78,12 +122,21 @@ def wait(client: ClusterClient, job_id: str, *, as_json: bool, pipeline: Any = N
     result = client.wait(job_id, progress=progress)
     if progress is not None:
         progress.done()
-    duration = time.monotonic() - started
+    duration = job_duration(result, waited=time.monotonic() - started)
     if as_json:
         print(json.dumps(result_json(result, duration), indent=2))
     else:
         print_result(result, duration, pipeline)
     return EXIT_OK if job_status_of(result.status) is JobStatus.FINISHED else EXIT_JOB_FAILED
+
+
+def job_duration(result: Any, *, waited: float) -> float:
+    """How long the job ran (end - submission), not how long this command waited for it;
+    ``waited`` only when the result lacks the times."""
+    details = result.details
+    if details.submitted_at > 0 and details.ended_at >= details.submitted_at:
+        return float(details.ended_at - details.submitted_at)
+    return waited
 
 
 def jobs(client: ClusterClient, args: argparse.Namespace) -> int:
@@ -152,8 +205,15 @@ def run(args: argparse.Namespace) -> int:
     from sparkmill.client import ClusterClient
     from sparkmill.local_cluster import LocalCluster
 
-    pipeline = load_pipeline(args.pipeline)  # fail fast, before starting any process
+    if args.config is not None or args.overrides:
+        raise SparkmillError(
+            "run starts its own local cluster: --config and -D are for commands that talk to "
+            "a running cluster (submit, jobs, cluster)"
+        )
+    # Fail fast, before starting any process.
+    pipeline = load_pipeline(args.pipeline, args.pipeline_args)
     graph = build_job_graph(pipeline, args.pipeline)
+    attach_pipeline_args(graph, args.pipeline_args)
     with tempfile.TemporaryDirectory(prefix="sparkmill-run-") as tmp:
         directory = (args.dir or Path(tmp)).resolve()
         cluster = LocalCluster(
@@ -185,4 +245,14 @@ def run(args: argparse.Namespace) -> int:
             cluster.stop()
 
 
-__all__ = ["add_parsers", "add_run_parser", "jobs", "run", "run_cluster_config", "submit", "wait"]
+__all__ = [
+    "add_parsers",
+    "add_run_parser",
+    "job_duration",
+    "jobs",
+    "positive",
+    "run",
+    "run_cluster_config",
+    "submit",
+    "wait",
+]

@@ -34,11 +34,11 @@ from sparkmill.common.rpc.keys import (
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     keys = sub.add_parser("keys", help="generate and list the cluster's CurveZMQ keys")
-    keys_sub = keys.add_subparsers(dest="action", required=True)
+    keys_sub = keys.add_subparsers(dest="action", required=True, metavar="ACTION")
     generate = keys_sub.add_parser(
         "generate", help="create key pairs in DIR/public and DIR/private (never overwritten)"
     )
-    generate.add_argument("--dir", type=Path, required=True)
+    generate.add_argument("--dir", type=Path, required=True, help="the keys directory")
     generate.add_argument(
         "--role",
         choices=(SERVER, *ROLES),
@@ -47,8 +47,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     generate.add_argument("--name", default="", help="e.g. the host or person the key is for")
     listing = keys_sub.add_parser("list", help="the admitted public keys and their roles")
-    listing.add_argument("--dir", type=Path, required=True)
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--dir", type=Path, required=True, help="the keys directory")
+    listing.add_argument("--json", action="store_true", help="print a JSON document")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,16 +10,22 @@ from pathlib import Path
 
 from sparkmill.cli import keys
 from sparkmill.cli.exit_codes import EXIT_OK, EXIT_UNREACHABLE
+from sparkmill.cli.jobs import positive
+from sparkmill.cli.options import SubParsers
 from sparkmill.common.core.errors import SparkmillError
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: SubParsers[argparse.ArgumentParser]) -> None:
     lc = sub.add_parser("local-cluster", help="start or stop a local cluster of processes")
-    lc_sub = lc.add_subparsers(dest="action", required=True)
-    up = lc_sub.add_parser("up")
-    up.add_argument("--dir", type=Path, required=True)
-    up.add_argument("--task-executors", type=int, default=2)
-    up.add_argument("--slots", type=int, default=2)
+    lc_sub = lc.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = lc_sub.add_parser("up", help="start a cluster's processes in the background")
+    up.add_argument(
+        "--dir", type=Path, required=True, help="its directory (configuration, keys, logs)"
+    )
+    up.add_argument(
+        "--task-executors", type=positive, default=2, help="task executor processes to start"
+    )
+    up.add_argument("--slots", type=positive, default=2, help="slots per task executor")
     up.add_argument(
         "--ha",
         choices=("none", "zookeeper"),
@@ -32,14 +38,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=0,
         help="standby dispatchers, resource managers and job-master processes (needs --ha)",
     )
-    down = lc_sub.add_parser("down")
-    down.add_argument("--dir", type=Path, required=True)
+    down = lc_sub.add_parser("down", help="stop the cluster that `up` started in DIR")
+    down.add_argument("--dir", type=Path, required=True, help="the directory given to `up`")
 
 
 def local_cluster(args: argparse.Namespace) -> int:
     from sparkmill.local_cluster import LocalCluster
 
     if args.action == "up":
+        if args.standbys < 0:
+            raise SparkmillError(f"--standbys must be 0 or more, not {args.standbys}")
         if args.standbys and args.ha != "zookeeper":
             raise SparkmillError(
                 "--standbys needs --ha zookeeper (standbys find their leader through ZooKeeper)"
@@ -66,7 +74,13 @@ def local_cluster(args: argparse.Namespace) -> int:
         print(f"dashboard:     {cluster.rest_url() or '(rest.enabled is false)'}")
         print(f"rest tokens:   {keys.rest_tokens_note(cluster.config_path)}")
         return EXIT_OK
-    cluster = LocalCluster.attach(args.dir.resolve())
+    try:
+        cluster = LocalCluster.attach(args.dir.resolve())
+    except FileNotFoundError:
+        raise SparkmillError(
+            f"no local cluster in {args.dir}: there is no {args.dir / 'processes.json'} "
+            "(was it started with `sparkmill local-cluster up --dir` this directory?)"
+        ) from None
     cluster.stop()
     print(f"local cluster in {args.dir} stopped")
     return EXIT_OK

@@ -9,6 +9,7 @@ newer peer) is shown as ``UNKNOWN`` instead of failing the command.
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from typing import Any
@@ -37,11 +38,19 @@ def service_json(info: common_pb2.ServiceInfo) -> dict[str, Any]:
     }
 
 
+def task_name(details: jobs_pb2.JobDetails, vertex_name: str, subtask_index: int) -> str:
+    """``"agg (2/4)"``: the subtask numbered from 1 out of the parallelism, as the failure
+    messages of the task executors and the JobMaster name it (and the dashboard)."""
+    parallelism = next((v.parallelism for v in details.vertices if v.name == vertex_name), 0)
+    return f"{vertex_name} ({subtask_index + 1}/{parallelism or '?'})"
+
+
 def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
     return {
         "job_id": details.job_id,
         "name": details.name,
         "status": job_status_name(details.status),
+        "pipeline_args": list(details.pipeline_args),
         "submitted_at": details.submitted_at,
         "ended_at": details.ended_at or None,
         "restarts": details.restarts,
@@ -64,7 +73,8 @@ def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
         "exceptions": [
             {
                 "timestamp": e.timestamp,
-                "task": f"{e.vertex_name} ({e.subtask_index})",
+                "task": task_name(details, e.vertex_name, e.subtask_index),
+                "subtask_index": e.subtask_index,
                 "attempt": e.attempt_number,
                 "task_executor": e.task_executor,
                 "exception": e.error.exception_type,
@@ -112,6 +122,8 @@ def print_details(details: jobs_pb2.JobDetails) -> None:
             else ""
         )
     )
+    if details.pipeline_args:
+        print(f"  arguments: {shlex.join(details.pipeline_args)}")
     if details.HasField("job_master"):
         jm = details.job_master
         print(f"  JobMaster: process {jm.id[:8]} at {jm.address} on {jm.hostname} (pid {jm.pid})")
@@ -131,7 +143,8 @@ def print_details(details: jobs_pb2.JobDetails) -> None:
         for e in details.exceptions:
             stamp = time.strftime("%H:%M:%S", time.localtime(e.timestamp))
             print(
-                f"  {stamp} {e.vertex_name} ({e.subtask_index}) attempt #{e.attempt_number}"
+                f"  {stamp} {task_name(details, e.vertex_name, e.subtask_index)} "
+                f"attempt #{e.attempt_number}"
                 f" on {e.task_executor[:8] or '-'}: {e.error.exception_type or 'error'}: "
                 f"{e.error.message.splitlines()[0] if e.error.message else ''}"
             )
@@ -176,4 +189,5 @@ __all__ = [
     "print_result",
     "result_json",
     "service_json",
+    "task_name",
 ]

@@ -1,4 +1,9 @@
-"""Loading a pipeline file for ``sparkmill submit`` and ``sparkmill run``.
+"""Loading a pipeline file for ``sparkmill submit``, ``sparkmill run`` and ``sparkmill explain``.
+
+The file runs with ``sys.argv`` set to ``[FILE, *ARGS]`` (the arguments after ``--`` on the
+command line), so a pipeline may read its parameters with argparse; the arguments are then
+stored in the job's configuration (:func:`attach_pipeline_args`), so the job a new leader
+recovers after a failover is the job that was submitted, and the views can show them.
 
 A pipeline file is ordinary Python that assigns a :class:`sparkmill.Pipeline` to a module
 attribute ``pipeline``. It runs on the client, where there is deliberately no SparkSession, so
@@ -11,11 +16,14 @@ from __future__ import annotations
 
 import os
 import runpy
+import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sparkmill.common.core.errors import PipelineError, SparkmillError
+from sparkmill.common.core.errors import ConfigurationError, PipelineError, SparkmillError
+from sparkmill.common.jobgraph.job_config import PIPELINE_ARGS_KEY, encode_pipeline_args
 
 
 class PipelineLoadError(SparkmillError):
@@ -45,15 +53,29 @@ def _spark_outside_transform_hint(exc: BaseException) -> str:
     )
 
 
-def load_pipeline(path: Path) -> Any:
-    """Execute ``path`` and return its module attribute ``pipeline``."""
+def load_pipeline(path: Path, args: Sequence[str] = ()) -> Any:
+    """Execute ``path`` with ``sys.argv == [path, *args]`` and return its attribute
+    ``pipeline`` (``sys.argv`` is restored afterwards)."""
     if not path.exists():
         raise PipelineLoadError(f"pipeline file {path} does not exist")
+    if path.is_dir():
+        raise PipelineLoadError(f"pipeline file {path} is a directory, not a Python file")
+    saved_argv = sys.argv
+    sys.argv = [str(path), *args]
     try:
         namespace = runpy.run_path(str(path), run_name="__sparkmill_pipeline__")
     except SyntaxError as exc:
         raise PipelineLoadError(
             f"{path}:{exc.lineno}: syntax error: {exc.msg}\n    {(exc.text or '').rstrip()}"
+        ) from None
+    except SystemExit as exc:
+        # argparse in the pipeline file: --help (code 0) has printed its text; anything else
+        # has printed why the arguments were refused.
+        if exc.code in (0, None):
+            raise
+        raise PipelineLoadError(
+            f"{path}: the pipeline refused its arguments {list(args)!r} (it exited with "
+            f"{exc.code!r}; its usage is above, or see: sparkmill explain {path} -- --help)"
         ) from None
     except Exception as exc:
         frames = traceback.extract_tb(exc.__traceback__)
@@ -65,6 +87,8 @@ def load_pipeline(path: Path) -> Any:
             f"{where}: loading the pipeline raised {type(exc).__name__}: {exc}"
             + _spark_outside_transform_hint(exc)
         ) from None
+    finally:
+        sys.argv = saved_argv
     pipeline = namespace.get("pipeline")
     if pipeline is None:
         raise PipelineLoadError(
@@ -95,4 +119,14 @@ def build_job_graph(pipeline: Any, path: Path) -> Any:
         ) from None
 
 
-__all__ = ["PipelineLoadError", "build_job_graph", "load_pipeline"]
+def attach_pipeline_args(graph: Any, args: Sequence[str]) -> None:
+    """Store ``args`` in the job graph's configuration (nothing when there are none)."""
+    if not args:
+        return
+    try:
+        graph.config[PIPELINE_ARGS_KEY] = encode_pipeline_args(args)
+    except ConfigurationError as exc:
+        raise PipelineLoadError(str(exc)) from None
+
+
+__all__ = ["PipelineLoadError", "attach_pipeline_args", "build_job_graph", "load_pipeline"]

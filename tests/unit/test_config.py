@@ -85,6 +85,7 @@ def test_job_overridable_keys() -> None:
         "slot.request.timeout",
         "jobmanager.execution.failover-strategy",
         "jobmanager.deployment.offload-min-partitions",
+        "pipeline.args",
     }
     assert all(k.startswith("restart-strategy.") for k in keys if k not in others)
     restart = {k for k in REGISTRY.options if k.startswith("restart-strategy.")}

@@ -28,6 +28,16 @@ JOB_STORE_EXPIRATION_TIME = option(
     "as in Flink.",
     min=0,
 )
+# Set by the CLI, not by hand: the arguments a pipeline file was loaded with are part of the
+# job, so a job recovered after a failover is the same job and the views can show them.
+PIPELINE_ARGS = option(
+    "pipeline.args",
+    STRING,
+    "",
+    "The arguments after `--` of `sparkmill submit|run FILE -- ARGS` (a JSON list of strings, "
+    "set by the CLI); shown by `sparkmill jobs status` and the REST API.",
+    job_overridable=True,
+)
 # Checked at submission and again at the JobMaster's StartJob, before anything is allocated.
 JOB_GRAPH_MAX_VERTICES = option(
     "jobmanager.job-graph.max-vertices", INT, 10_000, "Most vertices a job graph may have.", min=1

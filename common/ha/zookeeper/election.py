@@ -401,11 +401,12 @@ class ZooKeeperLeaderRetrievalService(LeaderRetrievalService):
         self._listener: LeaderListener | None = None
         self._current: LeaderInfo | None = None
         self._stopped = False
+        self._watch_task: asyncio.Task[None] | None = None
 
     async def start(self, listener: LeaderListener) -> None:
         self._listener = listener
         await self.zk.ensure_started()
-        asyncio.get_running_loop().create_task(self._watch())
+        self._watch_task = asyncio.get_running_loop().create_task(self._watch())
 
     async def _watch(self) -> None:
         await self.zk.wait_connected(f"leader retrieval of {self.name}")
@@ -436,6 +437,12 @@ class ZooKeeperLeaderRetrievalService(LeaderRetrievalService):
 
     async def stop(self) -> None:
         self._stopped = True
+        # Still waiting for ZooKeeper (it may never come): a watch set later would be unused.
+        task, self._watch_task = self._watch_task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def current(self) -> LeaderInfo | None:
         return self._current
