@@ -5,8 +5,18 @@
 #     dashboard test drives a headless browser), systemd-nspawn, debootstrap and an SSH client
 #     (the test bed);
 #   - a virtualenv (default .venv, override with SPARKMILL_VENV) with sparkmill and its dev tools.
+# With --test (scripts/test.sh passes it) also what only the tests need: PostgreSQL and its JDBC
+# driver (the database source and sink tests start a throw-away server).
 # Re-running it is cheap: each step is skipped when already done.
 set -euo pipefail
+
+for_tests=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) for_tests=1 ;;
+    *) printf '[bootstrap] unknown argument %s (usage: bootstrap.sh [--test])\n' "$arg" >&2; exit 2 ;;
+  esac
+done
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${SPARKMILL_VENV:-$ROOT/.venv}"
@@ -33,6 +43,12 @@ command -v promtool >/dev/null 2>&1 || packages+=(prometheus)
 command -v systemd-nspawn >/dev/null 2>&1 || packages+=(systemd-container)
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || packages+=(debootstrap)
 command -v ssh >/dev/null 2>&1 || packages+=(openssh-client)
+if [ "$for_tests" -eq 1 ]; then
+  # tests/integration/test_jdbc.py: a PostgreSQL server it starts itself (no service is enabled
+  # by the package here: PID 1 is not systemd on CI machines) and the driver Spark loads.
+  compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || packages+=(postgresql)
+  [ -f /usr/share/java/postgresql.jar ] || packages+=(libpostgresql-jdbc-java)
+fi
 if [ "${#packages[@]}" -gt 0 ]; then
   log "installing Debian packages: ${packages[*]}"
   "${sudo_cmd[@]}" apt-get update -qq

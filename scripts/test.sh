@@ -10,7 +10,7 @@ if [ "${1:-}" = "--fast" ]; then
   shift
 fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$ROOT/scripts/bootstrap.sh"
+"$ROOT/scripts/bootstrap.sh" --test
 VENV="${SPARKMILL_VENV:-$ROOT/.venv}"
 export PATH="$VENV/bin:$PATH"
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
