@@ -138,7 +138,7 @@ def test_appended_days_and_a_partition_overwrite(
     days = pipeline.read_parquet(str(table)).key_by("day").count().collect(name="days")
     result = run(client, pipeline)
     assert sorted((r["day"], r["count"]) for r in days.rows(result)) == [
-        (1, ROWS_PER_DAY // 2),
+        (1, ROWS_PER_DAY),
         (2, ROWS_PER_DAY),
         (3, ROWS_PER_DAY),
     ]

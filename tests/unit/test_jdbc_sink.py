@@ -191,6 +191,9 @@ class _JavaSQLException:
     def getSQLState(self) -> str:
         return self.state
 
+    def getMessage(self) -> str:
+        return f"the server says {self.state} to pw-123456"
+
     def getCause(self) -> object:
         return self.cause
 
@@ -214,6 +217,7 @@ def test_failures_name_the_table_and_say_whether_a_restart_can_help(
     assert isinstance(error, DatabaseAccessError) is permanent
     assert "public.orders" in str(error)
     assert f"SQLSTATE {state}" in str(error)
+    assert f"the server says {state} to ***" in str(error)
     assert "pw-123456" not in str(error)
     pickle.dumps(error)  # it crosses to the JobMaster as a failure
 

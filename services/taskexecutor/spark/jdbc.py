@@ -132,17 +132,27 @@ def _java_chain(exc: BaseException) -> Iterator[Any]:
             return
 
 
-def sql_state(exc: BaseException) -> str:
-    """The SQLSTATE of the first ``java.sql.SQLException`` behind ``exc`` ("" if none)."""
+def _sql_exception(exc: BaseException) -> tuple[str, str]:
+    """SQLSTATE and message of the first ``java.sql.SQLException`` behind ``exc`` (what the
+    database or driver said; Spark's wrappers only say that the connection failed)."""
     for java in _java_chain(exc):
         try:
             state = java.getSQLState()
         except Exception:
             continue
         if state:
-            return str(state)
+            try:
+                message = str(java.getMessage() or "")
+            except Exception:
+                message = ""
+            return str(state), message
     found = re.search(r"SQLState: ?([0-9A-Z]{5})", str(exc))
-    return found.group(1) if found else ""
+    return (found.group(1) if found else ""), ""
+
+
+def sql_state(exc: BaseException) -> str:
+    """The SQLSTATE of the first ``java.sql.SQLException`` behind ``exc`` ("" if none)."""
+    return _sql_exception(exc)[0]
 
 
 def is_permanent(exc: BaseException) -> bool:
@@ -155,8 +165,8 @@ def is_permanent(exc: BaseException) -> bool:
 
 def failure(what: str, exc: BaseException, credentials: Credentials) -> Exception:
     """A task failure for ``exc``: it says what failed, the driver's reason, no password."""
-    state = sql_state(exc)
-    reason = scrub(summarize(exc).splitlines()[0], credentials)
+    state, said = _sql_exception(exc)
+    reason = scrub((said or summarize(exc)).strip().splitlines()[0], credentials)
     message = f"{what} failed: {reason}" + (f" (SQLSTATE {state})" if state else "")
     if is_permanent(exc):
         return DatabaseAccessError(message)
@@ -254,11 +264,23 @@ def connect(spark: Any, url: str, credentials: Credentials) -> Iterator[Any]:
     for key, value in properties(url, credentials).items():
         props.setProperty(key, value)
     driver = properties(url, Credentials()).get("driver")
-    if driver:
-        # Register the driver with DriverManager through the class loader that has spark.jars.
+    try:
+        conn = jvm.java.sql.DriverManager.getConnection(url, props)
+    except Exception as exc:
+        if not driver or "No suitable driver" not in str(exc):
+            raise
+        # The driver's jar came through spark.jars only (not on the JVM's class path), where
+        # DriverManager does not look: ask the driver class itself.
+        gateway = spark.sparkContext._gateway
         loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-        jvm.java.lang.Class.forName(driver, True, loader)
-    conn = jvm.java.sql.DriverManager.getConnection(url, props)
+        constructor = loader.loadClass(driver).getDeclaredConstructor(
+            gateway.new_array(jvm.java.lang.Class, 0)
+        )
+        conn = constructor.newInstance(gateway.new_array(jvm.java.lang.Object, 0)).connect(
+            url, props
+        )
+        if conn is None:
+            raise
     try:
         yield conn
     finally:
