@@ -164,3 +164,33 @@ def test_error_mode_refuses_existing_content_and_points_at_append(tmp_path: Path
     with pytest.raises(CommitError, match="mode='append'"):
         _commit(out, job, 1, "error")
     assert _values(out) == ["old"]
+
+
+def test_slots_of_one_process_register_a_sink_at_the_same_time(tmp_path: Path) -> None:
+    # Two slots of a task executor are two threads of one process: each registration needs a
+    # scratch file of its own, or one thread's rename finds the other's gone.
+    import threading
+
+    from sparkmill.common.exchange.layout import SINKS_DIR, job_exchange_dir, register_sink
+
+    job = _job()
+    failures: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def register() -> None:
+        start.wait()
+        try:
+            for _ in range(20):
+                register_sink(str(tmp_path), job, str(tmp_path / "out"))
+                for entry in (job_exchange_dir(str(tmp_path), job) / SINKS_DIR).iterdir():
+                    if not entry.name.endswith(".tmp"):
+                        entry.unlink(missing_ok=True)  # register again next round
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=register) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
