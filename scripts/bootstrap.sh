@@ -7,7 +7,8 @@
 # With --test (scripts/test.sh passes it) also what only the tests need: Prometheus (promtool
 # checks the metrics), Chromium and chromedriver (the dashboard test drives a headless
 # browser), systemd-nspawn, debootstrap and an SSH client (the test bed), and the dev tools in
-# the virtualenv (pytest, ruff, mypy...).
+# the virtualenv (pytest, ruff, mypy...), PostgreSQL and its JDBC driver (the database source
+# and sink tests start a throw-away server).
 # Re-running it is cheap: each step is skipped when already done.
 set -euo pipefail
 
@@ -45,6 +46,10 @@ if [ "$for_tests" -eq 1 ]; then
   command -v systemd-nspawn >/dev/null 2>&1 || packages+=(systemd-container)
   command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || packages+=(debootstrap)
   command -v ssh >/dev/null 2>&1 || packages+=(openssh-client)
+  # tests/integration/test_jdbc.py: a PostgreSQL server it starts itself (no service is enabled
+  # by the package here: PID 1 is not systemd on CI machines) and the driver Spark loads.
+  compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || packages+=(postgresql)
+  [ -f /usr/share/java/postgresql.jar ] || packages+=(libpostgresql-jdbc-java)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   log "installing Debian packages: ${packages[*]}"

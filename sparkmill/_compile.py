@@ -61,7 +61,7 @@ class _Op:
 
     @property
     def is_terminal(self) -> bool:
-        return isinstance(self.op, S.SinkOutput | S.CollectOutput)
+        return isinstance(self.op, S.Terminal)
 
 
 @dataclass
@@ -92,7 +92,7 @@ def _working_copy(pipeline: LogicalPlan) -> list[_Op]:
     if not any(n.is_terminal for n in pipeline.nodes):
         raise PipelineError(
             f"pipeline '{pipeline.name}' has no sink: end it with write_parquet(), write_csv(), "
-            "write_json() or collect()"
+            "write_json(), write_jdbc() or collect()"
         )
     copies: dict[int, _Op] = {}
     for node in pipeline.nodes:
@@ -195,7 +195,16 @@ def _split_aggregations(ops: list[_Op]) -> list[_Op]:
 
 def _check_sinks(ops: list[_Op]) -> None:
     seen: dict[str, str] = {}
+    tables: dict[tuple[str, str], str] = {}
     for op in ops:
+        if isinstance(op.op, S.JdbcSinkOutput):
+            table = (op.op.url, op.op.table.lower())
+            if table in tables:
+                raise PipelineError(
+                    f"two sinks write to table {op.op.table} ('{tables[table]}' and '{op.label}')"
+                )
+            tables[table] = op.label
+            continue
         if not isinstance(op.op, S.SinkOutput):
             continue
         path = op.op.path
@@ -308,6 +317,7 @@ def _build_graph(
         operator=OperatorSpec(SPARK_OPERATOR_KIND),
     )
     sink_commits: list[S.SinkCommit] = []
+    jdbc_commits: list[S.JdbcCommit] = []
     collect_vertices: dict[str, str] = {}
     for entry in built:
         root = entry.members[-1]
@@ -322,12 +332,20 @@ def _build_graph(
                 entry.vertex.sink_paths.append(root.op.path)
                 commit.sink_paths.append(root.op.path)
                 sink_commits.append(
-                    S.SinkCommit(root.op.path, root.op.format, root.op.mode, root.parallelism)
+                    S.SinkCommit(
+                        root.op.path,
+                        root.op.format,
+                        root.op.mode,
+                        root.parallelism,
+                        root.op.partition_by,
+                    )
                 )
+            elif isinstance(root.op, S.JdbcSinkOutput):
+                jdbc_commits.append(S.JdbcCommit(root.op, root.parallelism))
             else:
                 collect_vertices[root.op.name] = entry.vertex.name
         entry.vertex.operator.payload = _encode(_chain_spec(entry, gate_of))
-    commit.operator.payload = _encode(S.CommitSpec(tuple(sink_commits)))
+    commit.operator.payload = _encode(S.CommitSpec(tuple(sink_commits), tuple(jdbc_commits)))
     graph.vertices.append(commit)
     return CompiledPipeline(
         graph,

@@ -24,7 +24,7 @@ class Node:
 
     index: int
     label: str
-    op: S.Operation | S.SinkOutput | S.CollectOutput
+    op: S.Operation | S.Terminal
     inputs: list[Edge] = field(default_factory=list)
     parallelism: int | None = None
     resources: ResourceProfile | None = None
@@ -33,7 +33,7 @@ class Node:
 
     @property
     def is_terminal(self) -> bool:
-        return isinstance(self.op, S.SinkOutput | S.CollectOutput)
+        return isinstance(self.op, S.Terminal)
 
 
 class LogicalPlan(Protocol):

@@ -35,7 +35,8 @@ from sparkmill.common.pipeline.collect import CollectedRows, decode_rows, unpack
 DEFAULT_COLLECT_LIMIT = 1000
 DEFAULT_JOB_CONFIG = {"slot.request.timeout": "300 s"}
 _FORMATS = ("parquet", "csv", "json")
-_MODES = ("error", "overwrite")
+_MODES = ("error", "overwrite", "append")
+_JDBC_MODES = ("append", "overwrite")
 
 
 class Pipeline:
@@ -89,6 +90,57 @@ class Pipeline:
 
     def read_parquet(self, path: str | Sequence[str], **options: Any) -> DataSet:
         return self._files("parquet", path, None, options)
+
+    def read_jdbc(
+        self,
+        url: str,
+        *,
+        table: str | None = None,
+        query: str | None = None,
+        credentials_file: str | None = None,
+        partition_column: str | None = None,
+        lower_bound: int | None = None,
+        upper_bound: int | None = None,
+        **options: Any,
+    ) -> DataSet:
+        """A database ``table`` (or the rows of a ``query``) through Spark's JDBC data source.
+
+        With ``partition_column`` (a numeric column) and both bounds, each subtask reads one
+        stride of ``[lower_bound, upper_bound)`` (rows outside the range go to the first or last
+        subtask, as in Spark); without it one subtask reads everything. The user name and
+        password come from ``credentials_file`` (``user=`` and ``password=`` lines, mode 0600),
+        read on the task executors: they never enter the job graph.
+        """
+        _check_jdbc_url(url)
+        if (table is None) == (query is None):
+            raise PipelineError("read_jdbc() needs exactly one of table= or query=")
+        bounds = (lower_bound, upper_bound)
+        if partition_column is None and bounds != (None, None):
+            raise PipelineError("read_jdbc(): lower_bound/upper_bound need a partition_column")
+        if partition_column is not None:
+            if lower_bound is None or upper_bound is None:
+                raise PipelineError(
+                    "read_jdbc(): a partition_column needs lower_bound and upper_bound"
+                )
+            if int(upper_bound) <= int(lower_bound):
+                raise PipelineError(
+                    f"read_jdbc(): upper_bound {upper_bound} must be above lower_bound "
+                    f"{lower_bound}"
+                )
+        source = S.JdbcSource(
+            url,
+            table or "",
+            query or "",
+            partition_column or "",
+            int(lower_bound or 0),
+            int(upper_bound or 0),
+            _credentials_path(credentials_file),
+            _jdbc_options("read_jdbc()", options),
+        )
+        data = self._source(f"read_jdbc({table or 'query'})", source)
+        if partition_column is None:
+            data.node.parallelism = 1  # nothing to split the rows by
+        return data
 
     def range(self, start: int, end: int | None = None, step: int = 1) -> DataSet:
         """Column ``id`` from ``start`` (inclusive) to ``end`` (exclusive), like ``spark.range``."""
@@ -158,6 +210,8 @@ class Pipeline:
         for node in self.nodes:
             if isinstance(node.op, S.SinkOutput):
                 lines.append(f"output ({node.op.format}): {node.op.path}")
+            elif isinstance(node.op, S.JdbcSinkOutput):
+                lines.append(f"output (jdbc): table {node.op.table} of {node.op.url}")
         return "\n".join(lines)
 
     def _vertex_of_collect(self, name: str) -> str:
@@ -286,24 +340,88 @@ class DataSet:
 
     # -- sinks ----------------------------------------------------------------------------------
 
-    def write_parquet(self, path: str, *, mode: str = "error", **options: Any) -> DataSet:
-        return self._sink("parquet", path, mode, options)
+    def write_parquet(
+        self,
+        path: str,
+        *,
+        mode: str = "error",
+        partition_by: Sequence[str] = (),
+        **options: Any,
+    ) -> DataSet:
+        """Parquet files under ``path``. ``mode``: ``"error"`` (the directory must be empty),
+        ``"overwrite"`` (replace it; with ``partition_by`` only the partitions this job writes)
+        or ``"append"`` (add files next to what is there). ``partition_by``: Spark's
+        ``partitionBy`` layout, ``column=value/`` directories."""
+        return self._sink("parquet", path, mode, partition_by, options)
 
     def write_csv(
-        self, path: str, *, mode: str = "error", header: bool = True, **options: Any
+        self,
+        path: str,
+        *,
+        mode: str = "error",
+        header: bool = True,
+        partition_by: Sequence[str] = (),
+        **options: Any,
     ) -> DataSet:
-        return self._sink("csv", path, mode, {"header": header, **options})
+        return self._sink("csv", path, mode, partition_by, {"header": header, **options})
 
-    def write_json(self, path: str, *, mode: str = "error", **options: Any) -> DataSet:
-        return self._sink("json", path, mode, options)
+    def write_json(
+        self,
+        path: str,
+        *,
+        mode: str = "error",
+        partition_by: Sequence[str] = (),
+        **options: Any,
+    ) -> DataSet:
+        return self._sink("json", path, mode, partition_by, options)
 
-    def _sink(self, fmt: str, path: str, mode: str, options: dict[str, Any]) -> DataSet:
+    def write_jdbc(
+        self,
+        url: str,
+        table: str,
+        *,
+        mode: str = "append",
+        credentials_file: str | None = None,
+        **options: Any,
+    ) -> DataSet:
+        """Rows into a database table, exactly once (see "Database sinks" in
+        ``docs/pipelines.md``): ``"append"`` adds them, ``"overwrite"`` replaces the table's
+        rows; either way the rows appear in one transaction when the job commits."""
+        _check_jdbc_url(url)
+        if mode not in _JDBC_MODES:
+            raise PipelineError(
+                f"write_jdbc() mode must be one of {', '.join(_JDBC_MODES)}, not {mode!r}"
+            )
+        if not isinstance(table, str) or not table.strip():
+            raise PipelineError("write_jdbc() needs a table name")
+        opts = _jdbc_options("write_jdbc()", options)
+        output = S.JdbcSinkOutput(
+            url, table.strip(), mode, _credentials_path(credentials_file), opts
+        )
+        return self._then(f"write_jdbc({table.strip()})", output)
+
+    def _sink(
+        self,
+        fmt: str,
+        path: str,
+        mode: str,
+        partition_by: Sequence[str],
+        options: dict[str, Any],
+    ) -> DataSet:
         if fmt not in _FORMATS:
             raise PipelineError(f"unknown output format {fmt!r} (one of {', '.join(_FORMATS)})")
         if mode not in _MODES:
             raise PipelineError(f"write mode must be one of {', '.join(_MODES)}, not {mode!r}")
+        columns = (partition_by,) if isinstance(partition_by, str) else tuple(partition_by)
+        if columns:
+            _column_names(f"write_{fmt}(partition_by=...)", columns)
+            if len(set(columns)) != len(columns):
+                raise PipelineError(f"write_{fmt}(): partition_by names a column twice")
         opts = {k: _option_text(v) for k, v in options.items()}
-        return self._then(f"write_{fmt}", S.SinkOutput(fmt, absolute_path(path), mode, opts))
+        if "partitionBy" in opts:
+            raise PipelineError(f"write_{fmt}(): use partition_by=[...], not a partitionBy option")
+        sink = S.SinkOutput(fmt, absolute_path(path), mode, opts, columns)
+        return self._then(f"write_{fmt}", sink)
 
     def collect(self, limit: int = DEFAULT_COLLECT_LIMIT, name: str | None = None) -> Collected:
         """Return up to ``limit`` rows to the client (for small results)."""
@@ -378,6 +496,37 @@ def absolute_path(path: str) -> str:
     if "://" in path or path.startswith("file:"):
         return path
     return str(Path(path).expanduser().absolute())
+
+
+def _check_jdbc_url(url: str) -> None:
+    if not isinstance(url, str) or not url.startswith("jdbc:"):
+        raise PipelineError("a JDBC URL starts with 'jdbc:' (e.g. jdbc:postgresql://host/db)")
+    lowered = url.lower()
+    if "password=" in lowered or "@" in url.split("?", 1)[0]:
+        # The URL travels in the job graph, logs and the dashboard: no secrets in it.
+        raise PipelineError(
+            "the JDBC URL must not carry credentials (they would be stored in the job graph "
+            "and shown in logs): put them in a credentials_file"
+        )
+
+
+def _jdbc_options(what: str, options: Mapping[str, Any]) -> dict[str, str]:
+    secret = sorted(k for k in options if k.lower() in ("user", "password"))
+    if secret:
+        raise PipelineError(
+            f"{what}: {', '.join(secret)} must not be an option (it would be stored in the job "
+            "graph): put the credentials in a credentials_file"
+        )
+    return {k: _option_text(v) for k, v in options.items()}
+
+
+def _credentials_path(path: str | None) -> str:
+    """Only the path travels; the task executors read (and check) the file."""
+    if path is None:
+        return ""
+    if not isinstance(path, str) or not path:
+        raise PipelineError("credentials_file must be a path")
+    return absolute_path(path)
 
 
 def _option_text(value: Any) -> str:

@@ -21,6 +21,7 @@ exception class at the caller::
     │   ├── PermissionDeniedError       PERMISSION_DENIED: the caller's role may not call this
     │   └── InternalError               INTERNAL: the server failed unexpectedly (a bug there)
     ├── SuppressRestartsError           raised in a task: no restart can fix this failure
+    │   └── DatabaseAccessError         the database refuses: credentials, table, URL
     ├── PipelineError (ValueError)      a pipeline is invalid (raised while built or compiled)
     ├── TaskCancelledError              raised in a task thread that noticed its cancellation
     └── DataPlaneError                  a ``spark`` task cannot produce its result
@@ -30,7 +31,8 @@ exception class at the caller::
         ├── MissingPartitionError (RuntimeError)    an input gate's partition is not on disk
         ├── PartitionNotFoundError (RuntimeError)   inputs are lost: their producers must rerun
         ├── SparkSessionUnavailableError (RuntimeError)  the Spark session could not start
-        └── CommitError (RuntimeError)              a sink's output cannot be published
+        ├── CommitError (RuntimeError)              a sink's output cannot be published
+        └── DatabaseError (RuntimeError)            reading or writing a database failed
 
 A class in parentheses is a second base: code that catches, e.g., ``FileNotFoundError`` still
 catches the sparkmill error.
@@ -132,6 +134,16 @@ class SparkSessionUnavailableError(DataPlaneError, RuntimeError):
 
 class CommitError(DataPlaneError, RuntimeError):
     """A sink's output cannot be published."""
+
+
+class DatabaseError(DataPlaneError, RuntimeError):
+    """Reading, writing or committing a database table failed (a restart may help: the server
+    was unreachable, a transaction was aborted). The message names the table, never a password."""
+
+
+class DatabaseAccessError(SuppressRestartsError):
+    """The database refuses what the pipeline asks (wrong credentials, an unknown table or
+    database, no driver for the URL, an unreadable credentials file): no restart can help."""
 
 
 class RpcError(SparkmillError):

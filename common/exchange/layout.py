@@ -27,6 +27,7 @@ import hashlib
 import logging
 import os
 import shutil
+import uuid
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
@@ -145,7 +146,9 @@ def register_sink(exchange_dir: str, job_id: str, path: str) -> None:
     registry.mkdir(parents=True, exist_ok=True)
     entry = registry / hashlib.sha1(path.encode()).hexdigest()[:20]
     if not entry.exists():
-        scratch = entry.with_name(entry.name + f".{os.getpid()}.tmp")
+        # A scratch name of its own per call: the slots of one task executor (one process, one
+        # thread each) register the same sink at the same moment.
+        scratch = entry.with_name(f"{entry.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
         scratch.write_text(path)
         os.replace(scratch, entry)
 

@@ -55,6 +55,30 @@ class RowsSource:
 
 
 @dataclass(frozen=True)
+class JdbcSource:
+    """A table or query of a database, read through Spark's JDBC data source.
+
+    With ``partition_column`` each subtask reads the rows whose column falls into its stride of
+    ``[lower_bound, upper_bound)`` (the first also reads NULLs and values below the range, the
+    last values above it); without one a single subtask reads everything. The credentials stay
+    in ``credentials_file`` (read on the task executor), never in the job graph.
+    """
+
+    url: str
+    table: str  # the table name, or "" when ``query`` is given
+    query: str = ""
+    partition_column: str = ""
+    lower_bound: int = 0
+    upper_bound: int = 0
+    credentials_file: str = ""
+    options: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def description(self) -> str:
+        return f"table {self.table}" if self.table else "the query"
+
+
+@dataclass(frozen=True)
 class GateInput:
     """Read this subtask's share of an intermediate data set (see ``common/exchange``)."""
 
@@ -119,6 +143,7 @@ class Union:
 
 Operation = (
     FileSource
+    | JdbcSource
     | RangeSource
     | RowsSource
     | GateInput
@@ -159,7 +184,22 @@ class SinkOutput:
 
     format: str  # "parquet" | "csv" | "json"
     path: str
-    mode: str  # "error" | "overwrite"
+    mode: str  # "error" | "overwrite" | "append"
+    options: dict[str, str] = field(default_factory=dict)
+    # Spark's partitionBy: files under key=value/ directories; with "overwrite", only the
+    # partitions the job writes are replaced (dynamic partition overwrite).
+    partition_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JdbcSinkOutput:
+    """Rows for a database table, each attempt into a staging table of its own; the job's
+    commit moves the winning attempts' rows into ``table`` in one transaction (``jdbc.py``)."""
+
+    url: str
+    table: str
+    mode: str  # "append" | "overwrite"
+    credentials_file: str = ""
     options: dict[str, str] = field(default_factory=dict)
 
 
@@ -171,7 +211,9 @@ class CollectOutput:
     limit: int
 
 
-Output = ExchangeOutput | SinkOutput | CollectOutput
+Output = ExchangeOutput | SinkOutput | JdbcSinkOutput | CollectOutput
+Terminal = SinkOutput | JdbcSinkOutput | CollectOutput
+"""What a pipeline ends with (the compiler turns each into an output of its chain)."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +230,15 @@ class SinkCommit:
     format: str
     mode: str
     parallelism: int
+    partition_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JdbcCommit:
+    """One database sink for the job's commit: its output and how many subtasks wrote it."""
+
+    output: JdbcSinkOutput
+    parallelism: int
 
 
 @dataclass(frozen=True)
@@ -195,6 +246,7 @@ class CommitSpec:
     """The final vertex: publish every sink (``_SUCCESS``) and drop the job's exchange data."""
 
     sinks: tuple[SinkCommit, ...]
+    jdbc: tuple[JdbcCommit, ...] = ()
 
 
 Spec = ChainSpec | CommitSpec

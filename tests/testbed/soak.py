@@ -5,12 +5,13 @@
 Needs a bed that is up and converged (scripts/testbed.sh up, then ansible/site.yml; the default
 bed unless SPARKMILL_TESTBED_STATE and SPARKMILL_TESTBED_NET name another). For ``--minutes``
 it keeps ``--concurrent`` HA pipelines (tests/testbed/ha_pipeline.py: word count + join, exact
-answers known) running and, one at a time, powers off, partitions or pauses a random host or
-stops a ZooKeeper server for 10-25 s, then waits until the cluster is whole again. Then it stops
-submitting, undoes every fault, waits (bounded) for the jobs still running and checks every
-output row by row. It prints jobs submitted / finished / failed / lost, rows wrong, rows
-duplicated and each leader failover's time (median, max); exit 0 when nothing was lost, failed,
-wrong or duplicated.
+answers known; every third one appends a day to a partitioned table instead,
+tests/testbed/soak_append.py) running and, one at a time, powers off, partitions or pauses a
+random host or stops a ZooKeeper server for 10-25 s, then waits until the cluster is whole
+again. Then it stops submitting, undoes every fault, waits (bounded) for the jobs still running
+and checks every output row by row. It prints jobs submitted / finished / failed / lost, rows
+wrong, rows duplicated and each leader failover's time (median, max); exit 0 when nothing was
+lost, failed, wrong or duplicated.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from tests.testbed.cluster import (
     wait_cluster,
 )
 from tests.testbed.faults import Fault, Faults, wait_services
+from tests.testbed.soak_append import check_append, next_day, submit_append
 
 FAULT_S = (10.0, 25.0)  # how long each fault lasts
 CALM_S = (5.0, 15.0)  # between the cluster being whole again and the next fault
@@ -93,6 +95,7 @@ class Soak:
         self.report = SoakReport()
         self.jobs: list[HaJob] = []
         self.results: dict[str, int] = {}  # job id -> terminal status
+        self.appends: dict[str, int] = {}  # job id -> the day an appending job writes
         self.stop = threading.Event()
         self.answer = answer(bed)
 
@@ -119,7 +122,13 @@ class Soak:
             if len(self._running()) < self.concurrent:
                 name = f"soak-{int(time.time())}-{len(self.jobs)}"
                 try:
-                    job = submit_ha(client, self.bed, name)
+                    if len(self.jobs) % 3 == 2:
+                        day = next_day()
+                        job_id = submit_append(client, self.bed, name, day)
+                        self.appends[job_id] = day
+                        job = HaJob(job_id, self.bed.shared, None, time.time())
+                    else:
+                        job = submit_ha(client, self.bed, name)
                 except SparkmillError as exc:
                     self.report.problems.append(f"submit {name}: {type(exc).__name__}: {exc}")
                 else:
@@ -199,6 +208,8 @@ class Soak:
             status = self.results.get(job.job_id)
             if status == common_pb2.FINISHED:
                 r.finished += 1
+                if job.job_id in self.appends:
+                    continue  # checked together below
                 got = ha_data.check(job.output, self.answer)
                 r.rows_checked += got.rows
                 r.rows_wrong += got.wrong
@@ -211,6 +222,14 @@ class Soak:
             else:
                 r.failed += 1
                 r.problems.append(f"job {job.job_id[:8]} ended {status_name(status)}")
+        done = {j: d for j, d in self.appends.items() if self.results.get(j) == common_pb2.FINISHED}
+        rest = {j: d for j, d in self.appends.items() if j not in done}
+        appended = check_append(self.bed, done, rest)
+        r.rows_checked += appended.rows
+        r.rows_wrong += appended.wrong
+        r.rows_duplicated += appended.duplicated
+        if appended.wrong or appended.duplicated:
+            r.problems.append(f"appending jobs: {appended}")
 
 
 def host_of_or_none(bed: TestBed, address: str) -> str | None:

@@ -38,12 +38,14 @@ class SparkInvokable:
         from sparkmill.services.taskexecutor.spark.runner import run_chain, run_commit
 
         spec = S.decode_spec(context.payload)
-        if isinstance(spec, S.CommitSpec):
+        if isinstance(spec, S.CommitSpec) and not spec.jdbc:
             return run_commit(spec, context)  # files only: no Spark session needed
         manager = context.services.get(SERVICE_KEY)
         if not isinstance(manager, SparkSessionManager):
             raise RuntimeError("this task executor offers no Spark session (task services?)")
         spark = manager.session(context.cancelled)
+        if isinstance(spec, S.CommitSpec):
+            return run_commit(spec, context, spark)  # database sinks: the JVM's JDBC drivers
         set_live(True)  # sparkmill.functions inside user functions: real Columns here
         sc = spark.sparkContext
         tag = f"sparkmill-{context.attempt_id}"

@@ -15,6 +15,8 @@ from typing import Any
 
 from sparkmill.common.core.errors import (
     CommitError,
+    DatabaseAccessError,
+    DatabaseError,
     OperatorError,
     PartitionNotFoundError,
     SparkJobError,
@@ -32,7 +34,7 @@ from sparkmill.common.pipeline import plan as S
 from sparkmill.common.pipeline.collect import encode_rows
 from sparkmill.common.pipeline.expressions import resolve
 from sparkmill.services.taskexecutor.context import TaskContext, TaskOutcome
-from sparkmill.services.taskexecutor.spark import exchange, sinks, sources
+from sparkmill.services.taskexecutor.spark import exchange, jdbc, sinks, sources
 from sparkmill.services.taskexecutor.spark.errors import summarize
 from sparkmill.services.taskexecutor.spark.metrics import SparkIOMetrics
 
@@ -78,7 +80,7 @@ def build(spark: Any, spec: S.ChainSpec, context: TaskContext) -> _Built:
                 )
             else:
                 df = _evaluate(spark, op, inputs, context)
-        except (TaskCancelledError, OperatorError):
+        except (TaskCancelledError, OperatorError, DatabaseError, DatabaseAccessError):
             raise
         except Exception as exc:
             raise OperatorError(f"operator '{node.label}' failed: {summarize(exc)}") from exc
@@ -95,6 +97,8 @@ def _evaluate(spark: Any, op: S.Operation, inputs: list[Any], context: TaskConte
         return sources.read_files(spark, op, subtask, parallelism)
     if isinstance(op, S.RangeSource):
         return sources.read_range(spark, op, subtask, parallelism)
+    if isinstance(op, S.JdbcSource):
+        return jdbc.read(spark, op, subtask, parallelism)
     df = inputs[0]
     if isinstance(op, S.Apply):
         return getattr(df, op.method)(*resolve(op.args), **resolve(op.kwargs))
@@ -158,6 +162,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
 
         root = root.persist(StorageLevel.MEMORY_AND_DISK)
     written: list[tuple[S.SinkOutput, Any]] = []
+    staged: list[tuple[S.JdbcSinkOutput, str, list[str]]] = []
     accumulator = b""
     collected = 0
     try:
@@ -186,10 +191,26 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
                         context.attempt_id,
                     )
                     written.append((output, path))
+                elif isinstance(output, S.JdbcSinkOutput):
+                    staging = jdbc.write_attempt(
+                        root,
+                        output,
+                        context.job_id,
+                        context.subtask_index,
+                        context.job_master_epoch,
+                        context.attempt_number,
+                    )
+                    staged.append((output, staging, list(root.columns)))
                 else:
                     accumulator, collected = _collect(root, output, context.subtask_index)
                 metrics.mark_inputs_read()
-            except (TaskCancelledError, OperatorError, CommitError):
+            except (
+                TaskCancelledError,
+                OperatorError,
+                CommitError,
+                DatabaseError,
+                DatabaseAccessError,
+            ):
                 raise
             except Exception as exc:
                 check_cancelled(context.cancelled)
@@ -215,6 +236,17 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
             context.attempt_number,
             context.job_master_epoch,
         )
+    for jdbc_output, staging, columns in staged:
+        jdbc.commit_attempt(
+            spark,
+            jdbc_output,
+            context.job_id,
+            context.subtask_index,
+            context.job_master_epoch,
+            context.attempt_number,
+            staging,
+            columns,
+        )
     own = IOCounters(records_in=built.rows_in, records_out=collected, bytes_out=len(accumulator))
     return TaskOutcome(io=counts + own, accumulator=accumulator)
 
@@ -224,6 +256,8 @@ def _describe(output: S.Output) -> str:
         return f"its {output.partitioner} exchange to {output.consumer_parallelism} subtasks"
     if isinstance(output, S.SinkOutput):
         return f"{output.format} output {output.path}"
+    if isinstance(output, S.JdbcSinkOutput):
+        return f"table {output.table} of {output.url}"
     return f"collect '{output.name}'"
 
 
@@ -249,13 +283,24 @@ def _check_sink_path(path: str, context: TaskContext) -> None:
         raise CommitError(f"refusing to write this sink: {problem}")
 
 
-def run_commit(spec: S.CommitSpec, context: TaskContext) -> TaskOutcome:
-    """The final vertex: publish every sink, then drop the job's exchange data."""
+def run_commit(spec: S.CommitSpec, context: TaskContext, spark: Any = None) -> TaskOutcome:
+    """The final vertex: publish every sink, then drop the job's exchange data. ``spark`` (a
+    session, for its JVM's JDBC drivers) is needed only when the job writes a database."""
     files = 0
     for sink in spec.sinks:
         check_cancelled(context.cancelled)
         _check_sink_path(sink.path, context)
         files += sinks.commit_job(sink, context.job_id)
         log.info("job %s: committed %s (%d files)", context.job_id, sink.path, files)
+    rows = 0
+    for table in spec.jdbc:
+        check_cancelled(context.cancelled)
+        if spark is None:
+            raise CommitError("committing a database sink needs the task executor's Spark session")
+        added = jdbc.commit_job(spark, table, context.job_id)
+        rows += added
+        log.info(
+            "job %s: committed table %s (%d rows added)", context.job_id, table.output.table, added
+        )
     cleanup_job(context.exchange_dir, context.job_id)
-    return TaskOutcome(io=IOCounters(records_out=files))
+    return TaskOutcome(io=IOCounters(records_out=files + rows))

@@ -38,6 +38,27 @@ SERVICE_KEY = "spark"
 
 _QUIET_LOGGERS = ("py4j", "DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
+JDBC_DRIVER_JARS = ("/usr/share/java/postgresql.jar",)
+"""JDBC drivers every session loads when they are installed (Debian's
+``libpostgresql-jdbc-java``): ``read_jdbc``/``write_jdbc`` need nothing else on the task
+executors. Other drivers: add them with ``spark.conf.spark.jars``."""
+
+
+def jdbc_driver_conf(
+    conf: dict[str, str], jars: tuple[str, ...] = JDBC_DRIVER_JARS
+) -> dict[str, str]:
+    """``conf`` with the installed JDBC driver jars added to ``spark.jars`` (for Spark's tasks)
+    and ``spark.driver.extraClassPath`` (for the commit's own connections through
+    ``java.sql.DriverManager``), next to whatever the configuration lists already."""
+    present = [jar for jar in jars if os.path.isfile(jar)]
+    if not present:
+        return conf
+    merged = dict(conf)
+    for key, separator in (("spark.jars", ","), ("spark.driver.extraClassPath", os.pathsep)):
+        listed = [p for p in merged.get(key, "").split(separator) if p]
+        merged[key] = separator.join([*listed, *(j for j in present if j not in listed)])
+    return merged
+
 
 def default_spark_conf(master: str, app_name: str, ui_enabled: bool) -> dict[str, str]:
     return {
@@ -69,7 +90,9 @@ class SparkSessionManager:
     ) -> None:
         self.master = master
         self.warm_up = warm_up
-        self.conf = {**default_spark_conf(master, app_name, ui_enabled), **(conf or {})}
+        self.conf = jdbc_driver_conf(
+            {**default_spark_conf(master, app_name, ui_enabled), **(conf or {})}
+        )
         self._ready = threading.Event()  # the session exists (or failed): tasks may use it
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None

@@ -11,9 +11,12 @@
 3. **Job commit** - the job's final ``commit`` vertex (parallelism 1) runs once every sink
    subtask has finished: it writes a plan (source → ``{path}/part-{subtask}-{k}.{ext}``; the
    first plan written is kept, so concurrent commits carry out the same one),
-   clears the old content (``mode="overwrite"``) or checks there is none (``"error"``), moves
-   the files into place, writes ``_SUCCESS`` and removes ``_temporary/{job_id}``. Each step is
-   idempotent, so a retried commit finishes the job of a failed one.
+   clears the old content (``mode="overwrite"``: everything, or with ``partition_by`` only the
+   partition directories the job writes) or checks there is none (``"error"``; ``"append"``
+   keeps it), moves the files into place, writes ``_SUCCESS`` and removes
+   ``_temporary/{job_id}``. Each step is idempotent, so a retried commit finishes the job of a
+   failed one. Files published next to other jobs' (append, partitions) carry the job id in
+   their names, ``{path}[/k=v...]/part-{subtask}-{k}-{job_id}.{ext}``.
 """
 
 from __future__ import annotations
@@ -85,7 +88,10 @@ def write_attempt(
     if target.exists():
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    df.write.format(output.format).options(**output.options).mode("errorifexists").save(str(target))
+    writer = df.write.format(output.format).options(**output.options)
+    if output.partition_by:
+        writer = writer.partitionBy(*output.partition_by)
+    writer.mode("errorifexists").save(str(target))
     return target
 
 
@@ -137,6 +143,26 @@ def commit_task(
     return newest
 
 
+def _published_name(sink: S.SinkCommit, job_id: str, subtask: int, k: int, extension: str) -> str:
+    # Files that stay next to other jobs' files (append, partitions) carry the job id, so two
+    # jobs never pick the same name; each name is fixed by the plan, so a repeated commit moves
+    # every file to the place an earlier try did.
+    if sink.mode == "append" or sink.partition_by:
+        return f"part-{subtask:05d}-{k:03d}-{job_id}{extension}"
+    return f"part-{subtask:05d}-{k:03d}{extension}"
+
+
+def _attempt_files(directory: Path) -> list[Path]:
+    """The data files of a committed attempt, relative to it (partition directories included;
+    Spark's ``_SUCCESS``, ``.crc`` and other hidden entries left out)."""
+    found: list[Path] = []
+    for current, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        base = Path(current).relative_to(directory)
+        found.extend(base / f for f in sorted(files) if not f.startswith(("_", ".")))
+    return found
+
+
 def _plan(sink: S.SinkCommit, job_id: str) -> list[tuple[str, str]]:
     root = local_path(sink.path)
     temporary = sink_temporary_dir(sink.path, job_id)
@@ -152,17 +178,16 @@ def _plan(sink: S.SinkCommit, job_id: str) -> list[tuple[str, str]]:
         if existing:
             raise CommitError(
                 f"{sink.path} already has content ({', '.join(existing[:5])}); write with "
-                "mode='overwrite' to replace it"
+                "mode='overwrite' to replace it or mode='append' to add to it"
             )
     plan: list[tuple[str, str]] = []
     for subtask, directory in enumerate(committed):
         assert directory is not None
-        files = sorted(
-            f for f in directory.iterdir() if f.is_file() and not f.name.startswith(("_", "."))
-        )
-        for k, f in enumerate(files):
-            extension = f.name[f.name.index(".") :] if "." in f.name else ""
-            plan.append((str(f), str(root / f"part-{subtask:05d}-{k:03d}{extension}")))
+        for k, relative in enumerate(_attempt_files(directory)):
+            name = relative.name
+            extension = name[name.index(".") :] if "." in name else ""
+            published = _published_name(sink, job_id, subtask, k, extension)
+            plan.append((str(directory / relative), str(root / relative.parent / published)))
     # The first plan written is the plan: a commit vertex still running for a deposed JobMaster
     # and its successor's may plan at the same time, from different committed attempts, and
     # two plans carried out together could leave both attempts' files in place.
@@ -179,6 +204,35 @@ def _plan(sink: S.SinkCommit, job_id: str) -> list[tuple[str, str]]:
     return plan
 
 
+def _remove(entry: Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink(missing_ok=True)
+
+
+def _clear_old_content(sink: S.SinkCommit, root: Path, plan: list[tuple[str, str]]) -> None:
+    """What ``overwrite`` replaces: the whole directory, or with ``partition_by`` only the
+    partitions the job writes (Spark's dynamic partition overwrite). Files the plan put in
+    place already (an earlier try of this commit) stay."""
+    if sink.mode != "overwrite":
+        return  # "error" found nothing when planning; "append" keeps everything
+    keep = {dst for _, dst in plan}
+    if not sink.partition_by:
+        for entry in list(root.iterdir()):
+            if entry.name != TEMPORARY_DIR and str(entry) not in keep:
+                _remove(entry)
+        return
+    for partition in sorted({os.path.dirname(dst) for _, dst in plan}):
+        try:
+            entries = list(Path(partition).iterdir())
+        except FileNotFoundError:
+            continue
+        for entry in entries:
+            if str(entry) not in keep:
+                _remove(entry)
+
+
 def commit_job(sink: S.SinkCommit, job_id: str) -> int:
     """Step 3: move every committed file into place and mark the output complete."""
     root = local_path(sink.path)
@@ -186,16 +240,10 @@ def commit_job(sink: S.SinkCommit, job_id: str) -> int:
     if (root / SUCCESS_MARKER).exists() and not sink_temporary_dir(sink.path, job_id).exists():
         return 0  # committed already (the report of a finished commit got lost)
     plan = _plan(sink, job_id)
-    keep = {Path(dst).name for _, dst in plan} | {TEMPORARY_DIR}
-    for entry in list(root.iterdir()):
-        if entry.name in keep:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink(missing_ok=True)
+    _clear_old_content(sink, root, plan)
     for src, dst in plan:
         if os.path.exists(src):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
             os.replace(src, dst)
         elif not os.path.exists(dst):
             # Neither moved by an earlier try of this commit nor still there: never report

@@ -12,6 +12,7 @@ the subtasks' results fit together even when a subtask gets no file at all.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,9 +67,28 @@ def _slice(total: int, subtask: int, parallelism: int) -> tuple[int, int]:
 
 def _reader(spark: Any, source: S.FileSource) -> Any:
     reader = spark.read.format(source.format)
-    if source.options:
-        reader = reader.options(**source.options)
+    options = dict(source.options)
+    base = _partitioned_base(source)
+    if base is not None:
+        options.setdefault("basePath", base)
+    if options:
+        reader = reader.options(**options)
     return reader
+
+
+def _partitioned_base(source: S.FileSource) -> str | None:
+    """The directory a single-directory source is read under, so that Spark finds the
+    ``key=value/`` partition columns of a table written with ``partition_by`` even though each
+    subtask loads only its share of the files (text keeps its one ``value`` column)."""
+    if source.format == "text" or len(source.paths) != 1:
+        return None
+    path = source.paths[0]
+    if any(c in path for c in "*?[{"):
+        return None
+    local = path.removeprefix("file://").removeprefix("file:")
+    if "://" in local or not os.path.isdir(local):
+        return None
+    return path
 
 
 def read_files(spark: Any, source: S.FileSource, subtask: int, parallelism: int) -> Any:

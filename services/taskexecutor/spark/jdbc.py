@@ -1,0 +1,563 @@
+"""Database sources and sinks through Spark's JDBC data source, the sink exactly once.
+
+**Credentials** come from a file (``user=`` and ``password=`` lines, mode 0600, checked like
+every other secret of the cluster) that the task executor reads when a task needs it; only its
+path is in the job graph. Messages that leave this module have the password scrubbed.
+
+**Reading**: with a partition column, subtask *i* of *n* reads the rows of its stride of
+``[lower, upper)`` (the first subtask also NULLs and values below, the last values above) as a
+Spark JDBC predicate; without one, subtask 0 reads everything.
+
+**Writing** follows the file sinks' commit protocol (``sinks.py``), with tables for directories:
+
+1. Each attempt writes its rows into a staging table of its own,
+   ``{table}__sm_{job}_{subtask}_{epoch}_{attempt}`` (the attempt's order is in the name).
+2. When the attempt's whole chain succeeded, it records that table in ``sparkmill_staged``.
+3. The job's ``commit`` vertex, in **one transaction**: inserts a row per subtask into
+   ``sparkmill_commits`` (primary key job id, target, subtask) - first, so that a concurrent
+   commit of the same job waits for this one and then fails on the key - creates the target if
+   it does not exist, deletes its rows (``overwrite``), and copies each subtask's
+   highest-ordered staged table into it. A commit that finds the job's rows in
+   ``sparkmill_commits`` does nothing: a repeated or concurrent commit never adds a row twice.
+   Afterwards the job's staging tables are dropped.
+
+The transactions run through the JVM's JDBC driver (py4j, the Spark session's gateway): the same
+URL, driver and connection options as Spark's own reads and writes, and no second database
+client library to install and keep in step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkmill.common.core.errors import (
+    CommitError,
+    ConfigurationError,
+    DatabaseAccessError,
+    DatabaseError,
+)
+from sparkmill.common.pipeline import plan as S
+from sparkmill.common.rpc.keys import check_secret_file
+from sparkmill.services.taskexecutor.spark.errors import summarize
+
+log = logging.getLogger(__name__)
+
+COMMITS_TABLE = "sparkmill_commits"
+STAGED_TABLE = "sparkmill_staged"
+DRIVERS = {"jdbc:postgresql:": "org.postgresql.Driver"}
+"""Driver classes Spark is told to load, by URL prefix (others: the driver must register)."""
+
+# SQLSTATE classes and codes no restart can fix: authorization (28), syntax or access rule
+# (42: unknown table or column, no privilege), unknown database (3D000).
+_PERMANENT_STATES = ("28", "42", "3D")
+_PERMANENT_TEXT = ("No suitable driver", "ClassNotFoundException")
+_UNIQUE_VIOLATION = "23505"
+
+
+@dataclass(frozen=True)
+class Credentials:
+    user: str = ""
+    password: str = field(default="", repr=False)
+
+
+def load_credentials(path: str, what: str) -> Credentials:
+    """The user name and password of ``path`` ("" means: none, the URL's driver defaults)."""
+    if not path:
+        return Credentials()
+    try:
+        check_secret_file(Path(path), "credentials_file")
+        text = Path(path).read_text()
+    except ConfigurationError as exc:
+        raise DatabaseAccessError(f"{what}: {exc}") from None
+    except OSError as exc:
+        raise DatabaseAccessError(
+            f"{what}: cannot read the credentials file {path}: {exc.strerror}"
+        ) from None
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        key, sep, value = stripped.partition("=")
+        if not sep or key.strip() not in ("user", "password"):
+            # Never echo the line: it may be the password.
+            raise DatabaseAccessError(
+                f"{what}: line {number} of the credentials file {path} is not "
+                "'user=...' or 'password=...'"
+            )
+        values[key.strip()] = value.strip()
+    return Credentials(values.get("user", ""), values.get("password", ""))
+
+
+def scrub(text: str, credentials: Credentials) -> str:
+    """``text`` without the password (defence in depth: drivers do not normally echo it)."""
+    if credentials.password:
+        text = text.replace(credentials.password, "***")
+    return text
+
+
+def properties(
+    url: str, credentials: Credentials, options: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Connection properties for Spark's JDBC data source."""
+    props = dict(options or {})
+    for prefix, driver in DRIVERS.items():
+        if url.startswith(prefix):
+            props.setdefault("driver", driver)
+    if credentials.user:
+        props["user"] = credentials.user
+    if credentials.password:
+        props["password"] = credentials.password
+    return props
+
+
+def _java_chain(exc: BaseException) -> Iterator[Any]:
+    """The JVM exceptions behind a PySpark or py4j exception, outermost first."""
+    current = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    seen = 0
+    while current is not None and seen < 20:
+        yield current
+        seen += 1
+        try:
+            current = current.getCause()
+        except Exception:
+            return
+
+
+def _sql_exception(exc: BaseException) -> tuple[str, str]:
+    """SQLSTATE and message of the first ``java.sql.SQLException`` behind ``exc`` (what the
+    database or driver said; Spark's wrappers only say that the connection failed)."""
+    for java in _java_chain(exc):
+        try:
+            state = java.getSQLState()
+        except Exception:
+            continue
+        if state:
+            try:
+                message = str(java.getMessage() or "")
+            except Exception:
+                message = ""
+            return str(state), message
+    found = re.search(r"SQLState: ?([0-9A-Z]{5})", str(exc))
+    return (found.group(1) if found else ""), ""
+
+
+def sql_state(exc: BaseException) -> str:
+    """The SQLSTATE of the first ``java.sql.SQLException`` behind ``exc`` ("" if none)."""
+    return _sql_exception(exc)[0]
+
+
+def is_permanent(exc: BaseException) -> bool:
+    state = sql_state(exc)
+    if state.startswith(_PERMANENT_STATES):
+        return True
+    text = str(exc)
+    return any(marker in text for marker in _PERMANENT_TEXT)
+
+
+def failure(what: str, exc: BaseException, credentials: Credentials) -> Exception:
+    """A task failure for ``exc``: it says what failed, the driver's reason, no password."""
+    state, said = _sql_exception(exc)
+    reason = scrub((said or summarize(exc)).strip().splitlines()[0], credentials)
+    message = f"{what} failed: {reason}" + (f" (SQLSTATE {state})" if state else "")
+    if is_permanent(exc):
+        return DatabaseAccessError(message)
+    return DatabaseError(message)
+
+
+# -- reading --------------------------------------------------------------------------------------
+
+
+def stride_predicates(column: str, lower: int, upper: int, parallelism: int) -> list[str]:
+    """One WHERE clause per subtask: disjoint, and together every row (NULLs included)."""
+    if parallelism == 1:
+        return ["1=1"]
+    bounds = [lower + i * (upper - lower) // parallelism for i in range(1, parallelism)]
+    predicates = [f"{column} < {bounds[0]} OR {column} IS NULL"]
+    predicates += [
+        f"{column} >= {low} AND {column} < {high}" for low, high in itertools.pairwise(bounds)
+    ]
+    predicates.append(f"{column} >= {bounds[-1]}")
+    return predicates
+
+
+def read(spark: Any, source: S.JdbcSource, subtask: int, parallelism: int) -> Any:
+    what = f"reading {source.description} from {source.url}"
+    credentials = load_credentials(source.credentials_file, what)
+    if source.partition_column:
+        predicate = stride_predicates(
+            source.partition_column, source.lower_bound, source.upper_bound, parallelism
+        )[subtask]
+    else:
+        predicate = "1=1" if subtask == 0 else "1=0"
+    relation = source.table or f"({source.query}) sm_query"
+    props = properties(source.url, credentials, source.options)
+    try:
+        # Spark asks the database for the schema here: a missing table or a refused login
+        # fails now, with the table's name, instead of deep inside a later write.
+        return spark.read.jdbc(source.url, relation, predicates=[predicate], properties=props)
+    except Exception as exc:
+        raise failure(what, exc, credentials) from None
+
+
+# -- writing: staging tables ----------------------------------------------------------------------
+
+
+def _split(table: str) -> tuple[str, str]:
+    schema, _, name = table.rpartition(".")
+    return schema, name
+
+
+def _qualified(schema: str, name: str) -> str:
+    return f"{schema}.{name}" if schema else name
+
+
+def staging_prefix(table: str, job_id: str) -> str:
+    """The start of the name of every staging table of ``job_id`` for ``table`` (schema left
+    out); short enough for PostgreSQL's 63-character names whatever the table's name."""
+    base = re.sub(r"[^a-z0-9_]", "", _split(table)[1].lower())[:20] or "t"
+    return f"{base}__sm_{job_id[:12]}_"
+
+
+def staging_table(table: str, job_id: str, subtask: int, epoch: int, attempt: int) -> str:
+    schema = _split(table)[0]
+    return _qualified(schema, f"{staging_prefix(table, job_id)}{subtask}_{epoch}_{attempt}")
+
+
+def bookkeeping_table(table: str, name: str) -> str:
+    return _qualified(_split(table)[0], name)
+
+
+def write_attempt(
+    df: Any, output: S.JdbcSinkOutput, job_id: str, subtask: int, epoch: int, attempt: int
+) -> str:
+    """Step 1: the attempt's rows into its own staging table (replaced if it exists)."""
+    staging = staging_table(output.table, job_id, subtask, epoch, attempt)
+    what = f"writing table {output.table} (staging table {staging}) of {output.url}"
+    credentials = load_credentials(output.credentials_file, what)
+    props = properties(output.url, credentials, output.options)
+    try:
+        df.write.jdbc(output.url, staging, mode="overwrite", properties=props)
+    except Exception as exc:
+        with (
+            contextlib.suppress(Exception),
+            connect(df.sparkSession, output.url, credentials) as conn,
+        ):
+            _execute(conn, f"DROP TABLE IF EXISTS {staging}")
+        raise failure(what, exc, credentials) from None
+    return staging
+
+
+@contextlib.contextmanager
+def connect(spark: Any, url: str, credentials: Credentials) -> Iterator[Any]:
+    """A JDBC connection of the session's JVM (auto-commit on), closed afterwards."""
+    jvm = spark.sparkContext._jvm
+    props = jvm.java.util.Properties()
+    for key, value in properties(url, credentials).items():
+        props.setProperty(key, value)
+    driver = properties(url, Credentials()).get("driver")
+    try:
+        conn = jvm.java.sql.DriverManager.getConnection(url, props)
+    except Exception as exc:
+        if not driver or "No suitable driver" not in str(exc):
+            raise
+        # The driver's jar came through spark.jars only (not on the JVM's class path), where
+        # DriverManager does not look: ask the driver class itself.
+        gateway = spark.sparkContext._gateway
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        constructor = loader.loadClass(driver).getDeclaredConstructor(
+            gateway.new_array(jvm.java.lang.Class, 0)
+        )
+        conn = constructor.newInstance(gateway.new_array(jvm.java.lang.Object, 0)).connect(
+            url, props
+        )
+        if conn is None:
+            raise
+    try:
+        yield conn
+    finally:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+def _execute(conn: Any, sql: str, *params: Any) -> int:
+    statement = conn.prepareStatement(sql)
+    try:
+        for i, value in enumerate(params, 1):
+            if isinstance(value, int):
+                statement.setLong(i, value)
+            else:
+                statement.setString(i, str(value))
+        return int(statement.executeUpdate())
+    finally:
+        statement.close()
+
+
+def _query(conn: Any, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    statement = conn.prepareStatement(sql)
+    try:
+        for i, value in enumerate(params, 1):
+            if isinstance(value, int):
+                statement.setLong(i, value)
+            else:
+                statement.setString(i, str(value))
+        results = statement.executeQuery()
+        width = results.getMetaData().getColumnCount()
+        rows = []
+        while results.next():
+            rows.append(tuple(results.getObject(i) for i in range(1, width + 1)))
+        return rows
+    finally:
+        statement.close()
+
+
+def _ensure_bookkeeping(conn: Any, table: str) -> None:
+    ddl = {
+        STAGED_TABLE: (
+            "job_id VARCHAR(64) NOT NULL, target VARCHAR(512) NOT NULL, subtask INTEGER NOT NULL,"
+            " epoch BIGINT NOT NULL, attempt INTEGER NOT NULL, staging VARCHAR(512) NOT NULL,"
+            " columns_json TEXT NOT NULL, PRIMARY KEY (job_id, target, subtask, epoch, attempt)"
+        ),
+        COMMITS_TABLE: (
+            "job_id VARCHAR(64) NOT NULL, target VARCHAR(512) NOT NULL, subtask INTEGER NOT NULL,"
+            " staging VARCHAR(512) NOT NULL, rows_committed BIGINT NOT NULL,"
+            " committed_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP,"
+            " PRIMARY KEY (job_id, target, subtask)"
+        ),
+    }
+    for name, columns in ddl.items():
+        try:
+            _execute(
+                conn, f"CREATE TABLE IF NOT EXISTS {bookkeeping_table(table, name)} ({columns})"
+            )
+        except Exception as exc:
+            # Two sessions creating the same table at once: one of them loses on the catalog's
+            # unique key; the table exists either way.
+            if sql_state(exc) != _UNIQUE_VIOLATION:
+                raise
+
+
+def _committed_subtasks(conn: Any, output: S.JdbcSinkOutput, job_id: str) -> int:
+    commits = bookkeeping_table(output.table, COMMITS_TABLE)
+    rows = _query(
+        conn,
+        f"SELECT COUNT(*) FROM {commits} WHERE job_id = ? AND target = ?",
+        job_id,
+        output.table,
+    )
+    return int(rows[0][0])
+
+
+def commit_attempt(
+    spark: Any,
+    output: S.JdbcSinkOutput,
+    job_id: str,
+    subtask: int,
+    epoch: int,
+    attempt: int,
+    staging: str,
+    columns: list[str],
+) -> bool:
+    """Step 2: record the attempt's staging table as a candidate output of its subtask.
+
+    ``False`` (and the table dropped) when the job has committed already: an attempt of a
+    deposed JobMaster that finishes late adds nothing.
+    """
+    what = f"recording the staged rows of table {output.table} (subtask {subtask})"
+    credentials = load_credentials(output.credentials_file, what)
+    staged = bookkeeping_table(output.table, STAGED_TABLE)
+    try:
+        with connect(spark, output.url, credentials) as conn:
+            _ensure_bookkeeping(conn, output.table)
+            if _committed_subtasks(conn, output, job_id):
+                _execute(conn, f"DROP TABLE IF EXISTS {staging}")
+                return False
+            conn.setAutoCommit(False)
+            key = (job_id, output.table, subtask, epoch, attempt)
+            _execute(
+                conn,
+                f"DELETE FROM {staged} WHERE job_id = ? AND target = ? AND subtask = ?"
+                " AND epoch = ? AND attempt = ?",
+                *key,
+            )
+            _execute(
+                conn,
+                f"INSERT INTO {staged} (job_id, target, subtask, epoch, attempt, staging,"
+                " columns_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                *key,
+                staging,
+                json.dumps(columns),
+            )
+            conn.commit()
+            return True
+    except Exception as exc:
+        raise failure(what, exc, credentials) from None
+
+
+# -- the job's commit -----------------------------------------------------------------------------
+
+
+def _quoted(column: str) -> str:
+    # Spark's JDBC writer creates the staging table with quoted column names.
+    return '"' + column.replace('"', '""') + '"'
+
+
+def _winners(
+    conn: Any, output: S.JdbcSinkOutput, job_id: str, parallelism: int
+) -> list[tuple[str, list[str]]]:
+    staged = bookkeeping_table(output.table, STAGED_TABLE)
+    winners: list[tuple[str, list[str]]] = []
+    missing: list[int] = []
+    for subtask in range(parallelism):
+        rows = _query(
+            conn,
+            f"SELECT staging, columns_json FROM {staged} WHERE job_id = ? AND target = ?"
+            " AND subtask = ? ORDER BY epoch DESC, attempt DESC",
+            job_id,
+            output.table,
+            subtask,
+        )
+        if not rows:
+            missing.append(subtask)
+            continue
+        winners.append((str(rows[0][0]), list(json.loads(str(rows[0][1])))))
+    if missing:
+        raise CommitError(
+            f"table {output.table}: subtasks {missing} of the sink have no staged rows"
+        )
+    return winners
+
+
+def _target_exists(conn: Any, table: str) -> bool:
+    savepoint = conn.setSavepoint()
+    try:
+        _query(conn, f"SELECT 1 FROM {table} WHERE 1 = 0")
+    except Exception as exc:
+        if sql_state(exc) != "42P01":
+            raise
+        conn.rollback(savepoint)
+        return False
+    conn.releaseSavepoint(savepoint)
+    return True
+
+
+def commit_job(spark: Any, commit: S.JdbcCommit, job_id: str) -> int:
+    """Step 3: the winning attempts' rows into the target in one transaction (see the module
+    docstring); the number of rows it added, 0 when the job had committed already."""
+    output = commit.output
+    what = f"committing table {output.table} of {output.url}"
+    credentials = load_credentials(output.credentials_file, what)
+    commits = bookkeeping_table(output.table, COMMITS_TABLE)
+    try:
+        with connect(spark, output.url, credentials) as conn:
+            _ensure_bookkeeping(conn, output.table)
+            done = _committed_subtasks(conn, output, job_id)
+            if done == commit.parallelism:
+                _drop_staging(conn, output, job_id)
+                return 0
+            if done:
+                raise CommitError(
+                    f"table {output.table}: {done} of {commit.parallelism} subtasks of job "
+                    f"{job_id} are recorded as committed; a commit is all or nothing, so this "
+                    f"is a bug or {commits} was edited by hand"
+                )
+            winners = _winners(conn, output, job_id, commit.parallelism)
+            conn.setAutoCommit(False)
+            try:
+                added = _move_rows(conn, output, job_id, winners)
+            except Exception as exc:
+                conn.rollback()
+                if sql_state(exc) == _UNIQUE_VIOLATION:
+                    return 0  # a concurrent commit of this job won; it moved the rows
+                raise
+            conn.setAutoCommit(True)
+            _drop_staging(conn, output, job_id)
+            return added
+    except CommitError:
+        raise
+    except Exception as exc:
+        raise failure(what, exc, credentials) from None
+
+
+def _move_rows(
+    conn: Any, output: S.JdbcSinkOutput, job_id: str, winners: list[tuple[str, list[str]]]
+) -> int:
+    commits = bookkeeping_table(output.table, COMMITS_TABLE)
+    # The keys first: a concurrent commit of the same job blocks on them until this
+    # transaction ends, then fails on the primary key (and does nothing).
+    for subtask, (staging, _) in enumerate(winners):
+        _execute(
+            conn,
+            f"INSERT INTO {commits} (job_id, target, subtask, staging, rows_committed)"
+            " VALUES (?, ?, ?, ?, 0)",
+            job_id,
+            output.table,
+            subtask,
+            staging,
+        )
+    if not _target_exists(conn, output.table):
+        _execute(conn, f"CREATE TABLE {output.table} AS SELECT * FROM {winners[0][0]} WHERE 1 = 0")
+    if output.mode == "overwrite":
+        _execute(conn, f"DELETE FROM {output.table}")
+    added = 0
+    for subtask, (staging, columns) in enumerate(winners):
+        names = ", ".join(_quoted(c) for c in columns)
+        rows = _execute(conn, f"INSERT INTO {output.table} ({names}) SELECT {names} FROM {staging}")
+        _execute(
+            conn,
+            f"UPDATE {commits} SET rows_committed = ? WHERE job_id = ? AND target = ?"
+            " AND subtask = ?",
+            rows,
+            job_id,
+            output.table,
+            subtask,
+        )
+        added += rows
+    conn.commit()
+    return added
+
+
+def _drop_staging(conn: Any, output: S.JdbcSinkOutput, job_id: str) -> None:
+    """Drop every staging table of the job (recorded ones, and those of attempts that died
+    before recording theirs), then their records. Failures only cost a leftover table."""
+    staged = bookkeeping_table(output.table, STAGED_TABLE)
+    try:
+        names = {
+            str(row[0])
+            for row in _query(
+                conn,
+                f"SELECT staging FROM {staged} WHERE job_id = ? AND target = ?",
+                job_id,
+                output.table,
+            )
+        }
+        schema, _ = _split(output.table)
+        metadata = conn.getMetaData()
+        escape = str(metadata.getSearchStringEscape() or "")
+        pattern = staging_prefix(output.table, job_id).replace("_", escape + "_") + "%"
+        results = metadata.getTables(None, schema or None, pattern, None)
+        while results.next():
+            names.add(_qualified(schema, str(results.getString("TABLE_NAME"))))
+        for name in sorted(names):
+            _execute(conn, f"DROP TABLE IF EXISTS {name}")
+        _execute(
+            conn,
+            f"DELETE FROM {staged} WHERE job_id = ? AND target = ?",
+            job_id,
+            output.table,
+        )
+    except Exception as exc:
+        log.warning(
+            "job %s: could not drop the staging tables of %s: %s",
+            job_id,
+            output.table,
+            summarize(exc).splitlines()[0],
+        )

@@ -1,0 +1,190 @@
+"""A throw-away PostgreSQL server for tests: Debian's ``postgresql`` binaries, a fresh data
+directory, a free loopback port, run as an unprivileged user (``nobody`` when the tests run as
+root: PostgreSQL refuses to run as root), removed afterwards.
+
+The superuser ``sparkmill`` logs in with a password (scram-sha-256) over TCP only: no Unix
+socket, nothing outside the temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+USER = "sparkmill"
+DATABASE = "postgres"
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")
+
+
+def postgres_bin() -> Path | None:
+    """The newest installed PostgreSQL's binary directory."""
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/postgres"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
+    return found[-1].parent if found else None
+
+
+def postgres_available() -> bool:
+    return postgres_bin() is not None and JDBC_JAR.is_file()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PostgresServer:
+    def __init__(self) -> None:
+        binaries = postgres_bin()
+        if binaries is None:
+            raise RuntimeError("Debian's postgresql package is not installed")
+        self.bin = binaries
+        self.password = secrets.token_urlsafe(18)
+        self.port = _free_port()
+        self.base = Path(tempfile.mkdtemp(prefix="sparkmill-pg-"))
+        self.data = self.base / "data"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log = self.base / "server.log"
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            nobody = pwd.getpwnam("nobody")
+            os.chown(self.base, nobody.pw_uid, nobody.pw_gid)
+            self._as = [
+                "setpriv",
+                f"--reuid={nobody.pw_uid}",
+                f"--regid={nobody.pw_gid}",
+                "--clear-groups",
+                "--",
+            ]
+
+    @property
+    def url(self) -> str:
+        return f"jdbc:postgresql://127.0.0.1:{self.port}/{DATABASE}"
+
+    def _run_as(self, args: list[str]) -> None:
+        subprocess.run(
+            [*self._as, *args], check=True, capture_output=True, cwd=self.base, timeout=120
+        )
+
+    def start(self) -> PostgresServer:
+        pwfile = self.base / "pw"
+        pwfile.write_text(self.password + "\n")
+        if self._as:
+            nobody = pwd.getpwnam("nobody")
+            os.chown(pwfile, nobody.pw_uid, nobody.pw_gid)
+        pwfile.chmod(0o600)
+        self._run_as(
+            [
+                str(self.bin / "initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                USER,
+                f"--pwfile={pwfile}",
+                "--auth=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            ]
+        )
+        pwfile.unlink()
+        log = self._log.open("wb")
+        self._process = subprocess.Popen(
+            [
+                *self._as,
+                str(self.bin / "postgres"),
+                "-D",
+                str(self.data),
+                "-p",
+                str(self.port),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+                "-c",
+                "fsync=off",
+                "-c",
+                "full_page_writes=off",
+                "-c",
+                "max_connections=60",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.base,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"PostgreSQL did not start: {self.logs()}")
+            ready = subprocess.run(
+                [str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
+                capture_output=True,
+            )
+            if ready.returncode == 0:
+                return self
+            time.sleep(0.2)
+        raise RuntimeError(f"PostgreSQL not ready within 60 s: {self.logs()}")
+
+    def logs(self) -> str:
+        try:
+            return self._log.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def psql(self, sql: str) -> list[list[str]]:
+        """Run ``sql`` (statements separated by ';') and return the rows of the last one."""
+        done = subprocess.run(
+            [
+                str(self.bin / "psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                USER,
+                "-d",
+                DATABASE,
+                "-At",
+                "-F",
+                "\t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PGPASSWORD": self.password},
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"psql failed: {done.stderr.strip()}")
+        return [line.split("\t") for line in done.stdout.splitlines() if line]
+
+    def credentials_file(self, directory: Path, *, password: str | None = None) -> Path:
+        path = directory / "db.credentials"
+        path.write_text(
+            f"user={USER}\npassword={self.password if password is None else password}\n"
+        )
+        path.chmod(0o600)
+        return path
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=30)
+        shutil.rmtree(self.base, ignore_errors=True)
