@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from sparkmill.common.config.configuration import Configuration
-from sparkmill.common.core.errors import RpcError, UnavailableError, error_from_code
+from sparkmill.common.core.errors import ErrorCode, RpcError, UnavailableError, error_from_code
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
 from sparkmill.common.core.proto_convert import (
     job_status_to_proto,
@@ -127,6 +127,7 @@ class JobMaster:
             restart_strategy_from_settings(self.job_settings.restart),
             failover_strategy=self.job_settings.failover_strategy,
             progress=self.progress,
+            fail_on_repeated_error=self.job_settings.restart.fail_on_repeated_error,
         )
         self.results_lost_with_executor = settings.results_lost_with_executor
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
@@ -262,6 +263,13 @@ class JobMaster:
     async def _finish(self, status: JobStatus, cause: str) -> None:
         self.progress.stop()
         await self._release_resources(f"job {status.name}")
+        # Task executors keep their connection to the job while they hold its results (Flink's
+        # TaskExecutor does while its partition tracker tracks the job's partitions): the job
+        # is over, so let them go now rather than when our heartbeats stop.
+        for te in list(self.task_executors.values()):
+            self.runtime.spawn(
+                self._disconnect_task_executor(te, f"the job ended {status.name}"), "te-disconnect"
+            )
         if not self.election.has_leadership(self.session_id):
             # Deposed while the job ended here (e.g. frozen past the ZooKeeper session): the
             # new leader owns the job, its results and its files. Touch nothing.
@@ -537,6 +545,11 @@ class JobMaster:
                 exception_type="TaskNotFoundError",
             )
         for attempt_id in outcome.unknown:
+            if self._finished_on(attempt_id, te.resource_id):
+                # Its FINISHED report reached us before the task executor saw our answer to
+                # it: the attempt is over, not running unknown to us (there is nothing to
+                # cancel).
+                continue
             log.info(
                 "job %s: task executor %s runs attempt %s, which this JobMaster does not count; "
                 "cancelling it",
@@ -545,6 +558,14 @@ class JobMaster:
                 short(attempt_id),
             )
             self.runtime.spawn(self._cancel_unknown(te, attempt_id), "cancel-unknown")
+
+    def _finished_on(self, attempt_id: ExecutionAttemptID, resource_id: ResourceID) -> bool:
+        execution = self.graph.execution(attempt_id)
+        return (
+            execution is not None
+            and execution.task_executor_id == resource_id
+            and execution.state is ExecutionState.FINISHED
+        )
 
     def _is_live_on(self, attempt_id: ExecutionAttemptID, resource_id: ResourceID) -> bool:
         execution = self.graph.execution(attempt_id)
@@ -595,7 +616,10 @@ class JobMaster:
         self.deployments.forget_task_executor(rid)
         # It may only be hung and come back: tell it to drop whatever it still runs for us
         # (best effort; its slots are written off here either way).
-        self.runtime.spawn(self._disconnect_task_executor(te, cause), "te-disconnect")
+        self.runtime.spawn(
+            self._disconnect_task_executor(te, f"the JobMaster wrote this executor off: {cause}"),
+            "te-disconnect",
+        )
         self.slot_pool.release_task_executor(
             rid, UnavailableError(f"task executor {short(rid)} is lost: {cause}")
         )
@@ -606,7 +630,7 @@ class JobMaster:
         try:
             await te.client.disconnect_job_master(
                 task_executor_pb2.DisconnectJobMasterFromTaskExecutorRequest(
-                    job_id=self.job_id, cause=f"the JobMaster wrote this executor off: {cause}"
+                    job_id=self.job_id, cause=cause
                 ),
                 timeout=self.settings.heartbeat_timeout_s,
             )
@@ -633,6 +657,8 @@ class JobMaster:
                 details=failure.details if failure else "",
                 exception_type=failure.exception_type if failure else "",
                 suppress_restarts=failure.suppress_restarts if failure else False,
+                # INTERNAL: the task's own code raised it (not its executor's environment).
+                raised_by_task=failure is not None and failure.code is ErrorCode.INTERNAL,
                 io=update.io,
                 accumulator=update.accumulator,
                 lost_partitions=[p.as_tuple() for p in failure.lost_partitions] if failure else (),

@@ -97,6 +97,13 @@ class _JobConnection:
     # Ended attempts whose final state the JobMaster has not acknowledged: still reported as
     # hosted, so heartbeat reconciliation never mistakes an update in flight for a lost task.
     unacknowledged: set[str] = field(default_factory=set)
+    # Finished attempts here that produced results of the job (Flink's partition tracker):
+    # while there are any, the connection stays although no slot of the job is left, so the
+    # JobMaster's heartbeats are still answered and it does not write these results off.
+    result_partitions: set[str] = field(default_factory=set)
+
+    def holds_results(self) -> bool:
+        return bool(self.result_partitions)
 
 
 class TaskExecutor(TaskExecutorServicer):
@@ -409,14 +416,22 @@ class TaskExecutor(TaskExecutorServicer):
 
     def _slot_gone(self, job_id: JobID, index: int, allocation_id: AllocationID) -> None:
         self.rm_link.notify_slot_free(index, allocation_id)
-        if not self._table().allocation_ids_of_job(job_id) and job_id in self.jobs:
-            # Nothing of the job is left here: drop the JobMaster connection (Flink's
-            # JobLeaderService does the same), after the last state updates went out.
-            connection = self.jobs[job_id]
-            if not connection.updates and (
-                connection.flush_task is None or connection.flush_task.done()
-            ):
-                self._drop_job_connection(job_id)
+        connection = self.jobs.get(job_id)
+        # Nothing of the job is left here: drop the JobMaster connection (Flink's TaskExecutor
+        # does the same once it has neither slots nor partitions of the job), after the last
+        # state updates went out.
+        if (
+            connection is not None
+            and self._holds_nothing_of(connection)
+            and not connection.updates
+            and (connection.flush_task is None or connection.flush_task.done())
+        ):
+            self._drop_job_connection(job_id)
+
+    def _holds_nothing_of(self, connection: _JobConnection) -> bool:
+        return not connection.holds_results() and not self._table().allocation_ids_of_job(
+            connection.job_id
+        )
 
     # SlotActions (called by the TaskSlotTable through _TableActions) ----------------------------
 
@@ -540,6 +555,8 @@ class TaskExecutor(TaskExecutorServicer):
         connection = self.jobs.get(task.job_id)
         if connection is None:
             return  # the job was disconnected; its JobMaster has written the task off
+        if state is ExecutionState.FINISHED and task.context.produced_dataset_ids:
+            connection.result_partitions.add(update.attempt_id)
         connection.updates.append(update)
         if state.is_terminal:
             connection.unacknowledged.add(update.attempt_id)
@@ -576,7 +593,7 @@ class TaskExecutor(TaskExecutorServicer):
                 delay = min(delay * 2, 2.0)
             else:
                 connection.unacknowledged.difference_update(u.attempt_id for u in batch)
-        if not self._table().allocation_ids_of_job(connection.job_id):
+        if self.jobs.get(connection.job_id) is connection and self._holds_nothing_of(connection):
             self._drop_job_connection(connection.job_id)
 
     # -- job masters -----------------------------------------------------------------------------

@@ -342,6 +342,8 @@ SEPARATE = {"src": "src-group", "dst": "dst-group"}
 class ChangingBackoffStrategy:
     """Restarts forever; each ``backoff_s`` call answers the next value (like a jittered one)."""
 
+    merges_concurrent_failures = False
+
     def __init__(self, backoffs: list[float]) -> None:
         self.backoffs = list(backoffs)
         self.failures: list[float] = []

@@ -50,6 +50,7 @@ from sparkmill.services.jobmaster.scheduler.failover import (
     producers_of_lost_partitions,
     vertices_to_restart,
 )
+from sparkmill.services.jobmaster.scheduler.failure_classifier import RepeatedFailureDetector
 from sparkmill.services.jobmaster.scheduler.restart_strategy import RestartStrategy
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PendingSlotRequest,
@@ -123,6 +124,7 @@ class _Restart:
     vertices: list[ExecutionVertex]
     backoff_s: float
     started: bool = False
+    fires_at: float | None = None  # loop time, once its back-off runs
 
 
 class DefaultScheduler:
@@ -135,6 +137,7 @@ class DefaultScheduler:
         *,
         failover_strategy: str = "region",
         progress: ProgressListener | None = None,
+        fail_on_repeated_error: bool = True,
     ) -> None:
         self.graph = graph
         self.progress: ProgressListener = progress or NoProgressListener()
@@ -144,6 +147,7 @@ class DefaultScheduler:
         self.actions = actions
         self.restart_strategy = restart_strategy
         self.failover_strategy = failover_strategy
+        self.repeated_failures = RepeatedFailureDetector(fail_on_repeated_error)
         self.status = JobStatus.CREATED
         self.failure_cause = ""
         self.restarts = 0
@@ -309,6 +313,7 @@ class DefaultScheduler:
         details: str = "",
         exception_type: str = "",
         suppress_restarts: bool = False,
+        raised_by_task: bool = False,
         io: IOCounters | None = None,
         accumulator: bytes = b"",
         lost_partitions: Iterable[tuple[str, int, str]] = (),
@@ -317,7 +322,11 @@ class DefaultScheduler:
 
         ``lost_partitions`` (dataset id, partition number, producer attempt id) come with a
         FAILED report of a task that could not read those inputs; ``suppress_restarts`` with
-        one whose task raised a :class:`~sparkmill.common.core.errors.SuppressRestartsError`."""
+        one whose task raised what no restart can fix
+        (:func:`~sparkmill.common.core.errors.classify_task_exception`); ``raised_by_task`` with
+        one whose task's own code raised the error (not its environment): a repeat of the same
+        error fails the job (see
+        :mod:`~sparkmill.services.jobmaster.scheduler.failure_classifier`)."""
         execution = self.graph.execution(attempt_id)
         if self._closed or execution is None or execution.state.is_terminal:
             return False
@@ -335,10 +344,12 @@ class DefaultScheduler:
                 exception_type,
                 details,
                 suppress_restarts=suppress_restarts,
+                raised_by_task=raised_by_task and not lost_partitions,
                 lost_producers=producers_of_lost_partitions(self.graph, lost_partitions),
             )
         elif state is ES.FINISHED:
             execution.transition_to(ES.FINISHED)
+            self.repeated_failures.finished(execution.vertex.id)
             self.progress.attempt_finished(execution, accumulator, io)
             if accumulator:
                 name = execution.vertex.job_vertex.name
@@ -387,6 +398,7 @@ class DefaultScheduler:
         details: str = "",
         *,
         suppress_restarts: bool = False,
+        raised_by_task: bool = False,
         lost_producers: list[ExecutionVertex] | None = None,
     ) -> None:
         slot = self._slots.get(execution.attempt_id)
@@ -413,12 +425,25 @@ class DefaultScheduler:
             execution.description,
             message.splitlines()[0] if message else "",
         )
+        repeats = (
+            self.repeated_failures.repeated(
+                execution.vertex.id, execution.attempt_number, exception_type, message
+            )
+            if raised_by_task and not suppress_restarts
+            else None
+        )
         if self.status is JobStatus.RUNNING:
             if suppress_restarts:
                 # Flink's SuppressRestartsException: no restart can fix this failure.
                 self.fail_job(
                     f"{execution.description} failed: {message} (not restarted: "
                     f"restarting cannot help)"
+                )
+            elif repeats is not None:
+                self.fail_job(
+                    f"{execution.description} failed: {message} (not restarted: attempt "
+                    f"#{repeats} of this subtask failed with the same error, so it fails "
+                    "deterministically; see restart-strategy.fail-on-repeated-error)"
                 )
             else:
                 lost = lost_producers or []
@@ -478,10 +503,21 @@ class DefaultScheduler:
         return {id(v) for restart in self._restarts for v in restart.vertices}
 
     def _handle_failure(self, origins: list[ExecutionVertex], cause: str) -> None:
-        self.restart_strategy.notify_failure(time.monotonic())
-        if not self.restart_strategy.can_restart():
-            self.fail_job(f"{cause} (no restart left: {self.restart_strategy.describe()})")
-            return
+        pending_backoff = self._pending_backoff()
+        concurrent = (
+            pending_backoff is not None and self.restart_strategy.merges_concurrent_failures
+        )
+        if concurrent:
+            assert pending_backoff is not None
+            # A failure while a restart is still pending is part of the same incident (the
+            # other tasks of a lost executor): restarted together, not counted again.
+            backoff_s = pending_backoff
+        else:
+            self.restart_strategy.notify_failure(time.monotonic())
+            if not self.restart_strategy.can_restart():
+                self.fail_job(f"{cause} (no restart left: {self.restart_strategy.describe()})")
+                return
+            backoff_s = self.restart_strategy.backoff_s()  # once: it may be jittered per call
         pending = self._pending_restart()
         # Vertices a restart already waits for are left to it (resetting them twice would
         # throw away the attempt the first restart starts).
@@ -490,14 +526,15 @@ class DefaultScheduler:
             for v in vertices_to_restart(self.graph, origins, self.failover_strategy)
             if id(v) not in pending
         ]
-        self.restarts += 1
-        backoff_s = self.restart_strategy.backoff_s()  # once: it may be jittered per call
+        if not concurrent:
+            self.restarts += 1
         log.info(
-            "job %s: restarting %d subtasks after %.1fs (restart #%d, %s)",
+            "job %s: restarting %d subtasks after %.1fs (restart #%d%s, %s)",
             short(self.graph.job_id),
             len(vertices),
             backoff_s,
             self.restarts,
+            ", joins the pending one" if concurrent else "",
             self.failover_strategy,
         )
         if self.failover_strategy == "full":
@@ -513,6 +550,16 @@ class DefaultScheduler:
                 partition.mark_unfinished()
         self._restarts.append(_Restart(vertices, backoff_s))
 
+    def _pending_backoff(self) -> float | None:
+        """The back-off still ahead of the latest pending restart (None: none is pending)."""
+        if not self._restarts:
+            return None
+        now = asyncio.get_running_loop().time()
+        return max(
+            max(0.0, r.fires_at - now) if r.fires_at is not None else r.backoff_s
+            for r in self._restarts
+        )
+
     def _after_terminal(self) -> None:
         """Progress whatever waited for executions to become terminal."""
         for restart in list(self._restarts):
@@ -520,7 +567,9 @@ class DefaultScheduler:
                 v.current_execution.state.is_terminal for v in restart.vertices
             ):
                 restart.started = True
-                asyncio.get_running_loop().call_later(restart.backoff_s, self._restart, restart)
+                loop = asyncio.get_running_loop()
+                restart.fires_at = loop.time() + restart.backoff_s
+                loop.call_later(restart.backoff_s, self._restart, restart)
         if self.status is JobStatus.RUNNING:
             self._check_job_finished()
         elif (
