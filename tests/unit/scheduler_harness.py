@@ -41,14 +41,12 @@ from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     ExecutionGraph,
     ExecutionVertex,
 )
-from sparkmill.services.jobmaster.scheduler.default_scheduler import (
-    DefaultScheduler,
-    ProgressListener,
-)
+from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
 from sparkmill.services.jobmaster.scheduler.restart_strategy import (
     NoRestartStrategy,
     RestartStrategy,
 )
+from sparkmill.services.jobmaster.scheduler.scheduler_interfaces import ProgressListener
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PhysicalSlot,
     SlotOffer,

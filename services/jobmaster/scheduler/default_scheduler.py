@@ -10,16 +10,12 @@ deployed. Each deployment remembers the vertex version it was made for: if the v
 meanwhile (a restart), the stale deployment is refused and its slot released. A deployment that
 fails (RPC error or timeout) fails the attempt with a message naming the task and the executor.
 
-Failures go to the restart strategy (Flink's ``tryRestartOrFail``): restart the affected
-vertices after the back-off - the failed region and the regions downstream of it (``region``
-failover) or everything (``full``) - or fail the job, cancelling what still runs.
-
-Lost intermediate results: a task that cannot read an input names the lost partitions; their
-producers' regions are restarted along with the failed one (restarting only the consumer would
-fail again). When results live on the task executors' own storage (``exchange.storage:
-local``), the loss of an executor loses the finished results it wrote: those that a consumer
-still needs are produced again at once. Finished subtasks whose results are intact never run
-again. Which subtasks a failure or a loss touches is decided in
+Failures are classified first
+(:mod:`~sparkmill.services.jobmaster.scheduler.failure_classifier`), then go to the restart
+strategy (Flink's ``tryRestartOrFail``): restart the affected vertices after the back-off
+(:mod:`~sparkmill.services.jobmaster.scheduler.pending_restarts`) or fail the job, cancelling
+what still runs. Which subtasks a failure or a lost result touches (the failed region and those
+downstream, the producers of lost inputs) is decided in
 :mod:`sparkmill.services.jobmaster.scheduler.failover`.
 
 All methods run on the job master's event loop. I/O goes through :class:`SchedulerActions`.
@@ -31,8 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Iterable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from sparkmill.common.core.errors import ResourceExhaustedError, RpcError
 from sparkmill.common.core.ids import ExecutionAttemptID, IntermediateDataSetID, short
@@ -51,7 +46,17 @@ from sparkmill.services.jobmaster.scheduler.failover import (
     vertices_to_restart,
 )
 from sparkmill.services.jobmaster.scheduler.failure_classifier import RepeatedFailureDetector
+from sparkmill.services.jobmaster.scheduler.pending_restarts import (
+    PendingRestart,
+    PendingRestarts,
+)
 from sparkmill.services.jobmaster.scheduler.restart_strategy import RestartStrategy
+from sparkmill.services.jobmaster.scheduler.scheduler_interfaces import (
+    ExceptionHistory,
+    NoProgressListener,
+    ProgressListener,
+    SchedulerActions,
+)
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PendingSlotRequest,
     PhysicalSlot,
@@ -65,66 +70,12 @@ from sparkmill.services.jobmaster.slotpool.slot_sharing import (
 log = logging.getLogger(__name__)
 
 ES = ExecutionState
-MAX_EXCEPTIONS_KEPT = 100
 # Regions scheduled per turn of the event loop. A burst - a wide job's sources, or every
 # consumer of an ALL_TO_ALL edge once its last producer finished - costs about half a
 # millisecond of CPU per region: 10,000 at once kept the loop from answering heartbeats and
 # RPCs for seconds (tens of seconds on a loaded machine), and the job lost its peers. 500 per
 # turn still kept a task executor's GetInputGate waiting past its deadline at load 38.
 SCHEDULING_SLICE = 100
-
-
-class SchedulerActions(Protocol):
-    async def submit_task(self, execution: Execution, slot: PhysicalSlot) -> None:
-        """Deploy the attempt into the slot (TaskExecutor.SubmitTask); raises RpcError."""
-        ...
-
-    async def cancel_task(self, execution: Execution, slot: PhysicalSlot) -> None:
-        """Ask the task executor to cancel the attempt; raises RpcError."""
-        ...
-
-    def job_status_changed(self, status: JobStatus, cause: str) -> None: ...
-
-
-class ProgressListener(Protocol):
-    """Told about finished attempts and about finished attempts that became void (a JobMaster
-    that takes the job over later restores what is still valid)."""
-
-    def attempt_finished(
-        self, execution: Execution, accumulator: bytes, io: IOCounters | None
-    ) -> None: ...
-
-    def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None: ...
-
-
-class NoProgressListener:
-    def attempt_finished(
-        self, execution: Execution, accumulator: bytes, io: IOCounters | None
-    ) -> None:
-        pass
-
-    def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None:
-        pass
-
-
-@dataclass(frozen=True, slots=True)
-class FailureRecord:
-    timestamp: float
-    vertex_name: str
-    subtask_index: int
-    attempt_number: int
-    task_executor: str
-    message: str
-    details: str
-    exception_type: str
-
-
-@dataclass
-class _Restart:
-    vertices: list[ExecutionVertex]
-    backoff_s: float
-    started: bool = False
-    fires_at: float | None = None  # loop time, once its back-off runs
 
 
 class DefaultScheduler:
@@ -152,12 +103,12 @@ class DefaultScheduler:
         self.failure_cause = ""
         self.restarts = 0
         self.recovered_subtasks = 0
-        self.exceptions: list[FailureRecord] = []
+        self.exceptions = ExceptionHistory()
         self.accumulators: dict[str, dict[int, bytes]] = {}
         self.io: dict[str, IOCounters] = {}
         self._slots: dict[ExecutionAttemptID, PhysicalSlot] = {}
         self._requests: dict[ExecutionAttemptID, PendingSlotRequest] = {}
-        self._restarts: list[_Restart] = []
+        self._restarts = PendingRestarts()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False  # the JobMaster let go of the job: nothing may change any more
         # Data sets whose every consumer only waits for them (no records): never "lost".
@@ -406,19 +357,10 @@ class DefaultScheduler:
             slot = execution.assigned_resource  # e.g. slot_lost already dropped it from _slots
         execution.transition_to(ES.FAILED, failure=message, exception_class=exception_type)
         self._release_slot(execution)
-        self.exceptions.append(
-            FailureRecord(
-                time.time(),
-                execution.vertex.job_vertex.name,
-                execution.vertex.subtask_index,
-                execution.attempt_number,
-                slot.task_executor.resource_id if slot is not None else "",
-                message,
-                details,
-                exception_type,
-            )
+        te = slot.task_executor.resource_id if slot is not None else ""
+        self.exceptions.add(
+            execution.vertex, execution.attempt_number, te, message, details, exception_type
         )
-        del self.exceptions[:-MAX_EXCEPTIONS_KEPT]
         log.warning(
             "job %s: %s failed: %s",
             short(self.graph.job_id),
@@ -482,28 +424,25 @@ class DefaultScheduler:
             f"the results of {len(lost)} finished subtask(s) were lost with task executor "
             f"{short(resource_id)}: {cause}"
         )
-        self.exceptions.append(
-            FailureRecord(
-                time.time(),
-                lost[0].job_vertex.name,
-                lost[0].subtask_index,
-                lost[0].current_execution.attempt_number,
-                resource_id,
-                message,
-                "\n".join(v.current_execution.description for v in lost),
-                "ResultPartitionLost",
-            )
+        described = "\n".join(v.current_execution.description for v in lost)
+        first = lost[0]
+        self.exceptions.add(
+            first,
+            first.current_execution.attempt_number,
+            resource_id,
+            message,
+            described,
+            "ResultPartitionLost",
         )
-        del self.exceptions[:-MAX_EXCEPTIONS_KEPT]
         log.warning("job %s: %s", short(self.graph.job_id), message)
         self._handle_failure(lost, message)
         self._after_terminal()
 
     def _pending_restart(self) -> set[int]:
-        return {id(v) for restart in self._restarts for v in restart.vertices}
+        return self._restarts.vertex_ids()
 
     def _handle_failure(self, origins: list[ExecutionVertex], cause: str) -> None:
-        pending_backoff = self._pending_backoff()
+        pending_backoff = self._restarts.remaining_backoff()
         concurrent = (
             pending_backoff is not None and self.restart_strategy.merges_concurrent_failures
         )
@@ -548,28 +487,11 @@ class DefaultScheduler:
             # no consumer may start reading it meanwhile and be left on superseded data.
             for partition in vertex.produced_partitions:
                 partition.mark_unfinished()
-        self._restarts.append(_Restart(vertices, backoff_s))
-
-    def _pending_backoff(self) -> float | None:
-        """The back-off still ahead of the latest pending restart (None: none is pending)."""
-        if not self._restarts:
-            return None
-        now = asyncio.get_running_loop().time()
-        return max(
-            max(0.0, r.fires_at - now) if r.fires_at is not None else r.backoff_s
-            for r in self._restarts
-        )
+        self._restarts.add(vertices, backoff_s)
 
     def _after_terminal(self) -> None:
         """Progress whatever waited for executions to become terminal."""
-        for restart in list(self._restarts):
-            if not restart.started and all(
-                v.current_execution.state.is_terminal for v in restart.vertices
-            ):
-                restart.started = True
-                loop = asyncio.get_running_loop()
-                restart.fires_at = loop.time() + restart.backoff_s
-                loop.call_later(restart.backoff_s, self._restart, restart)
+        self._restarts.start_ready(self._restart)
         if self.status is JobStatus.RUNNING:
             self._check_job_finished()
         elif (
@@ -582,9 +504,8 @@ class DefaultScheduler:
                 JobStatus.FAILED if failing else JobStatus.CANCELED, self.failure_cause
             )
 
-    def _restart(self, restart: _Restart) -> None:
-        if restart in self._restarts:
-            self._restarts.remove(restart)
+    def _restart(self, restart: PendingRestart) -> None:
+        self._restarts.take(restart)
         if self._closed or self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
             return
         for vertex in restart.vertices:
