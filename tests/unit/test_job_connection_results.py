@@ -23,12 +23,9 @@ from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import common_pb2, job_master_pb2, task_executor_pb2
 from sparkmill.common.v1.gateways import TASKEXECUTORGATEWAY_METHODS
+from sparkmill.services.taskexecutor.job_connection import JobConnection
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
-from sparkmill.services.taskexecutor.task_executor import (
-    TaskExecutor,
-    _JobConnection,
-    _TableActions,
-)
+from sparkmill.services.taskexecutor.task_executor import TaskExecutor, _TableActions
 from tests.unit.test_task_executor_job_takeover import NoLeaderRetrieval
 
 JOB = JobID("a" * 32)
@@ -52,7 +49,7 @@ class AcknowledgingJobMaster:
 
 
 class NoOfferTaskExecutor(TaskExecutor):
-    async def _offer_slots(self, connection: _JobConnection) -> None:
+    async def _offer_slots(self, connection: JobConnection) -> None:
         connection.pending_offers.clear()
 
 
