@@ -57,8 +57,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         extra_config={**SPARK_SESSIONS},
         wait_timeout_s=180,
     )
+    # Warm: every task executor's Spark session and Python workers are up, so the tests time
+    # sparkmill, not a JVM starting (the times are of a warm cluster too).
+    warm_up = sm.Pipeline("warm-up", parallelism=4)
+    warm_up.range(400).transform(_identity_udf, name="udf").collect()
+    try:
+        with ClusterClient.from_config_file(local.config_path) as client:
+            result = client.wait(client.submit(warm_up.build_job_graph()), timeout=240)
+        assert result.status == common_pb2.FINISHED, result.failure.message
+    except BaseException:
+        local.stop()
+        raise
     yield local
     local.stop()
+
+
+def _identity_udf(df: Any) -> Any:
+    from pyspark.sql import functions as PF
+
+    return df.select(PF.udf(lambda value: value, "long")("id").alias("id"))
 
 
 def process_tree(pid: int) -> list[int]:
