@@ -143,7 +143,8 @@ def test_a_transform_that_raises_on_every_row_fails_fast_with_its_error(
     # Each subtask ran again once at most (a first failure may be transient), never more.
     for v in result.details.vertices:
         assert max(v.subtask_attempts, default=0) <= 1, (v.name, list(v.subtask_attempts))
-    assert not (tmp_path / "never").exists()
+    # Nothing was published (a failed job's attempt directories are staging, not output).
+    assert not (tmp_path / "never" / "_SUCCESS").exists()
 
 
 def test_a_source_path_that_matches_nothing_fails_at_once(
