@@ -290,8 +290,7 @@ class JobMaster:
         self.host.job_master_done(self)
 
     def _report_status(self, status: JobStatus, cause: str) -> None:
-        report = self._status_report(status)
-        self.runtime.spawn(self.host.report_job_status(report), "report-status")
+        self.runtime.spawn(self.host.report_job_status(self._status_report(status)), "report")
 
     async def _release_everything(self, cause: str) -> None:
         await self._release_resources(cause)
