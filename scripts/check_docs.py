@@ -83,6 +83,7 @@ PATH_EXTENSIONS = (
 EXTERNAL = {
     # Apache Flink
     "DefaultExecutionDeploymentReconciler",
+    "ExecutionFailureHandler",
     "ExecutionDeploymentTracker",
     "JobDetailsInfo",
     "JobLeaderIdService",
@@ -90,6 +91,7 @@ EXTERNAL = {
     "JobManagerRunner",
     "SlotSharingExecutionSlotAllocator",
     "SuppressRestartsException",
+    "ThrowableClassifier",
     # Python's asyncio and enum; Spark SQL
     "loop.call_soon_threadsafe",
     "Enum.__hash__",

@@ -22,6 +22,7 @@ exception class at the caller::
     │   └── InternalError               INTERNAL: the server failed unexpectedly (a bug there)
     ├── SuppressRestartsError           raised in a task: no restart can fix this failure
     │   └── DatabaseAccessError         the database refuses: credentials, table, URL
+    │                                   (classify_task_exception finds others: a bad path...)
     ├── PipelineError (ValueError)      a pipeline is invalid (raised while built or compiled)
     ├── TaskCancelledError              raised in a task thread that noticed its cancellation
     └── DataPlaneError                  a ``spark`` task cannot produce its result
@@ -239,6 +240,64 @@ def error_from_code(code: int, message: str, details: str = "") -> RpcError:
         cls = InternalError
         message = f"unknown error code {code}: {message}"
     return cls(message, details=details)
+
+
+class ThrowableType(enum.Enum):
+    """What a task's exception says about running the task again (Flink's ``ThrowableType``,
+    decided by :func:`classify_task_exception` where the exception object still exists: on the
+    task executor; the JobMaster only sees the outcome)."""
+
+    # No restart can fix it: the job fails at once with this as its root cause.
+    NON_RECOVERABLE = "non-recoverable"
+    # The task's inputs are gone: their producers must run again first.
+    PARTITION_DATA_MISSING = "partition-data-missing"
+    # The task executor's environment failed (its Spark session or JVM), not the task's code.
+    ENVIRONMENT = "environment"
+    # Raised by the task's own work; may be transient. Restarted, unless it repeats exactly.
+    RECOVERABLE = "recoverable"
+
+
+# Spark raises these from pyspark.errors without sparkmill importing pyspark here: matched by
+# class name along the exception's MRO. An AnalysisException (unknown column, bad type, a path
+# that does not exist) is the same on every attempt; a lost Py4J connection means the task
+# executor's Spark JVM is gone, which is the environment's failure, not the task's.
+_NON_RECOVERABLE_NAMES = frozenset({"AnalysisException"})
+_ENVIRONMENT_NAMES = frozenset({"Py4JNetworkError"})
+_MAX_CHAIN = 16
+
+
+def _exception_chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < _MAX_CHAIN and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _named(exc: BaseException, names: frozenset[str]) -> bool:
+    return any(cls.__name__ in names for cls in type(exc).__mro__)
+
+
+def classify_task_exception(exc: BaseException) -> ThrowableType:
+    """Classify what a task raised, looking through its causes (an :class:`OperatorError` that
+    wraps an :class:`InputNotFoundError` is a bad path, not a transient failure)."""
+    chain = _exception_chain(exc)
+    if any(isinstance(e, PartitionNotFoundError) for e in chain):
+        return ThrowableType.PARTITION_DATA_MISSING
+    if any(
+        isinstance(e, SuppressRestartsError | InputNotFoundError | PipelineError)
+        or _named(e, _NON_RECOVERABLE_NAMES)
+        for e in chain
+    ):
+        return ThrowableType.NON_RECOVERABLE
+    if any(
+        isinstance(e, SparkSessionUnavailableError | ConnectionError)
+        or _named(e, _ENVIRONMENT_NAMES)
+        for e in chain
+    ):
+        return ThrowableType.ENVIRONMENT
+    return ThrowableType.RECOVERABLE
 
 
 class IllegalStateBug(RuntimeError):

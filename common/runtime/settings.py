@@ -213,6 +213,7 @@ class RestartSettings:
     :mod:`sparkmill.services.jobmaster.scheduler.restart_strategy`."""
 
     strategy: str = _option(opt.RESTART_STRATEGY_TYPE)
+    fail_on_repeated_error: bool = _option(opt.RESTART_STRATEGY_FAIL_ON_REPEATED_ERROR)
     fixed_delay_attempts: int = _option(opt.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS)
     fixed_delay_s: float = _option(opt.RESTART_STRATEGY_FIXED_DELAY_DELAY)
     failure_rate_max_failures: int = _option(opt.RESTART_STRATEGY_FAILURE_RATE_MAX_FAILURES)

@@ -16,20 +16,18 @@ import time
 from dataclasses import dataclass
 
 from sparkmill.common.config.configuration import Configuration
-from sparkmill.common.core.errors import RpcError, UnavailableError, error_from_code
+from sparkmill.common.core.errors import ErrorCode, RpcError, UnavailableError, error_from_code
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
 from sparkmill.common.core.proto_convert import (
-    job_status_to_proto,
     profile_from_proto,
     profile_to_proto,
 )
 from sparkmill.common.core.resources import ResourceProfile
-from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.common.core.states import JobStatus
 from sparkmill.common.deployment.state_update import TaskStateUpdate
 from sparkmill.common.exchange.layout import cleanup_job
 from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo
 from sparkmill.common.jobgraph.model import JobGraph
-from sparkmill.common.pipeline.collect import pack_accumulators
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.heartbeat import HeartbeatManager
@@ -52,9 +50,11 @@ from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import (
 from sparkmill.services.jobmaster.executiongraph.execution_graph import Execution, ExecutionGraph
 from sparkmill.services.jobmaster.host import JobMasterHost
 from sparkmill.services.jobmaster.job_details import render_job_details
+from sparkmill.services.jobmaster.job_outcome import hand_job_back, job_result, status_report
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
 from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
-from sparkmill.services.jobmaster.scheduler.deployments import DeploymentTracker, is_live_state
+from sparkmill.services.jobmaster.scheduler.deployments import DeploymentTracker
+from sparkmill.services.jobmaster.scheduler.heartbeat_reconciliation import apply_heartbeat_report
 from sparkmill.services.jobmaster.scheduler.restart_strategy import restart_strategy_from_settings
 from sparkmill.services.jobmaster.scheduler.task_submissions import TaskSubmissionBatcher
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
@@ -66,8 +66,6 @@ from sparkmill.services.jobmaster.slotpool.slot_pool import (
 from sparkmill.services.jobmaster.slotpool.slot_requests import SlotRequestBatcher
 
 log = logging.getLogger(__name__)
-# How long a suspended JobMaster keeps trying to hand its job back to the dispatcher.
-_HAND_BACK_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -127,6 +125,7 @@ class JobMaster:
             restart_strategy_from_settings(self.job_settings.restart),
             failover_strategy=self.job_settings.failover_strategy,
             progress=self.progress,
+            fail_on_repeated_error=self.job_settings.restart.fail_on_repeated_error,
         )
         self.results_lost_with_executor = settings.results_lost_with_executor
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
@@ -217,32 +216,16 @@ class JobMaster:
             await self._hand_job_back()
 
     async def _hand_job_back(self) -> None:
-        """Tell the dispatcher this JobMaster no longer leads the job. Without a word it would
-        only notice if the whole process died (not after, e.g., a ZooKeeper blip on this host
-        alone); it starts the job again - here or elsewhere - and the new JobMaster keeps what
-        finished."""
-        report = dispatcher_pb2.JobStatusReport(
-            job_id=self.job_id,
-            status=job_status_to_proto(JobStatus.SUSPENDED),
-            job_master_session_id=self.session_id,
-            details=self.details(),
-            job_master_process_id=self.host.identity.id,
-            job_master_address=self.host.identity.address,
+        report = self._status_report(JobStatus.SUSPENDED)
+        await hand_job_back(self.host, report, self.settings.rpc_timeout_s)
+
+    def _status_report(
+        self, status: JobStatus, result: jobs_pb2.JobResult | None = None
+    ) -> dispatcher_pb2.JobStatusReport:
+        details = result.details if result is not None else self.details()
+        return status_report(
+            self.job_id, self.session_id, self.host.identity, status, details, result
         )
-        # The report is retried until the dispatcher leader takes or refuses it; the bound only
-        # keeps a dispatcher that stays unreachable from holding this JobMaster forever (its
-        # heartbeat to this process then finds out instead).
-        deadline = max(_HAND_BACK_TIMEOUT_S, self.settings.rpc_timeout_s)
-        try:
-            async with asyncio.timeout(deadline):
-                await self.host.report_job_status(report)
-        except TimeoutError:
-            log.warning(
-                "job %s: the dispatcher did not take the SUSPENDED report within %g s; it will "
-                "learn of it only when it loses this job-master process",
-                short(self.job_id),
-                deadline,
-            )
 
     def cancel(self) -> None:
         self.scheduler.cancel()
@@ -262,6 +245,13 @@ class JobMaster:
     async def _finish(self, status: JobStatus, cause: str) -> None:
         self.progress.stop()
         await self._release_resources(f"job {status.name}")
+        # Task executors keep their connection to the job while they hold its results (Flink's
+        # TaskExecutor does while its partition tracker tracks the job's partitions): the job
+        # is over, so let them go now rather than when our heartbeats stop.
+        for te in list(self.task_executors.values()):
+            self.runtime.spawn(
+                self._disconnect_task_executor(te, f"the job ended {status.name}"), "te-disconnect"
+            )
         if not self.election.has_leadership(self.session_id):
             # Deposed while the job ended here (e.g. frozen past the ZooKeeper session): the
             # new leader owns the job, its results and its files. Touch nothing.
@@ -276,25 +266,8 @@ class JobMaster:
             self.host.job_master_done(self)
             await self._hand_job_back()  # the job's outcome (if any) is for the next one
             return
-        result = jobs_pb2.JobResult(
-            job_id=self.job_id, status=job_status_to_proto(status), details=self.details()
-        )
-        if cause and status is not JobStatus.FINISHED:
-            result.failure.code = common_pb2.INTERNAL
-            result.failure.message = cause
-        for name, parts in self.scheduler.accumulators.items():
-            result.accumulators[name] = pack_accumulators(parts)
-        accepted = await self.host.report_job_status(
-            dispatcher_pb2.JobStatusReport(
-                job_id=self.job_id,
-                status=job_status_to_proto(status),
-                job_master_session_id=self.session_id,
-                details=result.details,
-                result=result,
-                job_master_process_id=self.host.identity.id,
-                job_master_address=self.host.identity.address,
-            )
-        )
+        result = job_result(self.job_id, status, cause, self.details(), self.scheduler.accumulators)
+        accepted = await self.host.report_job_status(self._status_report(status, result))
         if accepted and status is not JobStatus.FINISHED:
             # A successful job's commit vertex removes its intermediate results; after a
             # failure or a cancellation nobody else will. Only once the dispatcher took the
@@ -317,15 +290,7 @@ class JobMaster:
         self.host.job_master_done(self)
 
     def _report_status(self, status: JobStatus, cause: str) -> None:
-        report = dispatcher_pb2.JobStatusReport(
-            job_id=self.job_id,
-            status=job_status_to_proto(status),
-            job_master_session_id=self.session_id,
-            details=self.details(),
-            job_master_process_id=self.host.identity.id,
-            job_master_address=self.host.identity.address,
-        )
-        self.runtime.spawn(self.host.report_job_status(report), "report-status")
+        self.runtime.spawn(self.host.report_job_status(self._status_report(status)), "report")
 
     async def _release_everything(self, cause: str) -> None:
         await self._release_resources(cause)
@@ -519,41 +484,18 @@ class JobMaster:
         sent_at: float,
     ) -> None:
         """Heartbeat payload reconciliation (Flink's ExecutionDeploymentReconciler)."""
-        outcome = self.deployments.reconcile(
-            te.resource_id, report.hosted_attempt_ids, sent_at, self._is_live_on
+        to_cancel = apply_heartbeat_report(
+            job_id=self.job_id,
+            graph=self.graph,
+            scheduler=self.scheduler,
+            deployments=self.deployments,
+            resource_id=te.resource_id,
+            address=te.address,
+            hosted=report.hosted_attempt_ids,
+            heartbeat_sent_at=sent_at,
         )
-        for attempt_id in outcome.missing:
-            log.warning(
-                "job %s: task executor %s does not have attempt %s; failing it over",
-                short(self.job_id),
-                short(te.resource_id),
-                short(attempt_id),
-            )
-            self.scheduler.update_task_execution_state(
-                attempt_id,
-                ExecutionState.FAILED,
-                message=f"task executor {short(te.resource_id)} ({te.address}) no longer runs "
-                "this attempt (heartbeat reconciliation)",
-                exception_type="TaskNotFoundError",
-            )
-        for attempt_id in outcome.unknown:
-            log.info(
-                "job %s: task executor %s runs attempt %s, which this JobMaster does not count; "
-                "cancelling it",
-                short(self.job_id),
-                short(te.resource_id),
-                short(attempt_id),
-            )
+        for attempt_id in to_cancel:
             self.runtime.spawn(self._cancel_unknown(te, attempt_id), "cancel-unknown")
-
-    def _is_live_on(self, attempt_id: ExecutionAttemptID, resource_id: ResourceID) -> bool:
-        execution = self.graph.execution(attempt_id)
-        return (
-            execution is not None
-            and execution.is_current
-            and execution.task_executor_id == resource_id
-            and is_live_state(execution.state)
-        )
 
     async def _cancel_unknown(
         self, te: _TaskExecutorConnection, attempt_id: ExecutionAttemptID
@@ -595,7 +537,10 @@ class JobMaster:
         self.deployments.forget_task_executor(rid)
         # It may only be hung and come back: tell it to drop whatever it still runs for us
         # (best effort; its slots are written off here either way).
-        self.runtime.spawn(self._disconnect_task_executor(te, cause), "te-disconnect")
+        self.runtime.spawn(
+            self._disconnect_task_executor(te, f"the JobMaster wrote this executor off: {cause}"),
+            "te-disconnect",
+        )
         self.slot_pool.release_task_executor(
             rid, UnavailableError(f"task executor {short(rid)} is lost: {cause}")
         )
@@ -606,7 +551,7 @@ class JobMaster:
         try:
             await te.client.disconnect_job_master(
                 task_executor_pb2.DisconnectJobMasterFromTaskExecutorRequest(
-                    job_id=self.job_id, cause=f"the JobMaster wrote this executor off: {cause}"
+                    job_id=self.job_id, cause=cause
                 ),
                 timeout=self.settings.heartbeat_timeout_s,
             )
@@ -633,6 +578,8 @@ class JobMaster:
                 details=failure.details if failure else "",
                 exception_type=failure.exception_type if failure else "",
                 suppress_restarts=failure.suppress_restarts if failure else False,
+                # INTERNAL: the task's own code raised it (not its executor's environment).
+                raised_by_task=failure is not None and failure.code is ErrorCode.INTERNAL,
                 io=update.io,
                 accumulator=update.accumulator,
                 lost_partitions=[p.as_tuple() for p in failure.lost_partitions] if failure else (),

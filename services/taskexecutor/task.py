@@ -22,8 +22,9 @@ from collections.abc import Callable, Mapping
 from sparkmill.common.core.errors import (
     ErrorCode,
     PartitionNotFoundError,
-    SuppressRestartsError,
     TaskCancelledError,
+    ThrowableType,
+    classify_task_exception,
 )
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID
 from sparkmill.common.core.partitions import InputGateInfo
@@ -155,13 +156,18 @@ class Task:
             if self.context.cancelled.is_set():
                 self._post(ExecutionState.CANCELED)
             else:
+                kind = classify_task_exception(exc)
                 failure = TaskFailure(
-                    ErrorCode.INTERNAL,
+                    # UNAVAILABLE: this executor's environment failed, not the task's code, so
+                    # the JobMaster never takes it for a deterministic error of the task.
+                    ErrorCode.UNAVAILABLE
+                    if kind is ThrowableType.ENVIRONMENT
+                    else ErrorCode.INTERNAL,
                     type(exc).__name__,
                     str(exc),
                     traceback.format_exc(),
                     lost_partitions(exc),
-                    suppress_restarts=isinstance(exc, SuppressRestartsError),
+                    suppress_restarts=kind is ThrowableType.NON_RECOVERABLE,
                 )
                 self._post(ExecutionState.FAILED, failure=failure)
 

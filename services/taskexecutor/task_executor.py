@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 
 from sparkmill.common.core.errors import (
     AlreadyExistsError,
-    DeadlineExceededError,
     FailedPreconditionError,
     FencingMismatchError,
     IllegalStateBug,
     InvalidArgumentError,
     NotFoundError,
     RpcError,
-    UnavailableError,
 )
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
 from sparkmill.common.core.partitions import InputGateInfo
@@ -65,6 +62,7 @@ from sparkmill.common.v1.gateways import (
     TaskExecutorServicer,
 )
 from sparkmill.services.taskexecutor.context import TaskOutcome
+from sparkmill.services.taskexecutor.job_connection import JobConnection, job_id_of, offer_slots
 from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS
 from sparkmill.services.taskexecutor.resource_manager_link import (
     HEARTBEAT_TARGET as RM_HEARTBEAT_TARGET,
@@ -80,23 +78,6 @@ log = logging.getLogger(__name__)
 _RM_METHODS = frozenset(
     {"RequestSlot", "HeartbeatFromResourceManager", "DisconnectResourceManager"}
 )
-OFFER_RETRIES = 3
-
-
-@dataclass
-class _JobConnection:
-    job_id: JobID
-    address: str
-    session_id: str
-    client: JobMasterClient
-    registered: bool = False
-    pending_offers: set[AllocationID] = field(default_factory=set)
-    offer_task: asyncio.Task[None] | None = None
-    updates: list[job_master_pb2.TaskExecutionState] = field(default_factory=list)
-    flush_task: asyncio.Task[None] | None = None
-    # Ended attempts whose final state the JobMaster has not acknowledged: still reported as
-    # hosted, so heartbeat reconciliation never mistakes an update in flight for a lost task.
-    unacknowledged: set[str] = field(default_factory=set)
 
 
 class TaskExecutor(TaskExecutorServicer):
@@ -125,7 +106,7 @@ class TaskExecutor(TaskExecutorServicer):
             cores / slots, settings.task_executor_memory_mb // slots
         )
         self.slot_table: TaskSlotTable[Task] | None = None
-        self.jobs: dict[JobID, _JobConnection] = {}
+        self.jobs: dict[JobID, JobConnection] = {}
         self.tasks_started = 0
         self.shared_gates = SharedGateCache()
         # Process-wide facilities tasks may use (the data plane adds its SparkSession here).
@@ -198,7 +179,7 @@ class TaskExecutor(TaskExecutorServicer):
     def expected_fencing_token(self, spec: MethodSpec, request: object) -> str:
         if spec.name in _RM_METHODS:
             return self.rm_link.session_id()
-        job_id = _job_id_of(request)
+        job_id = job_id_of(request)
         connection = self.jobs.get(job_id)
         if connection is None:
             raise NotFoundError(f"this task executor has no connection to job {short(job_id)}")
@@ -301,7 +282,7 @@ class TaskExecutor(TaskExecutorServicer):
         ):
             self._close_job(job_id, "the JobMaster lost its job's leadership")
 
-    def _job_connection(self, job_id: JobID, address: str, session_id: str) -> _JobConnection:
+    def _job_connection(self, job_id: JobID, address: str, session_id: str) -> JobConnection:
         """The job's connection to the JobMaster of ``session_id``, made if there is none
         (``request_slot`` has closed one to an earlier JobMaster already)."""
         connection = self.jobs.get(job_id)
@@ -312,83 +293,20 @@ class TaskExecutor(TaskExecutorServicer):
             )
         if connection is None:
             client = JobMasterClient(self.clients.get(address), fencing_token=session_id)
-            connection = _JobConnection(job_id, address, session_id, client)
+            connection = JobConnection(job_id, address, session_id, client)
             self.jobs[job_id] = connection
             self.heartbeats.monitor(job_id)
         return connection
 
-    async def _offer_slots(self, connection: _JobConnection) -> None:
-        # Yield once so that slot requests arriving together are offered in one RPC.
-        await asyncio.sleep(0)
-        table = self._table()
-        try:
-            if not connection.registered:
-                await connection.client.register_task_executor(
-                    job_master_pb2.JobMasterRegisterTaskExecutorRequest(
-                        job_id=connection.job_id,
-                        resource_id=self.resource_id,
-                        address=self.identity.address,
-                    )
-                )
-                connection.registered = True
-            while connection.pending_offers and self.jobs.get(connection.job_id) is connection:
-                batch = list(connection.pending_offers)
-                connection.pending_offers.clear()
-                offers = []
-                for allocation_id in batch:
-                    info = table.slot_info(allocation_id)
-                    if info is not None:
-                        offers.append(
-                            job_master_pb2.SlotOffer(
-                                allocation_id=allocation_id,
-                                slot_index=info.index,
-                                resource_profile=profile_to_proto(info.resource_profile),
-                            )
-                        )
-                if offers:
-                    await self._offer_batch(connection, offers)
-        except RpcError as exc:
-            log.warning(
-                "could not offer slots to the JobMaster of %s: %s", short(connection.job_id), exc
-            )
-            for allocation_id in list(connection.pending_offers):
-                self._free_slot(allocation_id, f"offering it to the JobMaster failed: {exc}")
-            connection.pending_offers.clear()
-
-    async def _offer_batch(
-        self, connection: _JobConnection, offers: list[job_master_pb2.SlotOffer]
-    ) -> None:
-        request = job_master_pb2.OfferSlotsRequest(
-            job_id=connection.job_id,
-            resource_id=self.resource_id,
-            address=self.identity.address,
-            offers=offers,
+    async def _offer_slots(self, connection: JobConnection) -> None:
+        await offer_slots(
+            connection,
+            self._table(),
+            self.resource_id,
+            self.identity.address,
+            is_current=lambda: self.jobs.get(connection.job_id) is connection,
+            free_slot=self._free_slot,
         )
-        reply = None
-        for attempt in range(OFFER_RETRIES):
-            try:
-                reply = await connection.client.offer_slots(request)
-                break
-            except RpcError as exc:
-                # Only a missing answer is worth another try; a refusal is final.
-                retriable = isinstance(exc, DeadlineExceededError | UnavailableError)
-                if attempt == OFFER_RETRIES - 1 or not retriable:
-                    for offer in offers:
-                        self._free_slot(
-                            AllocationID(offer.allocation_id),
-                            f"the JobMaster did not take the offer: {exc}",
-                        )
-                    return
-        assert reply is not None
-        accepted = {o.allocation_id for o in reply.accepted}
-        table = self._table()
-        for offer in offers:
-            allocation_id = AllocationID(offer.allocation_id)
-            if allocation_id in accepted:
-                if table.slot_info(allocation_id) is not None:
-                    table.mark_slot_active(allocation_id)
-            else:
-                self._free_slot(allocation_id, "the JobMaster rejected the slot offer")
 
     async def free_slot(
         self, request: task_executor_pb2.FreeSlotRequest, context: CallContext
@@ -409,14 +327,22 @@ class TaskExecutor(TaskExecutorServicer):
 
     def _slot_gone(self, job_id: JobID, index: int, allocation_id: AllocationID) -> None:
         self.rm_link.notify_slot_free(index, allocation_id)
-        if not self._table().allocation_ids_of_job(job_id) and job_id in self.jobs:
-            # Nothing of the job is left here: drop the JobMaster connection (Flink's
-            # JobLeaderService does the same), after the last state updates went out.
-            connection = self.jobs[job_id]
-            if not connection.updates and (
-                connection.flush_task is None or connection.flush_task.done()
-            ):
-                self._drop_job_connection(job_id)
+        connection = self.jobs.get(job_id)
+        # Nothing of the job is left here: drop the JobMaster connection (Flink's TaskExecutor
+        # does the same once it has neither slots nor partitions of the job), after the last
+        # state updates went out.
+        if (
+            connection is not None
+            and self._holds_nothing_of(connection)
+            and not connection.updates
+            and (connection.flush_task is None or connection.flush_task.done())
+        ):
+            self._drop_job_connection(job_id)
+
+    def _holds_nothing_of(self, connection: JobConnection) -> bool:
+        return not connection.holds_results() and not self._table().allocation_ids_of_job(
+            connection.job_id
+        )
 
     # SlotActions (called by the TaskSlotTable through _TableActions) ----------------------------
 
@@ -446,7 +372,7 @@ class TaskExecutor(TaskExecutorServicer):
     ) -> task_executor_pb2.SubmitTasksResponse:
         reply = task_executor_pb2.SubmitTasksResponse()
         tdds = [one.tdd for one in request.tasks]
-        # One batch is one job's (see _job_id_of); every gate it refers to is fetched once.
+        # One batch is one job's (see job_id_of); every gate it refers to is fetched once.
         shared = await self._fetch_shared_gates(JobID(tdds[0].job_id), tdds) if tdds else {}
         for tdd in tdds:
             try:
@@ -540,13 +466,15 @@ class TaskExecutor(TaskExecutorServicer):
         connection = self.jobs.get(task.job_id)
         if connection is None:
             return  # the job was disconnected; its JobMaster has written the task off
+        if state is ExecutionState.FINISHED and task.context.produced_dataset_ids:
+            connection.result_partitions.add(update.attempt_id)
         connection.updates.append(update)
         if state.is_terminal:
             connection.unacknowledged.add(update.attempt_id)
         if connection.flush_task is None or connection.flush_task.done():
             connection.flush_task = self.runtime.spawn(self._flush_updates(connection), "flush")
 
-    async def _flush_updates(self, connection: _JobConnection) -> None:
+    async def _flush_updates(self, connection: JobConnection) -> None:
         await asyncio.sleep(0.002)  # coalesce the transitions of many tasks into one RPC
         delay = 0.1
         while connection.updates and self.jobs.get(connection.job_id) is connection:
@@ -576,7 +504,7 @@ class TaskExecutor(TaskExecutorServicer):
                 delay = min(delay * 2, 2.0)
             else:
                 connection.unacknowledged.difference_update(u.attempt_id for u in batch)
-        if not self._table().allocation_ids_of_job(connection.job_id):
+        if self.jobs.get(connection.job_id) is connection and self._holds_nothing_of(connection):
             self._drop_job_connection(connection.job_id)
 
     # -- job masters -----------------------------------------------------------------------------
@@ -651,20 +579,3 @@ class _TableActions:
 
     def timeout_slot(self, allocation_id: AllocationID, ticket: object) -> None:
         self._owner.timeout_slot_action(allocation_id, ticket)
-
-
-def _job_id_of(request: object) -> JobID:
-    if isinstance(request, task_executor_pb2.SubmitTaskRequest):
-        return JobID(request.tdd.job_id)
-    if isinstance(request, task_executor_pb2.SubmitTasksRequest):
-        # One JobMaster's batch: fenced with that job's session, so every task must be its.
-        jobs = {task.tdd.job_id for task in request.tasks}
-        if len(jobs) != 1:
-            raise InvalidArgumentError(
-                f"SubmitTasks must carry tasks of exactly one job (got {len(jobs)})"
-            )
-        return JobID(jobs.pop())
-    job_id = getattr(request, "job_id", "")
-    if not job_id:
-        raise InvalidArgumentError(f"{type(request).__name__} names no job")
-    return JobID(job_id)

@@ -107,7 +107,10 @@ def test_failing_task_fails_the_job_with_its_error_in_jobs_status(
     shared_cluster: RunningCluster,
 ) -> None:
     job_id, result = submit_and_wait(
-        shared_cluster, noop_pipeline("flaky", parallelism=2, fail_attempts=1)
+        shared_cluster,
+        noop_pipeline(
+            "flaky", parallelism=2, fail_attempts=1, config={"restart-strategy.type": "none"}
+        ),
     )
     assert result.status == common_pb2.FAILED
     cli = subprocess.run(

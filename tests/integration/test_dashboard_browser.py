@@ -287,7 +287,15 @@ def test_a_running_job_is_listed_drawn_and_turns_finished(browser: Any, base: st
 
 
 def test_a_failed_jobs_exception_is_shown(browser: Any, base: str) -> None:
-    job_id = submit(base, noop_pipeline("dashboard-fails", parallelism=1, fail_attempts=1))
+    job_id = submit(
+        base,
+        noop_pipeline(
+            "dashboard-fails",
+            parallelism=1,
+            fail_attempts=1,
+            config={"restart-strategy.type": "none"},
+        ),
+    )
     wait_for_state(base, job_id, ("FAILED", "FINISHED"))
     _open_job(browser, base, job_id)
     _wait(browser, lambda: _text(browser, "#job-state") == "FAILED", what="FAILED")

@@ -83,7 +83,12 @@ def test_a_submitted_job_is_listed_detailed_and_planned(cluster: LocalCluster, b
 
 
 def test_a_failed_jobs_exceptions(base: str) -> None:
-    job_id = submit(base, noop_pipeline("rest-fails", parallelism=1, fail_attempts=1))
+    job_id = submit(
+        base,
+        noop_pipeline(
+            "rest-fails", parallelism=1, fail_attempts=1, config={"restart-strategy.type": "none"}
+        ),
+    )
     assert wait_for_state(base, job_id, ("FINISHED", "FAILED"))["state"] == "FAILED"
     exceptions = get(f"{base}/v1/jobs/{job_id}/exceptions").json()
     assert exceptions["root-exception"]

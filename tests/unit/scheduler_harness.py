@@ -41,14 +41,12 @@ from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     ExecutionGraph,
     ExecutionVertex,
 )
-from sparkmill.services.jobmaster.scheduler.default_scheduler import (
-    DefaultScheduler,
-    ProgressListener,
-)
+from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
 from sparkmill.services.jobmaster.scheduler.restart_strategy import (
     NoRestartStrategy,
     RestartStrategy,
 )
+from sparkmill.services.jobmaster.scheduler.scheduler_interfaces import ProgressListener
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PhysicalSlot,
     SlotOffer,
@@ -341,6 +339,8 @@ SEPARATE = {"src": "src-group", "dst": "dst-group"}
 
 class ChangingBackoffStrategy:
     """Restarts forever; each ``backoff_s`` call answers the next value (like a jittered one)."""
+
+    merges_concurrent_failures = False
 
     def __init__(self, backoffs: list[float]) -> None:
         self.backoffs = list(backoffs)

@@ -52,7 +52,8 @@ def test_defaults_follow_flink_where_the_concept_exists() -> None:
     assert conf.get(opts.JOB_STORE_EXPIRATION_TIME) == 3600.0
     assert conf.get(opts.DISPATCHER_RPC_ADDRESS) == "tcp://127.0.0.1:6123"
     assert conf.get(opts.RESOURCE_MANAGER_RPC_ADDRESS) == "tcp://127.0.0.1:6124"
-    assert conf.get(opts.RESTART_STRATEGY_TYPE) == "none"
+    # Not Flink's "none": a batch job restarts from its finished regions (see the option).
+    assert conf.get(opts.RESTART_STRATEGY_TYPE) == "exponential-delay"
     assert conf.get(opts.FAILOVER_STRATEGY) == "region"
     assert conf.get(opts.HA_MODE) == "none"
     assert conf.get(opts.HA_ZOOKEEPER_ROOT) == "/sparkmill"
@@ -399,18 +400,19 @@ def test_job_may_override_job_scoped_keys() -> None:
     cluster = Configuration.from_mapping({"taskmanager.numberOfTaskSlots": 4})
     job = cluster.with_overrides(
         {
-            "restart-strategy": {"type": "exponential-delay"},
+            "restart-strategy": {"type": "fixed-delay"},
             "restart-strategy.exponential-delay.initial-backoff": "2 s",
             "slot.request.timeout": "1 min",
             "jobmanager.execution.failover-strategy": "full",
         },
         job_scope=True,
     )
-    assert job.get(opts.RESTART_STRATEGY_TYPE) == "exponential-delay"
+    assert job.get(opts.RESTART_STRATEGY_TYPE) == "fixed-delay"
     assert job.get(opts.RESTART_STRATEGY_EXP_INITIAL_BACKOFF) == 2.0
     assert job.get(opts.SLOT_REQUEST_TIMEOUT) == 60.0
     assert job.get(opts.TASK_MANAGER_NUM_TASK_SLOTS) == 4  # inherited
-    assert cluster.get(opts.RESTART_STRATEGY_TYPE) == "none"  # the original is unchanged
+    # the original (the default) is unchanged
+    assert cluster.get(opts.RESTART_STRATEGY_TYPE) == "exponential-delay"
 
 
 def test_job_may_not_override_cluster_keys() -> None:

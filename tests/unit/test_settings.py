@@ -100,4 +100,7 @@ def test_a_job_overrides_its_settings_and_restart_strategy() -> None:
     assert (settings.slot_request_timeout_s, settings.failover_strategy) == (5.0, "full")
     strategy = restart_strategy_from_settings(settings.restart)
     assert isinstance(strategy, ExponentialDelayRestartStrategy) and strategy.max_s == 2.0
-    assert isinstance(restart_strategy_from_settings(RestartSettings()), NoRestartStrategy)
+    # The defaults restart (exponential-delay, see restart-strategy.type); "none" restarts nothing.
+    default = restart_strategy_from_settings(RestartSettings())
+    assert isinstance(default, ExponentialDelayRestartStrategy)
+    assert isinstance(restart_strategy_from_settings(RestartSettings("none")), NoRestartStrategy)

@@ -20,12 +20,9 @@ from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import task_executor_pb2
+from sparkmill.services.taskexecutor.job_connection import JobConnection
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
-from sparkmill.services.taskexecutor.task_executor import (
-    TaskExecutor,
-    _JobConnection,
-    _TableActions,
-)
+from sparkmill.services.taskexecutor.task_executor import TaskExecutor, _TableActions
 
 JOB = JobID("a" * 32)
 OLD_SESSION, NEW_SESSION = "1" * 32, "2" * 32
@@ -50,7 +47,7 @@ class OfferRecordingTaskExecutor(TaskExecutor):
 
     offered: list[tuple[str, set[AllocationID]]]
 
-    async def _offer_slots(self, connection: _JobConnection) -> None:
+    async def _offer_slots(self, connection: JobConnection) -> None:
         await asyncio.sleep(0)
         self.offered.append((connection.session_id, set(connection.pending_offers)))
         connection.pending_offers.clear()

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from sparkmill.common.config.kinds import (
+    BOOL,
     DURATION,
     DURATION_SECONDS,
     FLOAT,
@@ -85,9 +86,15 @@ FAILOVER_STRATEGY = option(
 RESTART_STRATEGY_TYPE = option(
     "restart-strategy.type",
     STRING,
-    "none",
+    "exponential-delay",
     "How a failed job is restarted. 'off' and 'disable' mean 'none'; 'fixeddelay', "
-    "'failurerate' and 'exponentialdelay' are accepted for the hyphenated names.",
+    "'failurerate' and 'exponentialdelay' are accepted for the hyphenated names. The default "
+    "differs from Flink's ('none' unless checkpointing is on): a Flink job without checkpoints "
+    "has nothing to restart from, while a sparkmill batch job restarts from the finished "
+    "results of its other regions, so a lost task executor or a transient task failure costs "
+    "a partial re-run instead of the job (as Spark retries tasks and Dask reschedules a lost "
+    "worker's tasks). A failure that no restart can fix still fails the job at once, see "
+    "restart-strategy.fail-on-repeated-error.",
     job_overridable=True,
     choices=("none", "fixed-delay", "failure-rate", "exponential-delay"),
     aliases=(
@@ -97,6 +104,19 @@ RESTART_STRATEGY_TYPE = option(
         ("failurerate", "failure-rate"),
         ("exponentialdelay", "exponential-delay"),
     ),
+)
+RESTART_STRATEGY_FAIL_ON_REPEATED_ERROR = option(
+    "restart-strategy.fail-on-repeated-error",
+    BOOL,
+    True,
+    "Whatever the restart strategy, a subtask whose attempt raises the same error (exception "
+    "type and first line of its message) as its previous failed attempt fails the job at once "
+    "with that error as the root cause: a user's bug does not retry for minutes. Errors no "
+    "restart can fix (a source path that matches no file, a Spark AnalysisException, a "
+    "pipeline error) fail it on the first attempt; lost task executors, slots and results and "
+    "RPC failures are never counted here. Turn off for a transform whose identical errors can "
+    "be transient (e.g. a remote call timing out).",
+    job_overridable=True,
 )
 RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS = option(
     "restart-strategy.fixed-delay.attempts",
@@ -142,16 +162,20 @@ RESTART_STRATEGY_EXP_INITIAL_BACKOFF = option(
     "restart-strategy.exponential-delay.initial-backoff",
     DURATION,
     1.0,
-    "exponential-delay: pause before the first restart.",
+    "exponential-delay: pause before the first restart. 1 s (Flink's default): a lost task "
+    "executor is found in well under a second, and its slots are then already written off, "
+    "so a longer pause only adds to the job's time; a shorter one restarts into the same "
+    "transient trouble.",
     job_overridable=True,
     min=0,
 )
 RESTART_STRATEGY_EXP_MAX_BACKOFF = option(
     "restart-strategy.exponential-delay.max-backoff",
     DURATION,
-    60.0,
+    30.0,
     "exponential-delay: the growing pause never exceeds this; must be at least the initial "
-    "backoff.",
+    "backoff. 30 s: long enough for a restarted task executor or a storage blip to come "
+    "back, short against the minutes a batch job runs.",
     job_overridable=True,
     min=0,
 )
@@ -166,9 +190,10 @@ RESTART_STRATEGY_EXP_BACKOFF_MULTIPLIER = option(
 RESTART_STRATEGY_EXP_RESET_BACKOFF_THRESHOLD = option(
     "restart-strategy.exponential-delay.reset-backoff-threshold",
     DURATION,
-    3600.0,
+    600.0,
     "exponential-delay: a job that runs this long without failing starts over at the "
-    "initial backoff.",
+    "initial backoff and attempt count. 10 min (Flink: 1 h, for streaming jobs that run for "
+    "months): failures of a batch job that far apart are unrelated.",
     job_overridable=True,
     min=MS,
 )
@@ -185,9 +210,12 @@ RESTART_STRATEGY_EXP_JITTER_FACTOR = option(
 RESTART_STRATEGY_EXP_ATTEMPTS_BEFORE_RESET = option(
     "restart-strategy.exponential-delay.attempts-before-reset-backoff",
     INT,
-    2**31 - 1,
+    10,
     "exponential-delay: restarts allowed before the job fails for good (counted since the "
-    "last backoff reset).",
+    "last backoff reset). Failures that happen while a restart is still pending (the "
+    "tasks of one lost task executor, say) count as one. 10 (Flink: unbounded, for "
+    "streaming): with the other defaults the job gives up after about 105 s of pauses in "
+    "all, where a batch job that keeps losing its machines would otherwise never end.",
     job_overridable=True,
     min=1,
 )

@@ -10,16 +10,12 @@ deployed. Each deployment remembers the vertex version it was made for: if the v
 meanwhile (a restart), the stale deployment is refused and its slot released. A deployment that
 fails (RPC error or timeout) fails the attempt with a message naming the task and the executor.
 
-Failures go to the restart strategy (Flink's ``tryRestartOrFail``): restart the affected
-vertices after the back-off - the failed region and the regions downstream of it (``region``
-failover) or everything (``full``) - or fail the job, cancelling what still runs.
-
-Lost intermediate results: a task that cannot read an input names the lost partitions; their
-producers' regions are restarted along with the failed one (restarting only the consumer would
-fail again). When results live on the task executors' own storage (``exchange.storage:
-local``), the loss of an executor loses the finished results it wrote: those that a consumer
-still needs are produced again at once. Finished subtasks whose results are intact never run
-again. Which subtasks a failure or a loss touches is decided in
+Failures are classified first
+(:mod:`~sparkmill.services.jobmaster.scheduler.failure_classifier`), then go to the restart
+strategy (Flink's ``tryRestartOrFail``): restart the affected vertices after the back-off
+(:mod:`~sparkmill.services.jobmaster.scheduler.pending_restarts`) or fail the job, cancelling
+what still runs. Which subtasks a failure or a lost result touches (the failed region and those
+downstream, the producers of lost inputs) is decided in
 :mod:`sparkmill.services.jobmaster.scheduler.failover`.
 
 All methods run on the job master's event loop. I/O goes through :class:`SchedulerActions`.
@@ -31,8 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Iterable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from sparkmill.common.core.errors import ResourceExhaustedError, RpcError
 from sparkmill.common.core.ids import ExecutionAttemptID, IntermediateDataSetID, short
@@ -50,7 +45,18 @@ from sparkmill.services.jobmaster.scheduler.failover import (
     producers_of_lost_partitions,
     vertices_to_restart,
 )
+from sparkmill.services.jobmaster.scheduler.failure_classifier import RepeatedFailureDetector
+from sparkmill.services.jobmaster.scheduler.pending_restarts import (
+    PendingRestart,
+    PendingRestarts,
+)
 from sparkmill.services.jobmaster.scheduler.restart_strategy import RestartStrategy
+from sparkmill.services.jobmaster.scheduler.scheduler_interfaces import (
+    ExceptionHistory,
+    NoProgressListener,
+    ProgressListener,
+    SchedulerActions,
+)
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PendingSlotRequest,
     PhysicalSlot,
@@ -64,65 +70,12 @@ from sparkmill.services.jobmaster.slotpool.slot_sharing import (
 log = logging.getLogger(__name__)
 
 ES = ExecutionState
-MAX_EXCEPTIONS_KEPT = 100
 # Regions scheduled per turn of the event loop. A burst - a wide job's sources, or every
 # consumer of an ALL_TO_ALL edge once its last producer finished - costs about half a
 # millisecond of CPU per region: 10,000 at once kept the loop from answering heartbeats and
 # RPCs for seconds (tens of seconds on a loaded machine), and the job lost its peers. 500 per
 # turn still kept a task executor's GetInputGate waiting past its deadline at load 38.
 SCHEDULING_SLICE = 100
-
-
-class SchedulerActions(Protocol):
-    async def submit_task(self, execution: Execution, slot: PhysicalSlot) -> None:
-        """Deploy the attempt into the slot (TaskExecutor.SubmitTask); raises RpcError."""
-        ...
-
-    async def cancel_task(self, execution: Execution, slot: PhysicalSlot) -> None:
-        """Ask the task executor to cancel the attempt; raises RpcError."""
-        ...
-
-    def job_status_changed(self, status: JobStatus, cause: str) -> None: ...
-
-
-class ProgressListener(Protocol):
-    """Told about finished attempts and about finished attempts that became void (a JobMaster
-    that takes the job over later restores what is still valid)."""
-
-    def attempt_finished(
-        self, execution: Execution, accumulator: bytes, io: IOCounters | None
-    ) -> None: ...
-
-    def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None: ...
-
-
-class NoProgressListener:
-    def attempt_finished(
-        self, execution: Execution, accumulator: bytes, io: IOCounters | None
-    ) -> None:
-        pass
-
-    def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None:
-        pass
-
-
-@dataclass(frozen=True, slots=True)
-class FailureRecord:
-    timestamp: float
-    vertex_name: str
-    subtask_index: int
-    attempt_number: int
-    task_executor: str
-    message: str
-    details: str
-    exception_type: str
-
-
-@dataclass
-class _Restart:
-    vertices: list[ExecutionVertex]
-    backoff_s: float
-    started: bool = False
 
 
 class DefaultScheduler:
@@ -135,6 +88,7 @@ class DefaultScheduler:
         *,
         failover_strategy: str = "region",
         progress: ProgressListener | None = None,
+        fail_on_repeated_error: bool = True,
     ) -> None:
         self.graph = graph
         self.progress: ProgressListener = progress or NoProgressListener()
@@ -144,16 +98,17 @@ class DefaultScheduler:
         self.actions = actions
         self.restart_strategy = restart_strategy
         self.failover_strategy = failover_strategy
+        self.repeated_failures = RepeatedFailureDetector(fail_on_repeated_error)
         self.status = JobStatus.CREATED
         self.failure_cause = ""
         self.restarts = 0
         self.recovered_subtasks = 0
-        self.exceptions: list[FailureRecord] = []
+        self.exceptions = ExceptionHistory()
         self.accumulators: dict[str, dict[int, bytes]] = {}
         self.io: dict[str, IOCounters] = {}
         self._slots: dict[ExecutionAttemptID, PhysicalSlot] = {}
         self._requests: dict[ExecutionAttemptID, PendingSlotRequest] = {}
-        self._restarts: list[_Restart] = []
+        self._restarts = PendingRestarts()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False  # the JobMaster let go of the job: nothing may change any more
         # Data sets whose every consumer only waits for them (no records): never "lost".
@@ -309,6 +264,7 @@ class DefaultScheduler:
         details: str = "",
         exception_type: str = "",
         suppress_restarts: bool = False,
+        raised_by_task: bool = False,
         io: IOCounters | None = None,
         accumulator: bytes = b"",
         lost_partitions: Iterable[tuple[str, int, str]] = (),
@@ -317,7 +273,11 @@ class DefaultScheduler:
 
         ``lost_partitions`` (dataset id, partition number, producer attempt id) come with a
         FAILED report of a task that could not read those inputs; ``suppress_restarts`` with
-        one whose task raised a :class:`~sparkmill.common.core.errors.SuppressRestartsError`."""
+        one whose task raised what no restart can fix
+        (:func:`~sparkmill.common.core.errors.classify_task_exception`); ``raised_by_task`` with
+        one whose task's own code raised the error (not its environment): a repeat of the same
+        error fails the job (see
+        :mod:`~sparkmill.services.jobmaster.scheduler.failure_classifier`)."""
         execution = self.graph.execution(attempt_id)
         if self._closed or execution is None or execution.state.is_terminal:
             return False
@@ -335,10 +295,12 @@ class DefaultScheduler:
                 exception_type,
                 details,
                 suppress_restarts=suppress_restarts,
+                raised_by_task=raised_by_task and not lost_partitions,
                 lost_producers=producers_of_lost_partitions(self.graph, lost_partitions),
             )
         elif state is ES.FINISHED:
             execution.transition_to(ES.FINISHED)
+            self.repeated_failures.finished(execution.vertex.id)
             self.progress.attempt_finished(execution, accumulator, io)
             if accumulator:
                 name = execution.vertex.job_vertex.name
@@ -387,6 +349,7 @@ class DefaultScheduler:
         details: str = "",
         *,
         suppress_restarts: bool = False,
+        raised_by_task: bool = False,
         lost_producers: list[ExecutionVertex] | None = None,
     ) -> None:
         slot = self._slots.get(execution.attempt_id)
@@ -394,24 +357,22 @@ class DefaultScheduler:
             slot = execution.assigned_resource  # e.g. slot_lost already dropped it from _slots
         execution.transition_to(ES.FAILED, failure=message, exception_class=exception_type)
         self._release_slot(execution)
-        self.exceptions.append(
-            FailureRecord(
-                time.time(),
-                execution.vertex.job_vertex.name,
-                execution.vertex.subtask_index,
-                execution.attempt_number,
-                slot.task_executor.resource_id if slot is not None else "",
-                message,
-                details,
-                exception_type,
-            )
+        te = slot.task_executor.resource_id if slot is not None else ""
+        self.exceptions.add(
+            execution.vertex, execution.attempt_number, te, message, details, exception_type
         )
-        del self.exceptions[:-MAX_EXCEPTIONS_KEPT]
         log.warning(
             "job %s: %s failed: %s",
             short(self.graph.job_id),
             execution.description,
             message.splitlines()[0] if message else "",
+        )
+        repeats = (
+            self.repeated_failures.repeated(
+                execution.vertex.id, execution.attempt_number, exception_type, message
+            )
+            if raised_by_task and not suppress_restarts
+            else None
         )
         if self.status is JobStatus.RUNNING:
             if suppress_restarts:
@@ -419,6 +380,12 @@ class DefaultScheduler:
                 self.fail_job(
                     f"{execution.description} failed: {message} (not restarted: "
                     f"restarting cannot help)"
+                )
+            elif repeats is not None:
+                self.fail_job(
+                    f"{execution.description} failed: {message} (not restarted: attempt "
+                    f"#{repeats} of this subtask failed with the same error, so it fails "
+                    "deterministically; see restart-strategy.fail-on-repeated-error)"
                 )
             else:
                 lost = lost_producers or []
@@ -457,31 +424,39 @@ class DefaultScheduler:
             f"the results of {len(lost)} finished subtask(s) were lost with task executor "
             f"{short(resource_id)}: {cause}"
         )
-        self.exceptions.append(
-            FailureRecord(
-                time.time(),
-                lost[0].job_vertex.name,
-                lost[0].subtask_index,
-                lost[0].current_execution.attempt_number,
-                resource_id,
-                message,
-                "\n".join(v.current_execution.description for v in lost),
-                "ResultPartitionLost",
-            )
+        described = "\n".join(v.current_execution.description for v in lost)
+        first = lost[0]
+        self.exceptions.add(
+            first,
+            first.current_execution.attempt_number,
+            resource_id,
+            message,
+            described,
+            "ResultPartitionLost",
         )
-        del self.exceptions[:-MAX_EXCEPTIONS_KEPT]
         log.warning("job %s: %s", short(self.graph.job_id), message)
         self._handle_failure(lost, message)
         self._after_terminal()
 
     def _pending_restart(self) -> set[int]:
-        return {id(v) for restart in self._restarts for v in restart.vertices}
+        return self._restarts.vertex_ids()
 
     def _handle_failure(self, origins: list[ExecutionVertex], cause: str) -> None:
-        self.restart_strategy.notify_failure(time.monotonic())
-        if not self.restart_strategy.can_restart():
-            self.fail_job(f"{cause} (no restart left: {self.restart_strategy.describe()})")
-            return
+        pending_backoff = self._restarts.remaining_backoff()
+        concurrent = (
+            pending_backoff is not None and self.restart_strategy.merges_concurrent_failures
+        )
+        if concurrent:
+            assert pending_backoff is not None
+            # A failure while a restart is still pending is part of the same incident (the
+            # other tasks of a lost executor): restarted together, not counted again.
+            backoff_s = pending_backoff
+        else:
+            self.restart_strategy.notify_failure(time.monotonic())
+            if not self.restart_strategy.can_restart():
+                self.fail_job(f"{cause} (no restart left: {self.restart_strategy.describe()})")
+                return
+            backoff_s = self.restart_strategy.backoff_s()  # once: it may be jittered per call
         pending = self._pending_restart()
         # Vertices a restart already waits for are left to it (resetting them twice would
         # throw away the attempt the first restart starts).
@@ -490,14 +465,15 @@ class DefaultScheduler:
             for v in vertices_to_restart(self.graph, origins, self.failover_strategy)
             if id(v) not in pending
         ]
-        self.restarts += 1
-        backoff_s = self.restart_strategy.backoff_s()  # once: it may be jittered per call
+        if not concurrent:
+            self.restarts += 1
         log.info(
-            "job %s: restarting %d subtasks after %.1fs (restart #%d, %s)",
+            "job %s: restarting %d subtasks after %.1fs (restart #%d%s, %s)",
             short(self.graph.job_id),
             len(vertices),
             backoff_s,
             self.restarts,
+            ", joins the pending one" if concurrent else "",
             self.failover_strategy,
         )
         if self.failover_strategy == "full":
@@ -511,16 +487,11 @@ class DefaultScheduler:
             # no consumer may start reading it meanwhile and be left on superseded data.
             for partition in vertex.produced_partitions:
                 partition.mark_unfinished()
-        self._restarts.append(_Restart(vertices, backoff_s))
+        self._restarts.add(vertices, backoff_s)
 
     def _after_terminal(self) -> None:
         """Progress whatever waited for executions to become terminal."""
-        for restart in list(self._restarts):
-            if not restart.started and all(
-                v.current_execution.state.is_terminal for v in restart.vertices
-            ):
-                restart.started = True
-                asyncio.get_running_loop().call_later(restart.backoff_s, self._restart, restart)
+        self._restarts.start_ready(self._restart)
         if self.status is JobStatus.RUNNING:
             self._check_job_finished()
         elif (
@@ -533,9 +504,8 @@ class DefaultScheduler:
                 JobStatus.FAILED if failing else JobStatus.CANCELED, self.failure_cause
             )
 
-    def _restart(self, restart: _Restart) -> None:
-        if restart in self._restarts:
-            self._restarts.remove(restart)
+    def _restart(self, restart: PendingRestart) -> None:
+        self._restarts.take(restart)
         if self._closed or self.status not in (JobStatus.RUNNING, JobStatus.RESTARTING):
             return
         for vertex in restart.vertices:

@@ -10,9 +10,14 @@ Flink's ``RestartBackoffTimeStrategy`` family (as asked by ``tryRestartOrFail``)
   ``max-backoff`` (with ``jitter-factor``), and goes back to the initial value after
   ``reset-backoff-threshold`` without failures.
 
-Some failures suppress restarts altogether
-(:class:`sparkmill.common.core.errors.SuppressRestartsError`, raised in a task): restarting cannot
-help, so the job fails at once with the reason.
+``exponential-delay`` is the default (see ``restart-strategy.type`` for why it differs from
+Flink's) and, like Flink's since FLIP-364, counts failures that arrive while a restart is still
+pending as one: the tasks of one lost task executor fail together, and that is one incident, not
+one per task (the scheduler asks :attr:`merges_concurrent_failures`).
+
+Which failures are restarted at all is decided before a strategy is asked
+(:mod:`sparkmill.services.jobmaster.scheduler.failure_classifier`): a failure that no restart can
+fix, or that repeats itself exactly, fails the job at once with the reason.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from sparkmill.common.runtime.settings import RestartSettings
 
 
 class RestartStrategy(Protocol):
+    # True: a failure while an earlier one's restart is pending joins that restart (same
+    # back-off, not counted again); False: every failure is counted and backs off on its own.
+    merges_concurrent_failures: bool
+
     def notify_failure(self, timestamp: float) -> None:
         """Record a failure that happened at ``timestamp`` (monotonic seconds)."""
         ...
@@ -40,6 +49,8 @@ class RestartStrategy(Protocol):
 
 
 class NoRestartStrategy:
+    merges_concurrent_failures = False
+
     def notify_failure(self, timestamp: float) -> None:
         pass
 
@@ -58,6 +69,7 @@ class FixedDelayRestartStrategy:
     attempts: int
     delay_s: float
     failures: int = 0
+    merges_concurrent_failures = False
 
     def notify_failure(self, timestamp: float) -> None:
         self.failures += 1
@@ -73,6 +85,8 @@ class FixedDelayRestartStrategy:
 
 
 class FailureRateRestartStrategy:
+    merges_concurrent_failures = False
+
     def __init__(self, max_failures: int, interval_s: float, delay_s: float) -> None:
         self.max_failures = max_failures
         self.interval_s = interval_s
@@ -98,6 +112,8 @@ class FailureRateRestartStrategy:
 
 
 class ExponentialDelayRestartStrategy:
+    merges_concurrent_failures = True
+
     def __init__(
         self,
         initial_s: float,

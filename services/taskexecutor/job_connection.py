@@ -1,0 +1,163 @@
+"""A task executor's connection to one job's JobMaster, and offering slots over it.
+
+Slots allocated for the job (``RequestSlot``) are offered to its JobMaster in batches
+(``OfferSlots``, after registering once); accepted ones become ACTIVE, rejected ones are freed.
+The connection stays while the task executor holds a slot *or* a result of the job (see
+``result_partitions``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sparkmill.common.core.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    RpcError,
+    UnavailableError,
+)
+from sparkmill.common.core.ids import AllocationID, JobID, ResourceID, short
+from sparkmill.common.core.proto_convert import profile_to_proto
+from sparkmill.common.v1 import job_master_pb2, task_executor_pb2
+from sparkmill.common.v1.gateways import JobMasterClient
+from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
+from sparkmill.services.taskexecutor.task import Task
+
+log = logging.getLogger(__name__)
+
+OFFER_RETRIES = 3
+
+
+@dataclass
+class JobConnection:
+    """A task executor's connection to the JobMaster of one job (Flink's JobTable entry)."""
+
+    job_id: JobID
+    address: str
+    session_id: str
+    client: JobMasterClient
+    registered: bool = False
+    pending_offers: set[AllocationID] = field(default_factory=set)
+    offer_task: asyncio.Task[None] | None = None
+    updates: list[job_master_pb2.TaskExecutionState] = field(default_factory=list)
+    flush_task: asyncio.Task[None] | None = None
+    # Ended attempts whose final state the JobMaster has not acknowledged: still reported as
+    # hosted, so heartbeat reconciliation never mistakes an update in flight for a lost task.
+    unacknowledged: set[str] = field(default_factory=set)
+    # Finished attempts here that produced results of the job (Flink's partition tracker):
+    # while there are any, the connection stays although no slot of the job is left, so the
+    # JobMaster's heartbeats are still answered and it does not write these results off.
+    result_partitions: set[str] = field(default_factory=set)
+
+    def holds_results(self) -> bool:
+        return bool(self.result_partitions)
+
+
+FreeSlot = Callable[[AllocationID, str], None]
+
+
+async def offer_slots(
+    connection: JobConnection,
+    table: TaskSlotTable[Task],
+    resource_id: ResourceID,
+    address: str,
+    *,
+    is_current: Callable[[], bool],
+    free_slot: FreeSlot,
+) -> None:
+    """Offer the connection's pending slots until none is left (or the connection is no longer
+    the job's, ``is_current``); slots that cannot be offered are freed."""
+    # Yield once so that slot requests arriving together are offered in one RPC.
+    await asyncio.sleep(0)
+    try:
+        if not connection.registered:
+            await connection.client.register_task_executor(
+                job_master_pb2.JobMasterRegisterTaskExecutorRequest(
+                    job_id=connection.job_id, resource_id=resource_id, address=address
+                )
+            )
+            connection.registered = True
+        while connection.pending_offers and is_current():
+            batch = list(connection.pending_offers)
+            connection.pending_offers.clear()
+            offers = []
+            for allocation_id in batch:
+                info = table.slot_info(allocation_id)
+                if info is not None:
+                    offers.append(
+                        job_master_pb2.SlotOffer(
+                            allocation_id=allocation_id,
+                            slot_index=info.index,
+                            resource_profile=profile_to_proto(info.resource_profile),
+                        )
+                    )
+            if offers:
+                await _offer_batch(connection, table, resource_id, address, offers, free_slot)
+    except RpcError as exc:
+        log.warning(
+            "could not offer slots to the JobMaster of %s: %s", short(connection.job_id), exc
+        )
+        for allocation_id in list(connection.pending_offers):
+            free_slot(allocation_id, f"offering it to the JobMaster failed: {exc}")
+        connection.pending_offers.clear()
+
+
+async def _offer_batch(
+    connection: JobConnection,
+    table: TaskSlotTable[Task],
+    resource_id: ResourceID,
+    address: str,
+    offers: list[job_master_pb2.SlotOffer],
+    free_slot: FreeSlot,
+) -> None:
+    request = job_master_pb2.OfferSlotsRequest(
+        job_id=connection.job_id, resource_id=resource_id, address=address, offers=offers
+    )
+    reply = None
+    for attempt in range(OFFER_RETRIES):
+        try:
+            reply = await connection.client.offer_slots(request)
+            break
+        except RpcError as exc:
+            # Only a missing answer is worth another try; a refusal is final.
+            retriable = isinstance(exc, DeadlineExceededError | UnavailableError)
+            if attempt == OFFER_RETRIES - 1 or not retriable:
+                for offer in offers:
+                    free_slot(
+                        AllocationID(offer.allocation_id),
+                        f"the JobMaster did not take the offer: {exc}",
+                    )
+                return
+    assert reply is not None
+    accepted = {o.allocation_id for o in reply.accepted}
+    for offer in offers:
+        allocation_id = AllocationID(offer.allocation_id)
+        if allocation_id in accepted:
+            if table.slot_info(allocation_id) is not None:
+                table.mark_slot_active(allocation_id)
+        else:
+            free_slot(allocation_id, "the JobMaster rejected the slot offer")
+
+
+def job_id_of(request: object) -> JobID:
+    """The job a JobMaster-originated request is about (its fencing token is that job's)."""
+    if isinstance(request, task_executor_pb2.SubmitTaskRequest):
+        return JobID(request.tdd.job_id)
+    if isinstance(request, task_executor_pb2.SubmitTasksRequest):
+        # One JobMaster's batch: fenced with that job's session, so every task must be its.
+        jobs = {task.tdd.job_id for task in request.tasks}
+        if len(jobs) != 1:
+            raise InvalidArgumentError(
+                f"SubmitTasks must carry tasks of exactly one job (got {len(jobs)})"
+            )
+        return JobID(jobs.pop())
+    job_id = getattr(request, "job_id", "")
+    if not job_id:
+        raise InvalidArgumentError(f"{type(request).__name__} names no job")
+    return JobID(job_id)
+
+
+__all__ = ["OFFER_RETRIES", "JobConnection", "job_id_of", "offer_slots"]
