@@ -26,22 +26,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 from sparkmill.common.core.errors import (
     AlreadyExistsError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
-    PermissionDeniedError,
     RpcError,
-    UnavailableError,
 )
 from sparkmill.common.core.ids import JobID, short
 from sparkmill.common.core.proto_convert import error_code_to_proto, job_status_to_proto
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.ha.job_stores import JobGraphStore, JobResultStore, UnrecoverableJobGraph
-from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo
+from sparkmill.common.ha.leader import LeaderElectionService
 from sparkmill.common.jobgraph.codec import job_graph_from_proto
 from sparkmill.common.jobgraph.model import KNOWN_OPERATOR_KINDS
 from sparkmill.common.jobgraph.validation import validate_job_graph
@@ -62,10 +59,12 @@ from sparkmill.services.dispatcher.job_placement import (
     can_be_released,
     can_start,
 )
+from sparkmill.services.dispatcher.job_reports import (
+    JobLeaderLookup,
+    check_replacement,
+    check_reporter,
+)
 from sparkmill.services.dispatcher.job_views import add_job_summary, job_details
-
-JobLeaderLookup = Callable[[JobID], Awaitable[LeaderInfo | None]]
-"""The JobMaster session and address the HA services name as a job's leader, read afresh."""
 
 log = logging.getLogger(__name__)
 # The longest a GetJobResult call may wait for its job to end (its RPC deadline must be longer).
@@ -333,7 +332,7 @@ class Dispatcher(DispatcherServicer):
             raise NotFoundError(f"job {short(request.job_id)} is unknown to this dispatcher")
         if job.result is not None:
             return common_pb2.Empty()  # a late or repeated report; the result is final
-        await self._check_reporter(job, request, context)
+        await check_reporter(job, request, context, self.processes, self._job_leader)
         job.session_id = request.job_master_session_id
         if request.job_master_process_id:
             self._assign(job, request.job_master_process_id, request.job_master_address)
@@ -372,42 +371,6 @@ class Dispatcher(DispatcherServicer):
             log.info("job %s ('%s') ended %s", short(job.job_id), job.name, job.status.name)
         return common_pb2.Empty()
 
-    async def _check_reporter(
-        self, job: JobRecord, request: dispatcher_pb2.JobStatusReport, context: CallContext
-    ) -> None:
-        """Whether ``request`` may speak for ``job``: it comes from the key that registered the
-        job-master process it names, and from the JobMaster session that leads the job.
-
-        A job-master key alone is not enough: without these checks one could report a running
-        job ``RUNNING`` under an invented session and then ``FINISHED`` with forged rows."""
-        reporter = self.processes.get(request.job_master_process_id)
-        if reporter is None:
-            # E.g. its process has not registered with this (new) leader yet: it retries.
-            raise UnavailableError(
-                f"job-master process {short(request.job_master_process_id)} is not registered "
-                "with this dispatcher; register first"
-            )
-        if reporter.peer != context.peer:
-            raise PermissionDeniedError(
-                f"job-master process {short(reporter.process_id)} was registered by "
-                f"{reporter.peer or 'an unauthenticated key'}; "
-                f"{context.peer or 'an unauthenticated caller'} may not report for it"
-            )
-        session = request.job_master_session_id
-        if job.session_id and session == job.session_id:
-            return
-        newly_elected = request.status in (JobStatus.CREATED.value, JobStatus.RUNNING.value)
-        if newly_elected:
-            leader = await self._job_leader(job.job_id) if self._job_leader else None
-            if leader is not None and leader.session_id == session:
-                return  # the session ZooKeeper names as the job's leader (a takeover)
-            if not job.session_id and reporter.process_id == job.process_id and session:
-                return  # the JobMaster we started on that process, before StartJob returned
-        raise FailedPreconditionError(
-            f"report for job {short(job.job_id)} from JobMaster session {short(session)} "
-            "refused: that session does not lead the job"
-        )
-
     # -- job-master processes --------------------------------------------------------------------
 
     async def register_job_master_process(
@@ -415,12 +378,7 @@ class Dispatcher(DispatcherServicer):
     ) -> dispatcher_pb2.RegisterJobMasterProcessResponse:
         previous = self.processes.get(request.process_id)
         if previous is not None:
-            if previous.peer != context.peer:
-                raise PermissionDeniedError(
-                    f"job-master process {short(request.process_id)} is registered by "
-                    f"{previous.peer or 'an unauthenticated key'}; "
-                    f"{context.peer or 'an unauthenticated caller'} may not replace it"
-                )
+            check_replacement(previous, context)
             self._lose_process(request.process_id, "it registered again")
         process = self.processes.add(
             request.process_id, request.address, request.info, peer=context.peer

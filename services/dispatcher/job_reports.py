@@ -1,0 +1,76 @@
+"""Who may speak for a job: the checks on ``ReportJobStatus`` and ``RegisterJobMasterProcess``.
+
+A job-master key alone is not enough to report a job's status: without these checks one could
+report a running job ``RUNNING`` under an invented session and then ``FINISHED`` with forged
+rows. A report must come from the key that registered the job-master process it names, and
+from the JobMaster session that leads the job: the one the dispatcher's ``StartJob`` created,
+or (a takeover with ZooKeeper) the one ZooKeeper names as the job's leader, read afresh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from sparkmill.common.core.errors import (
+    FailedPreconditionError,
+    PermissionDeniedError,
+    UnavailableError,
+)
+from sparkmill.common.core.ids import JobID, short
+from sparkmill.common.core.states import JobStatus
+from sparkmill.common.ha.leader import LeaderInfo
+from sparkmill.common.rpc.server import CallContext
+from sparkmill.common.v1 import dispatcher_pb2
+from sparkmill.services.dispatcher.job_master_processes import JobMasterProcesses
+from sparkmill.services.dispatcher.job_placement import JobMasterProcessRecord, JobRecord
+
+JobLeaderLookup = Callable[[JobID], Awaitable[LeaderInfo | None]]
+"""The JobMaster session and address the HA services name as a job's leader, read afresh."""
+
+_NEWLY_ELECTED = (JobStatus.CREATED.value, JobStatus.RUNNING.value)
+
+
+async def check_reporter(
+    job: JobRecord,
+    request: dispatcher_pb2.JobStatusReport,
+    context: CallContext,
+    processes: JobMasterProcesses,
+    job_leader: JobLeaderLookup | None,
+) -> None:
+    """Raise unless ``request`` may speak for ``job`` (see the module docstring)."""
+    reporter = processes.get(request.job_master_process_id)
+    if reporter is None:
+        # E.g. its process has not registered with this (new) leader yet: it retries.
+        raise UnavailableError(
+            f"job-master process {short(request.job_master_process_id)} is not registered "
+            "with this dispatcher; register first"
+        )
+    if reporter.peer != context.peer:
+        raise PermissionDeniedError(
+            f"job-master process {short(reporter.process_id)} was registered by "
+            f"{reporter.peer or 'an unauthenticated key'}; "
+            f"{context.peer or 'an unauthenticated caller'} may not report for it"
+        )
+    session = request.job_master_session_id
+    if job.session_id and session == job.session_id:
+        return
+    if request.status in _NEWLY_ELECTED:
+        leader = await job_leader(job.job_id) if job_leader is not None else None
+        if leader is not None and leader.session_id == session:
+            return  # the session ZooKeeper names as the job's leader (a takeover)
+        if not job.session_id and reporter.process_id == job.process_id and session:
+            return  # the JobMaster we started on that process, before StartJob returned
+    raise FailedPreconditionError(
+        f"report for job {short(job.job_id)} from JobMaster session {short(session)} "
+        "refused: that session does not lead the job"
+    )
+
+
+def check_replacement(previous: JobMasterProcessRecord, context: CallContext) -> None:
+    """Only the key that registered a job-master process id may register it again."""
+    if previous.peer != context.peer:
+        raise PermissionDeniedError(
+            f"job-master process {short(previous.process_id)} is registered by "
+            f"{previous.peer or 'an unauthenticated key'}; "
+            f"{context.peer or 'an unauthenticated caller'} may not replace it"
+        )
