@@ -31,6 +31,7 @@ from sparkmill.common.runtime.metrics import MetricsHttpServer, ProcessMetrics
 from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import ClusterSettings, settings_from_config
 from sparkmill.services.dispatcher import metrics as dispatcher_metrics
+from sparkmill.services.dispatcher.attempt_logs import TaskExecutorLogs
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
 from sparkmill.services.dispatcher.rest_auth import (
     authorizer_of as rest_authorizer_of,
@@ -117,6 +118,7 @@ def _build(
             identity,
             ha.job_master_contenders,
             ha.job_leader,
+            TaskExecutorLogs(clients, ha.resource_manager_retrieval()),
         )
     if role == "resource-manager":
         return ResourceManager(

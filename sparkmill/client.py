@@ -269,6 +269,26 @@ class ClusterClient:
 
         return self._run(self._with_dispatcher(call, timeout))
 
+    def attempt_logs(self, job_id: str, *, timeout: float = 15.0) -> jobs_pb2.AttemptLogIndex:
+        """The job's attempts whose logs the task executors keep (or the archived index)."""
+
+        async def call(d: DispatcherClient, attempt: float) -> jobs_pb2.AttemptLogIndex:
+            return await d.list_attempt_logs(
+                jobs_pb2.ListAttemptLogsRequest(job_id=job_id), timeout=attempt
+            )
+
+        return self._run(self._with_dispatcher(call, timeout))
+
+    def attempt_log(
+        self, request: jobs_pb2.GetAttemptLogRequest, *, timeout: float = 15.0
+    ) -> jobs_pb2.AttemptLogChunk:
+        """A piece of one attempt's log (see ``GetAttemptLogRequest``)."""
+
+        async def call(d: DispatcherClient, attempt: float) -> jobs_pb2.AttemptLogChunk:
+            return await d.get_attempt_log(request, timeout=attempt)
+
+        return self._run(self._with_dispatcher(call, timeout))
+
     def cancel(self, job_id: str, *, timeout: float = 10.0) -> None:
         async def call(d: DispatcherClient, attempt: float) -> None:
             await d.cancel_job(dispatcher_pb2.CancelJobRequest(job_id=job_id), timeout=attempt)

@@ -111,6 +111,10 @@ class LocalCluster:
             "taskmanager.numberOfTaskSlots": self.slots,
             "rest.port": free_port(),
             "exchange.dir": str(self.directory / "exchange"),
+            # Attempt logs and ended jobs' archives live with the cluster's other files, so a
+            # cluster started again in the same directory still shows its history.
+            "taskmanager.log.attempt.dir": str(self.directory / "attempt-logs"),
+            "jobmanager.archive.fs.dir": str(self.directory / "completed-jobs"),
             **LOCAL_DEFAULTS,
         }
         if zookeeper_address:

@@ -112,6 +112,14 @@ def _job_graph_limits(source: OptionSource) -> JobGraphLimits:
     )
 
 
+def _archive_dir(source: OptionSource) -> str:
+    configured = source.get(opt.ARCHIVE_DIR).strip()
+    storage = source.get(opt.HA_STORAGE_DIR).strip()
+    if configured or not storage:
+        return configured
+    return str(Path(storage) / "completed-jobs")
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSettings:
     # addresses: each role's is the one it advertises; its RPC server binds on bind_host
@@ -180,6 +188,22 @@ class ClusterSettings:
     spark_conf: dict[str, str] = _setting(  # noqa: RUF009 (a field(), see _setting)
         lambda source: source.prefixed(opt.SPARK_CONF)
     )
+    # attempt logs (task executor) and the job archive (dispatcher)
+    task_log_dir: str = _stripped(opt.TASK_LOG_DIR)
+    task_log_max_bytes: int = _option(opt.TASK_LOG_MAX_SIZE)
+    task_log_retention_s: float = _option(opt.TASK_LOG_RETENTION)
+    archive_dir: str = _setting(  # the job archive's directory ("" = none)
+        lambda s: (
+            s.get(opt.ARCHIVE_DIR).strip()
+            or (
+                str(Path(s.get(opt.HA_STORAGE_DIR)) / "completed-jobs")
+                if s.get(opt.HA_STORAGE_DIR)
+                else ""
+            )
+        )
+    )
+    archive_retained_jobs: int = _option(opt.ARCHIVE_RETAINED_JOBS)
+    archive_max_age_s: float = _option(opt.ARCHIVE_MAX_AGE)
 
     @property
     def protected_dirs(self) -> tuple[str, ...]:

@@ -29,6 +29,8 @@ DISPATCHERGATEWAY_METHODS: dict[str, MethodSpec] = {
     "RegisterJobMasterProcess": MethodSpec("RegisterJobMasterProcess", "register_job_master_process", dispatcher_pb2.RegisterJobMasterProcessRequest, dispatcher_pb2.RegisterJobMasterProcessResponse, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "ReportJobStatus": MethodSpec("ReportJobStatus", "report_job_status", dispatcher_pb2.JobStatusReport, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "GetClusterServices": MethodSpec("GetClusterServices", "get_cluster_services", dispatcher_pb2.GetClusterServicesRequest, dispatcher_pb2.ClusterServices, fenced=True, default_timeout_s=10.0, callers=('client',), large_request=False),
+    "ListAttemptLogs": MethodSpec("ListAttemptLogs", "list_attempt_logs", jobs_pb2.ListAttemptLogsRequest, jobs_pb2.AttemptLogIndex, fenced=True, default_timeout_s=10.0, callers=('client',), large_request=False),
+    "GetAttemptLog": MethodSpec("GetAttemptLog", "get_attempt_log", jobs_pb2.GetAttemptLogRequest, jobs_pb2.AttemptLogChunk, fenced=True, default_timeout_s=10.0, callers=('client',), large_request=False),
     "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
     "GetLeaderSession": MethodSpec("GetLeaderSession", "get_leader_session", common_pb2.GetLeaderSessionRequest, common_pb2.LeaderSession, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
 }
@@ -120,6 +122,22 @@ class DispatcherClient:
         reply = await self._call(spec, request, timeout, fencing_token)
         return cast(dispatcher_pb2.ClusterServices, reply)
 
+    async def list_attempt_logs(
+        self, request: jobs_pb2.ListAttemptLogsRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> jobs_pb2.AttemptLogIndex:
+        spec = self.METHODS["ListAttemptLogs"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(jobs_pb2.AttemptLogIndex, reply)
+
+    async def get_attempt_log(
+        self, request: jobs_pb2.GetAttemptLogRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> jobs_pb2.AttemptLogChunk:
+        spec = self.METHODS["GetAttemptLog"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(jobs_pb2.AttemptLogChunk, reply)
+
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, *, timeout: float | None = None,
         fencing_token: str | None = None,
@@ -166,6 +184,12 @@ class DispatcherServicer(Servicer):
 
     async def get_cluster_services(self, request: dispatcher_pb2.GetClusterServicesRequest, context: CallContext) -> dispatcher_pb2.ClusterServices:
         return await self._unimplemented("GetClusterServices")
+
+    async def list_attempt_logs(self, request: jobs_pb2.ListAttemptLogsRequest, context: CallContext) -> jobs_pb2.AttemptLogIndex:
+        return await self._unimplemented("ListAttemptLogs")
+
+    async def get_attempt_log(self, request: jobs_pb2.GetAttemptLogRequest, context: CallContext) -> jobs_pb2.AttemptLogChunk:
+        return await self._unimplemented("GetAttemptLog")
 
     async def get_service_info(self, request: common_pb2.GetServiceInfoRequest, context: CallContext) -> common_pb2.ServiceInfo:
         return await self._unimplemented("GetServiceInfo")
@@ -564,6 +588,8 @@ TASKEXECUTORGATEWAY_METHODS: dict[str, MethodSpec] = {
     "HeartbeatFromJobMaster": MethodSpec("HeartbeatFromJobMaster", "heartbeat_from_job_master", task_executor_pb2.TaskExecutorJobHeartbeatRequest, task_executor_pb2.AllocatedSlotReport, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "DisconnectJobMaster": MethodSpec("DisconnectJobMaster", "disconnect_job_master", task_executor_pb2.DisconnectJobMasterFromTaskExecutorRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "DisconnectResourceManager": MethodSpec("DisconnectResourceManager", "disconnect_resource_manager", task_executor_pb2.TaskExecutorDisconnectResourceManagerRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('resource-manager',), large_request=False),
+    "ListAttemptLogs": MethodSpec("ListAttemptLogs", "list_attempt_logs", jobs_pb2.ListAttemptLogsRequest, jobs_pb2.AttemptLogIndex, fenced=False, default_timeout_s=10.0, callers=('dispatcher',), large_request=False),
+    "GetAttemptLog": MethodSpec("GetAttemptLog", "get_attempt_log", jobs_pb2.GetAttemptLogRequest, jobs_pb2.AttemptLogChunk, fenced=False, default_timeout_s=10.0, callers=('dispatcher',), large_request=False),
     "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
 }
 
@@ -662,6 +688,22 @@ class TaskExecutorClient:
         reply = await self._call(spec, request, timeout, fencing_token)
         return cast(common_pb2.Empty, reply)
 
+    async def list_attempt_logs(
+        self, request: jobs_pb2.ListAttemptLogsRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> jobs_pb2.AttemptLogIndex:
+        spec = self.METHODS["ListAttemptLogs"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(jobs_pb2.AttemptLogIndex, reply)
+
+    async def get_attempt_log(
+        self, request: jobs_pb2.GetAttemptLogRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> jobs_pb2.AttemptLogChunk:
+        spec = self.METHODS["GetAttemptLog"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(jobs_pb2.AttemptLogChunk, reply)
+
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, *, timeout: float | None = None,
         fencing_token: str | None = None,
@@ -703,6 +745,12 @@ class TaskExecutorServicer(Servicer):
 
     async def disconnect_resource_manager(self, request: task_executor_pb2.TaskExecutorDisconnectResourceManagerRequest, context: CallContext) -> common_pb2.Empty:
         return await self._unimplemented("DisconnectResourceManager")
+
+    async def list_attempt_logs(self, request: jobs_pb2.ListAttemptLogsRequest, context: CallContext) -> jobs_pb2.AttemptLogIndex:
+        return await self._unimplemented("ListAttemptLogs")
+
+    async def get_attempt_log(self, request: jobs_pb2.GetAttemptLogRequest, context: CallContext) -> jobs_pb2.AttemptLogChunk:
+        return await self._unimplemented("GetAttemptLog")
 
     async def get_service_info(self, request: common_pb2.GetServiceInfoRequest, context: CallContext) -> common_pb2.ServiceInfo:
         return await self._unimplemented("GetServiceInfo")

@@ -120,3 +120,81 @@ class HostedJob(_message.Message):
     status: _common_pb2.JobStatus
     job_master_session_id: str
     def __init__(self, job_id: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., job_master_session_id: _Optional[str] = ...) -> None: ...
+
+class AttemptLogRef(_message.Message):
+    __slots__ = ("job_id", "vertex_id", "vertex_name", "subtask_index", "attempt_number", "job_master_epoch", "attempt_id", "task_executor")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    VERTEX_ID_FIELD_NUMBER: _ClassVar[int]
+    VERTEX_NAME_FIELD_NUMBER: _ClassVar[int]
+    SUBTASK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    vertex_id: str
+    vertex_name: str
+    subtask_index: int
+    attempt_number: int
+    job_master_epoch: int
+    attempt_id: str
+    task_executor: str
+    def __init__(self, job_id: _Optional[str] = ..., vertex_id: _Optional[str] = ..., vertex_name: _Optional[str] = ..., subtask_index: _Optional[int] = ..., attempt_number: _Optional[int] = ..., job_master_epoch: _Optional[int] = ..., attempt_id: _Optional[str] = ..., task_executor: _Optional[str] = ...) -> None: ...
+
+class ListAttemptLogsRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class AttemptLogIndex(_message.Message):
+    __slots__ = ("logs",)
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    logs: _containers.RepeatedCompositeFieldContainer[AttemptLogRef]
+    def __init__(self, logs: _Optional[_Iterable[_Union[AttemptLogRef, _Mapping]]] = ...) -> None: ...
+
+class GetAttemptLogRequest(_message.Message):
+    __slots__ = ("job_id", "vertex", "subtask_index", "attempt_number", "offset", "max_bytes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    VERTEX_FIELD_NUMBER: _ClassVar[int]
+    SUBTASK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    vertex: str
+    subtask_index: int
+    attempt_number: int
+    offset: int
+    max_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., vertex: _Optional[str] = ..., subtask_index: _Optional[int] = ..., attempt_number: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class AttemptLogChunk(_message.Message):
+    __slots__ = ("ref", "text", "offset", "next_offset", "dropped_bytes", "first_offset", "ended")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    ref: AttemptLogRef
+    text: str
+    offset: int
+    next_offset: int
+    dropped_bytes: int
+    first_offset: int
+    ended: bool
+    def __init__(self, ref: _Optional[_Union[AttemptLogRef, _Mapping]] = ..., text: _Optional[str] = ..., offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., dropped_bytes: _Optional[int] = ..., first_offset: _Optional[int] = ..., ended: _Optional[bool] = ...) -> None: ...
+
+class ArchivedJob(_message.Message):
+    __slots__ = ("result", "plan", "logs", "archived_at")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    LOGS_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_AT_FIELD_NUMBER: _ClassVar[int]
+    result: JobResult
+    plan: _common_pb2.JobGraph
+    logs: AttemptLogIndex
+    archived_at: float
+    def __init__(self, result: _Optional[_Union[JobResult, _Mapping]] = ..., plan: _Optional[_Union[_common_pb2.JobGraph, _Mapping]] = ..., logs: _Optional[_Union[AttemptLogIndex, _Mapping]] = ..., archived_at: _Optional[float] = ...) -> None: ...

@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from sparkmill.common.v1 import common_pb2 as sparkmill_dot_v1_dot_common__pb2
+from sparkmill.common.v1 import jobs_pb2 as sparkmill_dot_v1_dot_jobs__pb2
 from sparkmill.common.v1 import options_pb2 as sparkmill_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n sparkmill/v1/task_executor.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\x1a\x1asparkmill/v1/options.proto\"\xec\x01\n\x1eTaskExecutorRequestSlotRequest\x12\x12\n\nslot_index\x18\x01 \x01(\x05\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x15\n\rallocation_id\x18\x03 \x01(\t\x12\x37\n\x10resource_profile\x18\x04 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\x12\x1a\n\x12job_master_address\x18\x05 \x01(\t\x12\x1b\n\x13resource_manager_id\x18\x06 \x01(\t\x12\x1d\n\x15job_master_session_id\x18\x07 \x01(\t\"y\n\x0eInputPartition\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x18\n\x10partition_number\x18\x02 \x01(\x05\x12\x1b\n\x13producer_attempt_id\x18\x03 \x01(\t\x12\x1c\n\x14producer_resource_id\x18\x04 \x01(\t\"\xe4\x01\n\tInputGate\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x32\n\x07pattern\x18\x02 \x01(\x0e\x32!.sparkmill.v1.DistributionPattern\x12\x13\n\x0bpartitioner\x18\x03 \x01(\t\x12\x30\n\npartitions\x18\x04 \x03(\x0b\x32\x1c.sparkmill.v1.InputPartition\x12\x1c\n\x14producer_parallelism\x18\x05 \x01(\x05\x12\x16\n\x0eshared_gate_id\x18\x06 \x01(\t\x12\x12\n\ngeneration\x18\x07 \x01(\x03\"\xf7\x03\n\x18TaskDeploymentDescriptor\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x11\n\tvertex_id\x18\x03 \x01(\t\x12\x13\n\x0bvertex_name\x18\x04 \x01(\t\x12\x15\n\rsubtask_index\x18\x05 \x01(\x05\x12\x13\n\x0bparallelism\x18\x06 \x01(\x05\x12\x12\n\nattempt_id\x18\x07 \x01(\t\x12\x16\n\x0e\x61ttempt_number\x18\x08 \x01(\x05\x12\x15\n\rallocation_id\x18\t \x01(\t\x12,\n\x08operator\x18\n \x01(\x0b\x32\x1a.sparkmill.v1.OperatorSpec\x12\'\n\x06inputs\x18\x0b \x03(\x0b\x32\x17.sparkmill.v1.InputGate\x12\x1c\n\x14produced_dataset_ids\x18\x0c \x03(\t\x12\x16\n\x0evertex_version\x18\r \x01(\x05\x12I\n\njob_config\x18\x0e \x03(\x0b\x32\x35.sparkmill.v1.TaskDeploymentDescriptor.JobConfigEntry\x12\x18\n\x10job_master_epoch\x18\x0f \x01(\x03\x1a\x30\n\x0eJobConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"d\n\x11SubmitTaskRequest\x12\x33\n\x03tdd\x18\x01 \x01(\x0b\x32&.sparkmill.v1.TaskDeploymentDescriptor\x12\x1a\n\x12job_master_address\x18\x02 \x01(\t\"D\n\x12SubmitTasksRequest\x12.\n\x05tasks\x18\x01 \x03(\x0b\x32\x1f.sparkmill.v1.SubmitTaskRequest\"I\n\x0bRefusedTask\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\"A\n\x13SubmitTasksResponse\x12*\n\x07refused\x18\x01 \x03(\x0b\x32\x19.sparkmill.v1.RefusedTask\"7\n\x11\x43\x61ncelTaskRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\"G\n\x0f\x46reeSlotRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rallocation_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\"D\n\x1fTaskExecutorJobHeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tsender_id\x18\x02 \x01(\t\"o\n\x13\x41llocatedSlotReport\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\x12\'\n\x05slots\x18\x02 \x03(\x0b\x32\x18.sparkmill.v1.SlotStatus\x12\x1a\n\x12hosted_attempt_ids\x18\x03 \x03(\t\"K\n*DisconnectJobMasterFromTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x63\x61use\x18\x02 \x01(\t\"=\n,TaskExecutorDisconnectResourceManagerRequest\x12\r\n\x05\x63\x61use\x18\x01 \x01(\t2\xc5\x08\n\x13TaskExecutorGateway\x12j\n\x0bRequestSlot\x12,.sparkmill.v1.TaskExecutorRequestSlotRequest\x1a\x13.sparkmill.v1.Empty\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12Z\n\nSubmitTask\x12\x1f.sparkmill.v1.SubmitTaskRequest\x1a\x13.sparkmill.v1.Empty\"\x16\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\xa0\xb5\x18\x01\x12j\n\x0bSubmitTasks\x12 .sparkmill.v1.SubmitTasksRequest\x1a!.sparkmill.v1.SubmitTasksResponse\"\x16\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\xa0\xb5\x18\x01\x12V\n\nCancelTask\x12\x1f.sparkmill.v1.CancelTaskRequest\x1a\x13.sparkmill.v1.Empty\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12R\n\x08\x46reeSlot\x12\x1d.sparkmill.v1.FreeSlotRequest\x1a\x13.sparkmill.v1.Empty\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12r\n\x1cHeartbeatFromResourceManager\x12\x1e.sparkmill.v1.HeartbeatRequest\x1a\x18.sparkmill.v1.SlotReport\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12~\n\x16HeartbeatFromJobMaster\x12-.sparkmill.v1.TaskExecutorJobHeartbeatRequest\x1a!.sparkmill.v1.AllocatedSlotReport\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12x\n\x13\x44isconnectJobMaster\x12\x38.sparkmill.v1.DisconnectJobMasterFromTaskExecutorRequest\x1a\x13.sparkmill.v1.Empty\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12\x86\x01\n\x19\x44isconnectResourceManager\x12:.sparkmill.v1.TaskExecutorDisconnectResourceManagerRequest\x1a\x13.sparkmill.v1.Empty\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12W\n\x0eGetServiceInfo\x12#.sparkmill.v1.GetServiceInfoRequest\x1a\x19.sparkmill.v1.ServiceInfo\"\x05\x9a\xb5\x18\x01*b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n sparkmill/v1/task_executor.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\x1a\x17sparkmill/v1/jobs.proto\x1a\x1asparkmill/v1/options.proto\"\xec\x01\n\x1eTaskExecutorRequestSlotRequest\x12\x12\n\nslot_index\x18\x01 \x01(\x05\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x15\n\rallocation_id\x18\x03 \x01(\t\x12\x37\n\x10resource_profile\x18\x04 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\x12\x1a\n\x12job_master_address\x18\x05 \x01(\t\x12\x1b\n\x13resource_manager_id\x18\x06 \x01(\t\x12\x1d\n\x15job_master_session_id\x18\x07 \x01(\t\"y\n\x0eInputPartition\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x18\n\x10partition_number\x18\x02 \x01(\x05\x12\x1b\n\x13producer_attempt_id\x18\x03 \x01(\t\x12\x1c\n\x14producer_resource_id\x18\x04 \x01(\t\"\xe4\x01\n\tInputGate\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x32\n\x07pattern\x18\x02 \x01(\x0e\x32!.sparkmill.v1.DistributionPattern\x12\x13\n\x0bpartitioner\x18\x03 \x01(\t\x12\x30\n\npartitions\x18\x04 \x03(\x0b\x32\x1c.sparkmill.v1.InputPartition\x12\x1c\n\x14producer_parallelism\x18\x05 \x01(\x05\x12\x16\n\x0eshared_gate_id\x18\x06 \x01(\t\x12\x12\n\ngeneration\x18\x07 \x01(\x03\"\xf7\x03\n\x18TaskDeploymentDescriptor\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x11\n\tvertex_id\x18\x03 \x01(\t\x12\x13\n\x0bvertex_name\x18\x04 \x01(\t\x12\x15\n\rsubtask_index\x18\x05 \x01(\x05\x12\x13\n\x0bparallelism\x18\x06 \x01(\x05\x12\x12\n\nattempt_id\x18\x07 \x01(\t\x12\x16\n\x0e\x61ttempt_number\x18\x08 \x01(\x05\x12\x15\n\rallocation_id\x18\t \x01(\t\x12,\n\x08operator\x18\n \x01(\x0b\x32\x1a.sparkmill.v1.OperatorSpec\x12\'\n\x06inputs\x18\x0b \x03(\x0b\x32\x17.sparkmill.v1.InputGate\x12\x1c\n\x14produced_dataset_ids\x18\x0c \x03(\t\x12\x16\n\x0evertex_version\x18\r \x01(\x05\x12I\n\njob_config\x18\x0e \x03(\x0b\x32\x35.sparkmill.v1.TaskDeploymentDescriptor.JobConfigEntry\x12\x18\n\x10job_master_epoch\x18\x0f \x01(\x03\x1a\x30\n\x0eJobConfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"d\n\x11SubmitTaskRequest\x12\x33\n\x03tdd\x18\x01 \x01(\x0b\x32&.sparkmill.v1.TaskDeploymentDescriptor\x12\x1a\n\x12job_master_address\x18\x02 \x01(\t\"D\n\x12SubmitTasksRequest\x12.\n\x05tasks\x18\x01 \x03(\x0b\x32\x1f.sparkmill.v1.SubmitTaskRequest\"I\n\x0bRefusedTask\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\"A\n\x13SubmitTasksResponse\x12*\n\x07refused\x18\x01 \x03(\x0b\x32\x19.sparkmill.v1.RefusedTask\"7\n\x11\x43\x61ncelTaskRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x12\n\nattempt_id\x18\x02 \x01(\t\"G\n\x0f\x46reeSlotRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x15\n\rallocation_id\x18\x02 \x01(\t\x12\r\n\x05\x63\x61use\x18\x03 \x01(\t\"D\n\x1fTaskExecutorJobHeartbeatRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tsender_id\x18\x02 \x01(\t\"o\n\x13\x41llocatedSlotReport\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\x12\'\n\x05slots\x18\x02 \x03(\x0b\x32\x18.sparkmill.v1.SlotStatus\x12\x1a\n\x12hosted_attempt_ids\x18\x03 \x03(\t\"K\n*DisconnectJobMasterFromTaskExecutorRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05\x63\x61use\x18\x02 \x01(\t\"=\n,TaskExecutorDisconnectResourceManagerRequest\x12\r\n\x05\x63\x61use\x18\x01 \x01(\t2\x91\n\n\x13TaskExecutorGateway\x12j\n\x0bRequestSlot\x12,.sparkmill.v1.TaskExecutorRequestSlotRequest\x1a\x13.sparkmill.v1.Empty\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12Z\n\nSubmitTask\x12\x1f.sparkmill.v1.SubmitTaskRequest\x1a\x13.sparkmill.v1.Empty\"\x16\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\xa0\xb5\x18\x01\x12j\n\x0bSubmitTasks\x12 .sparkmill.v1.SubmitTasksRequest\x1a!.sparkmill.v1.SubmitTasksResponse\"\x16\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\xa0\xb5\x18\x01\x12V\n\nCancelTask\x12\x1f.sparkmill.v1.CancelTaskRequest\x1a\x13.sparkmill.v1.Empty\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12R\n\x08\x46reeSlot\x12\x1d.sparkmill.v1.FreeSlotRequest\x1a\x13.sparkmill.v1.Empty\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12r\n\x1cHeartbeatFromResourceManager\x12\x1e.sparkmill.v1.HeartbeatRequest\x1a\x18.sparkmill.v1.SlotReport\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12~\n\x16HeartbeatFromJobMaster\x12-.sparkmill.v1.TaskExecutorJobHeartbeatRequest\x1a!.sparkmill.v1.AllocatedSlotReport\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12x\n\x13\x44isconnectJobMaster\x12\x38.sparkmill.v1.DisconnectJobMasterFromTaskExecutorRequest\x1a\x13.sparkmill.v1.Empty\"\x12\x88\xb5\x18\x01\x9a\xb5\x18\njob-master\x12\x86\x01\n\x19\x44isconnectResourceManager\x12:.sparkmill.v1.TaskExecutorDisconnectResourceManagerRequest\x1a\x13.sparkmill.v1.Empty\"\x18\x88\xb5\x18\x01\x9a\xb5\x18\x10resource-manager\x12\x66\n\x0fListAttemptLogs\x12$.sparkmill.v1.ListAttemptLogsRequest\x1a\x1d.sparkmill.v1.AttemptLogIndex\"\x0e\x9a\xb5\x18\ndispatcher\x12\x62\n\rGetAttemptLog\x12\".sparkmill.v1.GetAttemptLogRequest\x1a\x1d.sparkmill.v1.AttemptLogChunk\"\x0e\x9a\xb5\x18\ndispatcher\x12W\n\x0eGetServiceInfo\x12#.sparkmill.v1.GetServiceInfoRequest\x1a\x19.sparkmill.v1.ServiceInfo\"\x05\x9a\xb5\x18\x01*b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -53,38 +54,42 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKEXECUTORGATEWAY'].methods_by_name['DisconnectJobMaster']._serialized_options = b'\210\265\030\001\232\265\030\njob-master'
   _globals['_TASKEXECUTORGATEWAY'].methods_by_name['DisconnectResourceManager']._loaded_options = None
   _globals['_TASKEXECUTORGATEWAY'].methods_by_name['DisconnectResourceManager']._serialized_options = b'\210\265\030\001\232\265\030\020resource-manager'
+  _globals['_TASKEXECUTORGATEWAY'].methods_by_name['ListAttemptLogs']._loaded_options = None
+  _globals['_TASKEXECUTORGATEWAY'].methods_by_name['ListAttemptLogs']._serialized_options = b'\232\265\030\ndispatcher'
+  _globals['_TASKEXECUTORGATEWAY'].methods_by_name['GetAttemptLog']._loaded_options = None
+  _globals['_TASKEXECUTORGATEWAY'].methods_by_name['GetAttemptLog']._serialized_options = b'\232\265\030\ndispatcher'
   _globals['_TASKEXECUTORGATEWAY'].methods_by_name['GetServiceInfo']._loaded_options = None
   _globals['_TASKEXECUTORGATEWAY'].methods_by_name['GetServiceInfo']._serialized_options = b'\232\265\030\001*'
-  _globals['_TASKEXECUTORREQUESTSLOTREQUEST']._serialized_start=106
-  _globals['_TASKEXECUTORREQUESTSLOTREQUEST']._serialized_end=342
-  _globals['_INPUTPARTITION']._serialized_start=344
-  _globals['_INPUTPARTITION']._serialized_end=465
-  _globals['_INPUTGATE']._serialized_start=468
-  _globals['_INPUTGATE']._serialized_end=696
-  _globals['_TASKDEPLOYMENTDESCRIPTOR']._serialized_start=699
-  _globals['_TASKDEPLOYMENTDESCRIPTOR']._serialized_end=1202
-  _globals['_TASKDEPLOYMENTDESCRIPTOR_JOBCONFIGENTRY']._serialized_start=1154
-  _globals['_TASKDEPLOYMENTDESCRIPTOR_JOBCONFIGENTRY']._serialized_end=1202
-  _globals['_SUBMITTASKREQUEST']._serialized_start=1204
-  _globals['_SUBMITTASKREQUEST']._serialized_end=1304
-  _globals['_SUBMITTASKSREQUEST']._serialized_start=1306
-  _globals['_SUBMITTASKSREQUEST']._serialized_end=1374
-  _globals['_REFUSEDTASK']._serialized_start=1376
-  _globals['_REFUSEDTASK']._serialized_end=1449
-  _globals['_SUBMITTASKSRESPONSE']._serialized_start=1451
-  _globals['_SUBMITTASKSRESPONSE']._serialized_end=1516
-  _globals['_CANCELTASKREQUEST']._serialized_start=1518
-  _globals['_CANCELTASKREQUEST']._serialized_end=1573
-  _globals['_FREESLOTREQUEST']._serialized_start=1575
-  _globals['_FREESLOTREQUEST']._serialized_end=1646
-  _globals['_TASKEXECUTORJOBHEARTBEATREQUEST']._serialized_start=1648
-  _globals['_TASKEXECUTORJOBHEARTBEATREQUEST']._serialized_end=1716
-  _globals['_ALLOCATEDSLOTREPORT']._serialized_start=1718
-  _globals['_ALLOCATEDSLOTREPORT']._serialized_end=1829
-  _globals['_DISCONNECTJOBMASTERFROMTASKEXECUTORREQUEST']._serialized_start=1831
-  _globals['_DISCONNECTJOBMASTERFROMTASKEXECUTORREQUEST']._serialized_end=1906
-  _globals['_TASKEXECUTORDISCONNECTRESOURCEMANAGERREQUEST']._serialized_start=1908
-  _globals['_TASKEXECUTORDISCONNECTRESOURCEMANAGERREQUEST']._serialized_end=1969
-  _globals['_TASKEXECUTORGATEWAY']._serialized_start=1972
-  _globals['_TASKEXECUTORGATEWAY']._serialized_end=3065
+  _globals['_TASKEXECUTORREQUESTSLOTREQUEST']._serialized_start=131
+  _globals['_TASKEXECUTORREQUESTSLOTREQUEST']._serialized_end=367
+  _globals['_INPUTPARTITION']._serialized_start=369
+  _globals['_INPUTPARTITION']._serialized_end=490
+  _globals['_INPUTGATE']._serialized_start=493
+  _globals['_INPUTGATE']._serialized_end=721
+  _globals['_TASKDEPLOYMENTDESCRIPTOR']._serialized_start=724
+  _globals['_TASKDEPLOYMENTDESCRIPTOR']._serialized_end=1227
+  _globals['_TASKDEPLOYMENTDESCRIPTOR_JOBCONFIGENTRY']._serialized_start=1179
+  _globals['_TASKDEPLOYMENTDESCRIPTOR_JOBCONFIGENTRY']._serialized_end=1227
+  _globals['_SUBMITTASKREQUEST']._serialized_start=1229
+  _globals['_SUBMITTASKREQUEST']._serialized_end=1329
+  _globals['_SUBMITTASKSREQUEST']._serialized_start=1331
+  _globals['_SUBMITTASKSREQUEST']._serialized_end=1399
+  _globals['_REFUSEDTASK']._serialized_start=1401
+  _globals['_REFUSEDTASK']._serialized_end=1474
+  _globals['_SUBMITTASKSRESPONSE']._serialized_start=1476
+  _globals['_SUBMITTASKSRESPONSE']._serialized_end=1541
+  _globals['_CANCELTASKREQUEST']._serialized_start=1543
+  _globals['_CANCELTASKREQUEST']._serialized_end=1598
+  _globals['_FREESLOTREQUEST']._serialized_start=1600
+  _globals['_FREESLOTREQUEST']._serialized_end=1671
+  _globals['_TASKEXECUTORJOBHEARTBEATREQUEST']._serialized_start=1673
+  _globals['_TASKEXECUTORJOBHEARTBEATREQUEST']._serialized_end=1741
+  _globals['_ALLOCATEDSLOTREPORT']._serialized_start=1743
+  _globals['_ALLOCATEDSLOTREPORT']._serialized_end=1854
+  _globals['_DISCONNECTJOBMASTERFROMTASKEXECUTORREQUEST']._serialized_start=1856
+  _globals['_DISCONNECTJOBMASTERFROMTASKEXECUTORREQUEST']._serialized_end=1931
+  _globals['_TASKEXECUTORDISCONNECTRESOURCEMANAGERREQUEST']._serialized_start=1933
+  _globals['_TASKEXECUTORDISCONNECTRESOURCEMANAGERREQUEST']._serialized_end=1994
+  _globals['_TASKEXECUTORGATEWAY']._serialized_start=1997
+  _globals['_TASKEXECUTORGATEWAY']._serialized_end=3294
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from sparkmill.common.v1 import common_pb2 as _common_pb2
+from sparkmill.common.v1 import jobs_pb2 as _jobs_pb2
 from sparkmill.common.v1 import options_pb2 as _options_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor

@@ -51,6 +51,8 @@ from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.common.v1.gateways import DispatcherServicer
 from sparkmill.services.dispatcher import job_listing, job_recovery
+from sparkmill.services.dispatcher.attempt_logs import TaskExecutorLogs
+from sparkmill.services.dispatcher.job_history import JobHistory
 from sparkmill.services.dispatcher.job_master_processes import JobMasterProcesses
 from sparkmill.services.dispatcher.job_placement import (
     JobMasterProcessRecord,
@@ -83,6 +85,7 @@ class Dispatcher(DispatcherServicer):
         identity: ServiceIdentity,
         job_master_contenders: job_recovery.ContenderCount | None = None,
         job_leader: JobLeaderLookup | None = None,
+        task_executor_logs: TaskExecutorLogs | None = None,
     ) -> None:
         self.settings = settings
         # Who leads a job according to the HA services (None: not known without HA).
@@ -99,6 +102,9 @@ class Dispatcher(DispatcherServicer):
         self.jobs: dict[JobID, JobRecord] = {}
         self.processes = JobMasterProcesses(settings, clients, identity.id, self._lose_process)
         self.submitted_total = 0
+        # The job history (ended jobs, kept past jobstore.expiration-time and restarts) and the
+        # task executors' attempt logs.
+        self.history = JobHistory(self, settings, task_executor_logs)
 
     @property
     def heartbeats(self) -> HeartbeatManager:
@@ -109,12 +115,14 @@ class Dispatcher(DispatcherServicer):
 
     async def start(self) -> None:
         self.heartbeats.start()
+        await self.history.start()
         self.runtime.spawn(self._expire_jobs_periodically(), "job-expiry")
         await self.election.start(self)
 
     async def stop(self) -> None:
         await self.election.stop()
         await self.heartbeats.stop()
+        await self.history.stop()
 
     async def grant_leadership(self, session_id: str) -> None:
         self.session_id = session_id
@@ -156,6 +164,7 @@ class Dispatcher(DispatcherServicer):
                 continue
             self.jobs[job_id] = job_recovery.recovered_job(graph)
             log.info("recovered job %s ('%s') from the job graph store", short(job_id), graph.name)
+        await self.history.recover()
 
     async def _fail_unrecoverable(self, lost: UnrecoverableJobGraph) -> None:
         """A stored job whose graph cannot be read back: FAILED, with the reason, for good.
@@ -189,6 +198,7 @@ class Dispatcher(DispatcherServicer):
     async def _clean_up(self, job_id: JobID) -> None:
         await self.runtime.run_blocking(self.job_store.remove, job_id)
         await self.runtime.run_blocking(self.result_store.mark_clean, job_id)
+        self.history.job_ended(job_id)
 
     def _end_recovery_grace(self) -> None:
         job_recovery.end_recovery_grace(self.jobs.values())
@@ -460,10 +470,7 @@ class Dispatcher(DispatcherServicer):
     def _job(self, job_id: str) -> JobRecord:
         job = self.jobs.get(JobID(job_id))
         if job is None:
-            raise NotFoundError(
-                f"no job {job_id} (finished jobs are kept for "
-                f"{self.settings.job_store_expiration_s:g}s)"
-            )
+            raise NotFoundError(f"no job {job_id} ({self.history.retention_note()})")
         return job
 
     async def list_jobs(
@@ -560,6 +567,17 @@ class Dispatcher(DispatcherServicer):
     ) -> common_pb2.ServiceInfo:
         return self.identity.info(is_leader=self.session_id is not None)
 
+    async def list_attempt_logs(
+        self, request: jobs_pb2.ListAttemptLogsRequest, context: CallContext
+    ) -> jobs_pb2.AttemptLogIndex:
+        return await self.history.attempt_logs(self._job(request.job_id).job_id)
+
+    async def get_attempt_log(
+        self, request: jobs_pb2.GetAttemptLogRequest, context: CallContext
+    ) -> jobs_pb2.AttemptLogChunk:
+        self._job(request.job_id)
+        return await self.history.attempt_log(request)
+
     async def get_leader_session(
         self, request: common_pb2.GetLeaderSessionRequest, context: CallContext
     ) -> common_pb2.LeaderSession:
@@ -570,6 +588,9 @@ class Dispatcher(DispatcherServicer):
             await asyncio.sleep(min(60.0, max(1.0, self.settings.job_store_expiration_s / 10)))
             horizon = time.time() - self.settings.job_store_expiration_s
             for job_id in [
-                j.job_id for j in self.jobs.values() if j.terminal and j.ended_at < horizon
+                j.job_id
+                for j in self.jobs.values()
+                if j.terminal and j.ended_at < horizon and not self.history.keeps(j.job_id)
             ]:
                 del self.jobs[job_id]
+            await self.history.expire()

@@ -96,6 +96,14 @@ class DispatcherGatewayLike(Protocol):
 
     def job_graph(self, job_id: str) -> common_pb2.JobGraph: ...
 
+    async def list_attempt_logs(
+        self, request: jobs_pb2.ListAttemptLogsRequest, context: CallContext
+    ) -> jobs_pb2.AttemptLogIndex: ...
+
+    async def get_attempt_log(
+        self, request: jobs_pb2.GetAttemptLogRequest, context: CallContext
+    ) -> jobs_pb2.AttemptLogChunk: ...
+
 
 class ClusterView(Protocol):
     """What the REST API needs to know beyond the dispatcher's own state."""
@@ -204,6 +212,14 @@ class RestApi:
             self._route("GET", job + "/exceptions", Action.READ_JOB, self._exceptions),
             self._route("GET", job + "/execution-result", Action.READ_JOB, self._result),
             self._route("GET", job + r"/vertices/(?P<vertex>[^/]+)", Action.READ_JOB, self._vertex),
+            self._route("GET", job + "/logs", Action.READ_JOB, self._logs),
+            self._route(
+                "GET",
+                job + r"/vertices/(?P<vertex>[^/]+)/subtasks/(?P<subtask>\d+)"
+                r"/attempts/(?P<attempt>\d+|latest)/log",
+                Action.READ_JOB,
+                self._attempt_log,
+            ),
         ]
 
     @staticmethod
@@ -400,6 +416,33 @@ class RestApi:
                 )
         raise HttpError(404, f"job {params['job']} has no vertex {params['vertex']}")
 
+    async def _logs(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        index = await self.gateway.list_attempt_logs(
+            jobs_pb2.ListAttemptLogsRequest(job_id=params["job"]), self._context()
+        )
+        return HttpResponse.json(200, rest_json.attempt_logs_json(index))
+
+    async def _attempt_log(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
+        offset = _int_query(request, "offset", -64 * 1024)
+        max_bytes = _int_query(request, "max_bytes", 256 * 1024)
+        if not 0 < max_bytes <= 1024 * 1024:
+            raise HttpError(400, f"max_bytes={max_bytes} is not from 1 to 1048576")
+        attempt = params["attempt"]
+        chunk = await self.gateway.get_attempt_log(
+            jobs_pb2.GetAttemptLogRequest(
+                job_id=params["job"],
+                vertex=params["vertex"],
+                subtask_index=int(params["subtask"]),
+                attempt_number=-1 if attempt == "latest" else int(attempt),
+                offset=offset,
+                max_bytes=max_bytes,
+            ),
+            self._context(),
+        )
+        if request.query.get("format") == "text":
+            return HttpResponse(200, chunk.text.encode(), "text/plain; charset=utf-8")
+        return HttpResponse.json(200, rest_json.attempt_log_json(chunk))
+
     async def _result(self, request: HttpRequest, params: dict[str, str]) -> HttpResponse:
         details = await self._details(params["job"])
         if rest_json.job_state(details.status) not in rest_json.TERMINAL_JOB_STATES:
@@ -461,6 +504,16 @@ def submitted_graph_bytes(request: HttpRequest) -> bytes:
         f"unsupported Content-Type {request.content_type or '(none)'!r}; send "
         'application/x-protobuf (the JobGraph bytes) or application/json ({"jobGraph": base64})',
     )
+
+
+def _int_query(request: HttpRequest, name: str, default: int) -> int:
+    raw = request.query.get(name, "")
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise HttpError(400, f"{name}={raw[:40]!r} is not an integer") from None
 
 
 def _refused(refusal: Refusal, **extra: Any) -> HttpResponse:

@@ -354,3 +354,38 @@ def overview_json(
         "jobs-cancelled": states.count(JobStatus.CANCELED.name),
         "jobs-failed": states.count(JobStatus.FAILED.name),
     }
+
+
+# -- attempt logs ---------------------------------------------------------------------------------
+
+
+def attempt_log_ref_json(ref: jobs_pb2.AttemptLogRef) -> dict[str, Any]:
+    return {
+        "vertex-id": ref.vertex_id,
+        "vertex-name": ref.vertex_name,
+        "subtask": ref.subtask_index,
+        "attempt": ref.attempt_number,
+        "job-master-epoch": ref.job_master_epoch,
+        "attempt-id": ref.attempt_id,
+        "taskmanager-id": ref.task_executor,
+        "url": (
+            f"/v1/jobs/{ref.job_id}/vertices/{ref.vertex_id}/subtasks/{ref.subtask_index}"
+            f"/attempts/{ref.attempt_number}/log"
+        ),
+    }
+
+
+def attempt_logs_json(index: jobs_pb2.AttemptLogIndex) -> dict[str, Any]:
+    return {"logs": [attempt_log_ref_json(ref) for ref in index.logs]}
+
+
+def attempt_log_json(chunk: jobs_pb2.AttemptLogChunk) -> dict[str, Any]:
+    return {
+        **attempt_log_ref_json(chunk.ref),
+        "text": chunk.text,
+        "offset": chunk.offset,
+        "next-offset": chunk.next_offset,
+        "dropped-bytes": chunk.dropped_bytes,
+        "first-offset": chunk.first_offset,
+        "ended": chunk.ended,
+    }

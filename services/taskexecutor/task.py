@@ -27,11 +27,13 @@ from sparkmill.common.core.errors import (
     classify_task_exception,
 )
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID
+from sparkmill.common.core.log_tail import LOG_TAIL_LINES, with_log_tail
 from sparkmill.common.core.partitions import InputGateInfo
 from sparkmill.common.core.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
 from sparkmill.common.deployment.descriptor import SharedGateKey, TaskDeployment
 from sparkmill.common.deployment.state_update import LostPartition, TaskFailure
 from sparkmill.common.v1 import task_executor_pb2
+from sparkmill.services.taskexecutor import attempt_logs
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,27 @@ class Task:
             self._loop.call_soon_threadsafe(self._apply, state, failure, outcome)
 
     def _run(self) -> None:
+        store = attempt_logs.installed()
+        if store is None:
+            self._run_attempt(None)
+            return
+        with store.bind(self._log_key()):
+            self._run_attempt(store)
+
+    def _log_key(self) -> attempt_logs.AttemptKey:
+        return attempt_logs.AttemptKey(
+            job_id=self.tdd.job_id,
+            vertex_id=self.tdd.vertex_id,
+            vertex_name=self.tdd.vertex_name,
+            subtask_index=self.tdd.subtask_index,
+            attempt_number=self.tdd.attempt_number,
+            job_master_epoch=self.tdd.job_master_epoch,
+            attempt_id=self.tdd.attempt_id,
+        )
+
+    def _run_attempt(self, store: attempt_logs.AttemptLogStore | None) -> None:
+        # The lifecycle lines go to the task executor's log and (bound) to the attempt's own.
+        log.info("%s (%s) deploying", self.name, self.tdd.attempt_id[:8])
         try:
             self._post(ExecutionState.INITIALIZING)
             invokable = self._factory()
@@ -148,14 +171,19 @@ class Task:
             if self.context.cancelled.is_set():
                 raise TaskCancelledError("cancelled before it started running")
             self._post(ExecutionState.RUNNING)
+            log.info("%s running", self.name)
             outcome = invokable.invoke(self.context)
             if self.context.cancelled.is_set():
                 raise TaskCancelledError("cancelled while running")
+            log.info("%s finished", self.name)
             self._post(ExecutionState.FINISHED, outcome=outcome)
         except BaseException as exc:
             if self.context.cancelled.is_set():
+                log.info("%s canceled", self.name)
                 self._post(ExecutionState.CANCELED)
             else:
+                log.warning("%s failed: %s: %s", self.name, type(exc).__name__, exc, exc_info=True)
+                tail = store.tail(self._log_key(), LOG_TAIL_LINES) if store is not None else []
                 kind = classify_task_exception(exc)
                 failure = TaskFailure(
                     # UNAVAILABLE: this executor's environment failed, not the task's code, so
@@ -165,7 +193,7 @@ class Task:
                     else ErrorCode.INTERNAL,
                     type(exc).__name__,
                     str(exc),
-                    traceback.format_exc(),
+                    with_log_tail(traceback.format_exc(), tail),
                     lost_partitions(exc),
                     suppress_restarts=kind is ThrowableType.NON_RECOVERABLE,
                 )

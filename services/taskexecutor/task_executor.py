@@ -54,12 +54,18 @@ from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
     common_pb2,
     job_master_pb2,
+    jobs_pb2,
     resource_manager_pb2,
     task_executor_pb2,
 )
 from sparkmill.common.v1.gateways import (
     JobMasterClient,
     TaskExecutorServicer,
+)
+from sparkmill.services.taskexecutor.attempt_log_service import (
+    get_attempt_log,
+    list_attempt_logs,
+    start_attempt_logs,
 )
 from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.job_connection import JobConnection, job_id_of, offer_slots
@@ -138,6 +144,7 @@ class TaskExecutor(TaskExecutorServicer):
         )
         self.slot_table.start(_TableActions(self))
         install_task_services(self.task_services, self.settings, self.runtime)
+        start_attempt_logs(self.task_services, self.settings, self.resource_id, self.runtime)
         self.heartbeats.start()
         self.rm_link.start()
         await self.rm_retrieval.start(self.rm_link.on_leader)
@@ -566,6 +573,20 @@ class TaskExecutor(TaskExecutorServicer):
         self, request: common_pb2.GetServiceInfoRequest, context: CallContext
     ) -> common_pb2.ServiceInfo:
         return self.identity.info()
+
+    async def list_attempt_logs(
+        self, request: jobs_pb2.ListAttemptLogsRequest, context: CallContext
+    ) -> jobs_pb2.AttemptLogIndex:
+        return await self.runtime.run_blocking(
+            list_attempt_logs, self.task_services, self.resource_id, request
+        )
+
+    async def get_attempt_log(
+        self, request: jobs_pb2.GetAttemptLogRequest, context: CallContext
+    ) -> jobs_pb2.AttemptLogChunk:
+        return await self.runtime.run_blocking(
+            get_attempt_log, self.task_services, self.resource_id, request
+        )
 
 
 class _TableActions:

@@ -27,6 +27,8 @@ def install_task_services(
         ui_enabled=ui_enabled,
         conf=conf,
         warm_up=settings.spark_session_warm_up,
+        # Each slot is a FAIR pool (and so is each lane of a task without a slot index).
+        slots=settings.number_of_slots,
     )
     services[SERVICE_KEY] = manager
     if settings.spark_session_start == "eager":

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkmill.cli import keys
+from sparkmill.cli import job_logs, keys
 from sparkmill.cli.exit_codes import EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from sparkmill.cli.options import SubParsers, add_config_options
 from sparkmill.cli.output import (
@@ -93,6 +93,7 @@ def add_parsers(sub: SubParsers[argparse.ArgumentParser]) -> None:
         p.add_argument("job_id", metavar="JOB_ID", help="the job's id (see jobs list)")
         p.add_argument("--json", action="store_true", help=JSON_HELP)
         add_config_options(p)
+    job_logs.add_parser(jobs_sub)
 
 
 def submit(
@@ -142,6 +143,8 @@ def job_duration(result: Any, *, waited: float) -> float:
 def jobs(client: ClusterClient, args: argparse.Namespace) -> int:
     if args.action == "list":
         return _list(client, as_json=args.json)
+    if args.action == "logs":
+        return job_logs.logs(client, args)
     if args.action == "status":
         details = client.status(args.job_id)
         if args.json:

@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any
 
+from sparkmill.common.core.log_tail import split_log_tail
 from sparkmill.common.core.states import (
     JobStatus,
     execution_state_name,
@@ -148,6 +149,11 @@ def print_details(details: jobs_pb2.JobDetails) -> None:
                 f" on {e.task_executor[:8] or '-'}: {e.error.exception_type or 'error'}: "
                 f"{e.error.message.splitlines()[0] if e.error.message else ''}"
             )
+            _, tail = split_log_tail(e.error.details)
+            if tail:
+                print("    last lines of the attempt's log (sparkmill jobs logs for all):")
+                for line in tail:
+                    print(f"      {line}")
 
 
 class Progress:

@@ -46,6 +46,7 @@ class TestingGateway:
         self.submitted: list[common_pb2.JobGraph] = []
         self.status = common_pb2.RUNNING
         self.list_requests: list[dispatcher_pb2.ListJobsRequest] = []
+        self.log_requests: list[jobs_pb2.GetAttemptLogRequest] = []
 
     def _check(self, job_id: str) -> None:
         if job_id != JOB:
@@ -109,6 +110,26 @@ class TestingGateway:
         return dispatcher_pb2.ClusterServices(
             dispatcher=common_pb2.ServiceInfo(role="dispatcher", id="d1", is_leader=True)
         )
+
+    async def list_attempt_logs(
+        self, request: jobs_pb2.ListAttemptLogsRequest, context: CallContext
+    ) -> jobs_pb2.AttemptLogIndex:
+        self._check(request.job_id)
+        index = jobs_pb2.AttemptLogIndex()
+        index.logs.add(job_id=JOB, vertex_id="v1", vertex_name="read", task_executor="te1")
+        return index
+
+    async def get_attempt_log(
+        self, request: jobs_pb2.GetAttemptLogRequest, context: CallContext
+    ) -> jobs_pb2.AttemptLogChunk:
+        self._check(request.job_id)
+        self.log_requests.append(request)
+        if request.vertex != "v1":
+            raise NotFoundError(f"no log of {request.vertex}")
+        chunk = jobs_pb2.AttemptLogChunk(text="line one\nline two\n", offset=10, next_offset=28)
+        chunk.ref.job_id, chunk.ref.vertex_id = JOB, "v1"
+        chunk.dropped_bytes = 10
+        return chunk
 
     def job_graph(self, job_id: str) -> common_pb2.JobGraph:
         self._check(job_id)
@@ -520,3 +541,38 @@ def test_members_urls_reach_the_dashboard_only_when_they_are_http() -> None:
     )
     document = service_json(info)
     assert document["metrics-url"] == "" and document["rest-url"] == "http://ok:1"
+
+
+# -- attempt logs --------------------------------------------------------------------------------
+
+
+def test_attempt_log_index_links_each_attempts_log() -> None:
+    api, _ = _api()
+    response, document = _call(api, "GET", f"/v1/jobs/{JOB}/logs")
+    assert response.status == 200
+    [entry] = document["logs"]
+    assert entry["vertex-name"] == "read" and entry["taskmanager-id"] == "te1"
+    assert entry["url"] == f"/v1/jobs/{JOB}/vertices/v1/subtasks/0/attempts/0/log"
+
+
+def test_attempt_log_passes_the_attempt_and_offset_and_reports_dropped_bytes() -> None:
+    api, gateway = _api()
+    target = f"/v1/jobs/{JOB}/vertices/v1/subtasks/2/attempts/latest/log?offset=0&max_bytes=100"
+    response, document = _call(api, "GET", target)
+    assert response.status == 200
+    assert document["text"] == "line one\nline two\n"
+    assert (document["offset"], document["next-offset"], document["dropped-bytes"]) == (10, 28, 10)
+    [sent] = gateway.log_requests
+    assert (sent.subtask_index, sent.attempt_number, sent.offset, sent.max_bytes) == (2, -1, 0, 100)
+
+
+def test_attempt_log_as_plain_text_and_errors() -> None:
+    api, _ = _api()
+    base = f"/v1/jobs/{JOB}/vertices/v1/subtasks/0/attempts/3/log"
+    response, _ = _call(api, "GET", base + "?format=text")
+    assert response.status == 200 and response.body == b"line one\nline two\n"
+    assert response.content_type.startswith("text/plain")
+    missing, _ = _call(api, "GET", f"/v1/jobs/{JOB}/vertices/v9/subtasks/0/attempts/0/log")
+    assert missing.status == 404
+    bad, document = _call(api, "GET", base + "?offset=abc")
+    assert bad.status == 400 and "offset" in document["errors"][0]

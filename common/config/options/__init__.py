@@ -3,8 +3,8 @@
 Keys and defaults follow Apache Flink's where the concept exists, so a Flink operator finds
 familiar names; like Flink's ``*Options`` classes, each area has its own module:
 :mod:`.rpc`, :mod:`.cluster`, :mod:`.jobs`, :mod:`.high_availability`, :mod:`.metrics`,
-:mod:`.rest` and :mod:`.data_plane`. Every option is also importable from this package
-(``from sparkmill.common.config import options as opt; opt.HEARTBEAT_TIMEOUT``).
+:mod:`.rest`, :mod:`.data_plane` and :mod:`.history`. Every option is also importable from
+this package (``from sparkmill.common.config import options as opt; opt.HEARTBEAT_TIMEOUT``).
 ``docs/configuration.md`` is generated from the groups below by ``scripts/gen_config_docs.py``
 (run it after changing an option).
 
@@ -18,6 +18,7 @@ from sparkmill.common.config.options.cluster import *  # noqa: F403
 from sparkmill.common.config.options.data_plane import *  # noqa: F403
 from sparkmill.common.config.options.data_plane import SPARK_CONF
 from sparkmill.common.config.options.high_availability import *  # noqa: F403
+from sparkmill.common.config.options.history import *  # noqa: F403
 from sparkmill.common.config.options.jobs import *  # noqa: F403
 from sparkmill.common.config.options.metrics import *  # noqa: F403
 from sparkmill.common.config.options.metrics import METRICS_LABELS
@@ -36,6 +37,7 @@ _DOCS_ORDER = (
     "Metrics",
     "REST API and web dashboard",
     "Data plane",
+    "Task logs and job history",
     "Logging",
 )
 if sorted(g.title for g in DECLARED_GROUPS) != sorted(_DOCS_ORDER):

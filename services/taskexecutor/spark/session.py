@@ -87,8 +87,10 @@ class SparkSessionManager:
         ui_enabled: bool = False,
         conf: dict[str, str] | None = None,
         warm_up: bool = True,
+        slots: int = 0,
     ) -> None:
         self.master = master
+        self.slots = slots
         self.warm_up = warm_up
         self.conf = jdbc_driver_conf(
             {**default_spark_conf(master, app_name, ui_enabled), **(conf or {})}
@@ -139,7 +141,10 @@ class SparkSessionManager:
             from pyspark.sql import SparkSession
 
             builder = SparkSession.builder
-            for key, value in self.conf.items():
+            conf = dict(self.conf)
+            if self.slots > 0 and "spark.scheduler.allocation.file" not in conf:
+                conf["spark.scheduler.allocation.file"] = fair_pools_file(self.slots)
+            for key, value in conf.items():
                 builder = builder.config(key, value)
             session = builder.getOrCreate()
             session.sparkContext.setLogLevel("WARN")
@@ -220,6 +225,24 @@ class SparkSessionManager:
                 log.info("Spark session stopped")
             except Exception:
                 log.exception("stopping the Spark session failed")
+
+
+def fair_pools_file(slots: int) -> str:
+    """A fair-scheduler allocation file declaring the pools ``slot-0`` .. ``slot-N-1`` (equal
+    weights, FAIR inside each): Spark warns about every pool it finds undeclared otherwise."""
+    import tempfile
+
+    pools = "".join(
+        f'  <pool name="slot-{i}"><schedulingMode>FAIR</schedulingMode><weight>1</weight>'
+        "<minShare>0</minShare></pool>\n"
+        for i in range(slots)
+    )
+    xml = f'<?xml version="1.0"?>\n<allocations>\n{pools}</allocations>\n'
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="sparkmill-fairscheduler-", suffix=".xml", delete=False
+    ) as out:
+        out.write(xml)
+    return f"file://{out.name}"
 
 
 def _warm_up(session: Any) -> None:

@@ -1,0 +1,409 @@
+"""Per-attempt logs of a task executor (what Flink's TaskManager log gives per task, per attempt).
+
+While an attempt's thread runs, everything it logs through Python's ``logging`` and everything
+it writes to ``sys.stdout`` / ``sys.stderr`` is kept in that attempt's log, besides going where
+it went before (the task executor's own log). The capture is by *thread*: the task's thread
+is bound to its attempt for as long as it runs (:meth:`AttemptLogStore.bind`). So it captures
+the pipeline's ``transform`` functions and what builds the DataFrames, and the task's lifecycle
+lines; it does **not** capture threads the user's code starts itself, nor Spark's Python
+worker processes (UDFs run there: their output goes to the Spark executor's stderr, i.e. the
+task executor's own log, unattributed).
+
+Each attempt's log is capped (``taskmanager.log.attempt.max-size``): past the cap the oldest
+lines are dropped and the reader is told how many bytes were dropped. Offsets count every byte
+the attempt ever wrote, so a follower reading from an offset never sees a line twice.
+
+Logs are files under ``taskmanager.log.attempt.dir`` (``<job id>/<attempt>.log`` plus a
+``.meta`` JSON): a restarted task executor still serves the logs of the attempts it ran, and a
+job's logs are removed ``taskmanager.log.attempt.retention`` after their last line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import shutil
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+log = logging.getLogger(__name__)
+
+_FORMAT = logging.Formatter(
+    "%(asctime)s.%(msecs)03d %(levelname)-5s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"
+)
+_SAFE = str.maketrans({c: "_" for c in "/\\:\0"})
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptKey:
+    """One attempt of one subtask; attempt numbers start again under a JobMaster that took the
+    job over, so (job_master_epoch, attempt_number) orders them."""
+
+    job_id: str
+    vertex_id: str
+    vertex_name: str
+    subtask_index: int
+    attempt_number: int
+    job_master_epoch: int
+    attempt_id: str
+
+    @property
+    def file_stem(self) -> str:
+        stem = (
+            f"{self.vertex_id}-{self.subtask_index}-e{self.job_master_epoch}-a{self.attempt_number}"
+        )
+        return stem.translate(_SAFE)
+
+    def order(self) -> tuple[int, int]:
+        return (self.job_master_epoch, self.attempt_number)
+
+
+@dataclass
+class LogChunk:
+    key: AttemptKey
+    text: str
+    offset: int  # where ``text`` starts (bytes since the attempt's first line)
+    next_offset: int  # where the next read continues
+    dropped_bytes: int  # bytes between the requested offset and ``offset`` no longer kept
+    first_offset: int  # the oldest byte still kept
+    ended: bool
+    updated_at: float
+
+
+@dataclass
+class _Live:
+    """The log of an attempt that runs (or ran since this process started)."""
+
+    key: AttemptKey
+    path: Path
+    max_bytes: int
+    lines: deque[bytes] = field(default_factory=deque)
+    kept: int = 0  # bytes in ``lines``
+    start: int = 0  # offset of lines[0]
+    file_start: int = 0  # offset of the file's first byte
+    file_bytes: int = 0
+    ended: bool = False
+    updated_at: float = 0.0
+    partial: dict[str, str] = field(default_factory=dict)  # unfinished stdout/stderr lines
+
+    @property
+    def end(self) -> int:
+        return self.start + self.kept
+
+
+class AttemptLogStore:
+    """Every attempt log of this task executor; thread-safe (task threads append, the event
+    loop reads)."""
+
+    def __init__(self, directory: Path, max_bytes: int, retention_s: float) -> None:
+        self.directory = directory
+        self.max_bytes = max(1024, max_bytes)
+        self.retention_s = retention_s
+        self._lock = threading.Lock()
+        self._live: dict[AttemptKey, _Live] = {}
+        self._bound: dict[int, _Live] = {}  # thread ident -> the attempt it runs
+
+    # -- writing (task threads) ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def bind(self, key: AttemptKey) -> Iterator[None]:
+        """Capture what the calling thread logs and prints into ``key``'s log until exit."""
+        entry = self._open(key)
+        ident = threading.get_ident()
+        with self._lock:
+            self._bound[ident] = entry
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._bound.pop(ident, None)
+                for stream in list(entry.partial):
+                    self._append_locked(entry, entry.partial.pop(stream))
+                entry.ended = True
+                self._write_meta_locked(entry)
+
+    def bound(self) -> bool:
+        return threading.get_ident() in self._bound
+
+    def write_line(self, line: str) -> None:
+        """Append ``line`` to the log of the attempt the calling thread runs (if any)."""
+        with self._lock:
+            entry = self._bound.get(threading.get_ident())
+            if entry is not None:
+                self._append_locked(entry, line)
+
+    def write_stream(self, stream: str, text: str) -> bool:
+        """A ``write()`` to stdout/stderr from the calling thread; False if it runs no attempt."""
+        with self._lock:
+            entry = self._bound.get(threading.get_ident())
+            if entry is None:
+                return False
+            pending = entry.partial.get(stream, "") + text
+            *complete, rest = pending.split("\n")
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            for line in complete:
+                self._append_locked(entry, f"{stamp} {stream}: {line}")
+            if rest:
+                entry.partial[stream] = rest
+            else:
+                entry.partial.pop(stream, None)
+            return True
+
+    def _open(self, key: AttemptKey) -> _Live:
+        job_dir = self.directory / key.job_id.translate(_SAFE)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        path = job_dir / f"{key.file_stem}.log"
+        entry = _Live(key, path, self.max_bytes, updated_at=time.time())
+        path.write_bytes(b"")
+        with self._lock:
+            self._live[key] = entry
+            self._write_meta_locked(entry)
+        return entry
+
+    def _append_locked(self, entry: _Live, line: str) -> None:
+        data = (line.rstrip("\n") + "\n").encode("utf-8", "replace")
+        if len(data) > entry.max_bytes:  # one huge line: keep its end
+            data = b"...[cut]" + data[-(entry.max_bytes - 8) :]
+        entry.lines.append(data)
+        entry.kept += len(data)
+        while entry.kept > entry.max_bytes:
+            dropped = entry.lines.popleft()
+            entry.kept -= len(dropped)
+            entry.start += len(dropped)
+        entry.updated_at = time.time()
+        try:
+            if entry.file_bytes + len(data) > 2 * entry.max_bytes:
+                # Rewrite the file with what the cap keeps (rarely: once per cap's worth).
+                entry.path.write_bytes(b"".join(entry.lines))
+                entry.file_start, entry.file_bytes = entry.start, entry.kept
+                self._write_meta_locked(entry)
+            else:
+                with entry.path.open("ab") as out:
+                    out.write(data)
+                entry.file_bytes += len(data)
+        except OSError:
+            pass  # the log is best effort: a full disk must not fail the task
+
+    def _write_meta_locked(self, entry: _Live) -> None:
+        key = entry.key
+        meta = {
+            "job_id": key.job_id,
+            "vertex_id": key.vertex_id,
+            "vertex_name": key.vertex_name,
+            "subtask_index": key.subtask_index,
+            "attempt_number": key.attempt_number,
+            "job_master_epoch": key.job_master_epoch,
+            "attempt_id": key.attempt_id,
+            "file_start": entry.file_start,
+            "ended": entry.ended,
+        }
+        with contextlib.suppress(OSError):
+            entry.path.with_suffix(".meta").write_text(json.dumps(meta))
+
+    # -- reading (event loop) --------------------------------------------------------------------
+
+    def attempts(self, job_id: str) -> list[AttemptKey]:
+        """Every attempt of ``job_id`` with a log here, oldest first."""
+        keys = {k for k in self._snapshot_keys() if k.job_id == job_id}
+        job_dir = self.directory / job_id.translate(_SAFE)
+        for meta in sorted(job_dir.glob("*.meta")) if job_dir.is_dir() else ():
+            found = _read_meta(meta)
+            if found is not None:
+                keys.add(found[0])
+        return sorted(keys, key=lambda k: (k.vertex_name, k.subtask_index, k.order()))
+
+    def read(self, key: AttemptKey, offset: int, max_bytes: int) -> LogChunk:
+        """Up to ``max_bytes`` from ``offset`` (negative: the last ``-offset`` bytes)."""
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is not None:
+                data = b"".join(entry.lines)
+                start, ended, updated = entry.start, entry.ended, entry.updated_at
+            else:
+                data, start, ended, updated = self._read_file(key)
+        end = start + len(data)
+        if offset < 0:
+            offset = max(start, end + offset)
+        begin = min(max(offset, start), end)
+        piece = data[begin - start : begin - start + max(0, max_bytes)]
+        if begin - start + len(piece) < len(data):  # do not split a line
+            cut = piece.rfind(b"\n")
+            piece = piece[: cut + 1] if cut >= 0 else piece
+        return LogChunk(
+            key=key,
+            text=piece.decode("utf-8", "replace"),
+            offset=begin,
+            next_offset=begin + len(piece),
+            dropped_bytes=max(0, start - offset),
+            first_offset=start,
+            ended=ended,
+            updated_at=updated,
+        )
+
+    def tail(self, key: AttemptKey, lines: int) -> list[str]:
+        with self._lock:
+            entry = self._live.get(key)
+            kept = list(entry.lines)[-lines:] if entry is not None else []
+        return [line.decode("utf-8", "replace").rstrip("\n") for line in kept]
+
+    def _snapshot_keys(self) -> list[AttemptKey]:
+        with self._lock:
+            return list(self._live)
+
+    def _read_file(self, key: AttemptKey) -> tuple[bytes, int, bool, float]:
+        path = self.directory / key.job_id.translate(_SAFE) / f"{key.file_stem}.log"
+        found = _read_meta(path.with_suffix(".meta"))
+        file_start, ended = (found[1], found[2]) if found else (0, True)
+        try:
+            data = path.read_bytes()
+            updated = path.stat().st_mtime
+        except OSError:
+            return b"", 0, True, 0.0
+        if len(data) > self.max_bytes:  # the file may hold up to twice the cap: apply it
+            cut = data.find(b"\n", len(data) - self.max_bytes)
+            skip = cut + 1 if cut >= 0 else len(data) - self.max_bytes
+            data, file_start = data[skip:], file_start + skip
+        return data, file_start, ended, updated
+
+    # -- retention -------------------------------------------------------------------------------
+
+    def sweep(self, now: float | None = None) -> list[str]:
+        """Remove the logs of every job whose last line is older than the retention; the ids
+        of the removed jobs."""
+        now = time.time() if now is None else now
+        removed: list[str] = []
+        if not self.directory.is_dir():
+            return removed
+        running = {k.job_id for k in self._snapshot_keys_running()}
+        for job_dir in self.directory.iterdir():
+            if not job_dir.is_dir() or job_dir.name in running:
+                continue
+            try:
+                newest = max((p.stat().st_mtime for p in job_dir.iterdir()), default=0.0)
+            except OSError:
+                continue
+            if now - newest >= self.retention_s:
+                shutil.rmtree(job_dir, ignore_errors=True)
+                with self._lock:
+                    for key in [k for k in self._live if k.job_id == job_dir.name]:
+                        del self._live[key]
+                removed.append(job_dir.name)
+        # Ended attempts need not stay in memory: their file has what the cap keeps.
+        with self._lock:
+            idle = [k for k, e in self._live.items() if e.ended and now - e.updated_at > 60.0]
+            for key in idle:
+                del self._live[key]
+        return removed
+
+    def _snapshot_keys_running(self) -> list[AttemptKey]:
+        with self._lock:
+            return [e.key for e in self._bound.values()]
+
+
+def _read_meta(path: Path) -> tuple[AttemptKey, int, bool] | None:
+    try:
+        meta = json.loads(path.read_text())
+        key = AttemptKey(
+            job_id=str(meta["job_id"]),
+            vertex_id=str(meta["vertex_id"]),
+            vertex_name=str(meta["vertex_name"]),
+            subtask_index=int(meta["subtask_index"]),
+            attempt_number=int(meta["attempt_number"]),
+            job_master_epoch=int(meta["job_master_epoch"]),
+            attempt_id=str(meta["attempt_id"]),
+        )
+        return key, int(meta.get("file_start", 0)), bool(meta.get("ended", True))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# -- process-wide capture --------------------------------------------------------------------
+
+
+class _AttemptHandler(logging.Handler):
+    """Copies every record logged on a bound task thread into its attempt's log."""
+
+    def __init__(self, store: AttemptLogStore) -> None:
+        super().__init__(logging.DEBUG)
+        self.store = store
+        self.setFormatter(_FORMAT)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.store.bound():
+            return
+        try:
+            self.store.write_line(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+class _TeeStream(io.TextIOBase):
+    """sys.stdout / sys.stderr: a bound task thread's writes also go to its attempt's log."""
+
+    def __init__(self, inner: TextIO, store: AttemptLogStore, name: str) -> None:
+        self._inner = inner
+        self._store = store
+        self._name = name
+
+    def write(self, text: str) -> int:
+        self._store.write_stream(self._name, text)
+        return self._inner.write(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._inner, "encoding", "utf-8")
+
+
+_installed: AttemptLogStore | None = None
+
+
+def install(store: AttemptLogStore) -> None:
+    """Capture for ``store`` in this process: the root logger's records from bound threads and
+    bound threads' stdout/stderr writes. Once per process (a second call replaces the store)."""
+    global _installed
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _AttemptHandler)]:
+        root.removeHandler(handler)
+    root.addHandler(_AttemptHandler(store))
+    if not isinstance(sys.stdout, _TeeStream):
+        sys.stdout = _TeeStream(sys.stdout, store, "stdout")
+    if not isinstance(sys.stderr, _TeeStream):
+        sys.stderr = _TeeStream(sys.stderr, store, "stderr")
+    _installed = store
+
+
+def installed() -> AttemptLogStore | None:
+    """The store this process captures into (None outside a task executor)."""
+    return _installed
+
+
+def directory_for(configured: str, fallback_root: str) -> Path:
+    """``taskmanager.log.attempt.dir``, or ``attempt-logs`` under ``fallback_root``."""
+    return Path(configured) if configured else Path(fallback_root) / "attempt-logs"
+
+
+__all__ = [
+    "AttemptKey",
+    "AttemptLogStore",
+    "LogChunk",
+    "directory_for",
+    "install",
+    "installed",
+]
