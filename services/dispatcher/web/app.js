@@ -270,11 +270,45 @@ function subtasksTable(job) {
         el("td", { class: "mono" }, shortId(st["taskmanager-id"]) || "–"),
         el("td", {}, time(st["start-time"])),
         el("td", {}, time(st["end-time"])),
-        el("td", {}, duration(st.duration))));
+        el("td", {}, duration(st.duration)),
+        el("td", {}, logLinks(job.jid, vertex, st))));
     }
   }
   return table(["Vertex", "Subtask", "Status", "Attempt", "Task executor", "Started", "Ended",
-    "Duration"], rows, { id: "subtasks-table" });
+    "Duration", "Logs"], rows, { id: "subtasks-table" });
+}
+
+// One log link per attempt of the subtask (#0 .. the current one).
+function logLinks(jid, vertex, st) {
+  const links = [];
+  for (let a = 0; a <= (st.attempt || 0); a += 1) {
+    links.push(link(`#/jobs/${jid}/logs/${vertex.id}/${st.subtask}/${a}`, `#${a}`), " ");
+  }
+  return el("span", { class: "log-links" }, links);
+}
+
+async function renderLog(view, jid, vid, subtask, attempt) {
+  const path = `jobs/${jid}/vertices/${vid}/subtasks/${subtask}/attempts/${attempt}/log`;
+  let body;
+  try {
+    const chunk = await api(`${path}?offset=-262144`);
+    body = [
+      chunk["dropped-bytes"] || chunk["first-offset"]
+        ? el("p", { class: "muted" }, `(older lines not shown: the log starts at byte `
+          + `${chunk.offset}; the size cap dropped ${chunk["first-offset"]} bytes)`) : null,
+      el("pre", { id: "attempt-log", class: "log" }, chunk.text || "(empty)"),
+      el("p", { class: "muted" }, chunk.ended ? "The attempt has ended." : "The attempt runs; "
+        + "this page refreshes."),
+    ];
+  } catch (error) {
+    body = [el("p", { class: "failure", id: "attempt-log-error" }, error.message)];
+  }
+  return [
+    el("p", {}, link(`#/jobs/${jid}`, "← job")),
+    el("h1", {}, `Log of subtask ${Number(subtask) + 1}, attempt #${attempt}`),
+    el("p", { class: "mono muted" }, `vertex ${vid}`),
+    ...body,
+  ];
 }
 
 function exceptionsView(exceptions) {
@@ -320,8 +354,25 @@ function layout(nodes) {
   return { columns, level };
 }
 
+// Records and bytes in a short form: 1234567 -> "1.2M", bytes -> "1.2 MB".
+function amount(n, unit) {
+  const steps = unit === "B" ? ["B", "KB", "MB", "GB", "TB"] : ["", "k", "M", "G", "T"];
+  let value = Number(n) || 0, i = 0;
+  while (value >= 1000 && i < steps.length - 1) { value /= unit === "B" ? 1024 : 1000; i += 1; }
+  const text = i === 0 ? String(Math.round(value)) : value.toFixed(value < 10 ? 1 : 0);
+  return unit === "B" ? `${text} ${steps[i]}` : text + steps[i];
+}
+
+// What an edge carries: its partitioner (hash, broadcast, forward, ...) when the plan names one,
+// else its distribution pattern; then the exchange (blocking, pipelined).
+function edgeLabel(input) {
+  const how = input.partitioner
+    || (input.ship_strategy === "ALL_TO_ALL" ? "all-to-all" : "pointwise");
+  return how + (input.exchange ? ` · ${input.exchange.toLowerCase()}` : "");
+}
+
 function drawGraph(job) {
-  const W = 230, H = 104, GAP_X = 150, GAP_Y = 34, PAD = 24;
+  const W = 250, H = 122, GAP_X = 140, GAP_Y = 30, PAD = 24;
   const nodes = job.plan.nodes;
   const vertices = new Map(job.vertices.map((v) => [v.id, v]));
   const { columns } = layout(nodes);
@@ -333,8 +384,11 @@ function drawGraph(job) {
     const offset = (height - (column.length * H + (column.length - 1) * GAP_Y)) / 2;
     column.forEach((n, ri) => pos.set(n.id, { x: PAD + ci * (W + GAP_X), y: offset + ri * (H + GAP_Y) }));
   });
-  const root = svg("svg", { id: "job-graph", width, height, viewBox: `0 0 ${width} ${height}`,
-    role: "img", "aria-label": "job graph" });
+  // Scaled to the box's width (never above its natural size): the whole graph, sink and commit
+  // included, is always in view; a graph too wide to read that way scrolls instead.
+  const root = svg("svg", { id: "job-graph", viewBox: `0 0 ${width} ${height}`,
+    preserveAspectRatio: "xMidYMin meet", role: "img", "aria-label": "job graph",
+    style: `max-width: ${width}px; min-width: ${Math.min(width, 860)}px` });
   root.append(svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5,
     markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
   svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow-head" }))));
@@ -345,14 +399,15 @@ function drawGraph(job) {
       if (!from) continue;
       const x1 = from.x + W, y1 = from.y + H / 2, x2 = to.x - 2, y2 = to.y + H / 2;
       const mx = (x1 + x2) / 2;
-      const label = input.ship_strategy === "ALL_TO_ALL" ? "all-to-all" : "pointwise";
-      root.append(svg("g", { class: "edge", "data-pattern": input.ship_strategy },
+      const label = edgeLabel(input);
+      root.append(svg("g", { class: "edge", "data-pattern": input.ship_strategy,
+        "data-partitioner": input.partitioner || "" },
         svg("path", { d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`,
           class: input.ship_strategy === "ALL_TO_ALL" ? "edge-line all" : "edge-line",
           "marker-end": "url(#arrow)" }),
         // Above the edge's flat start, so labels of edges fanning into one vertex never collide.
         svg("text", { x: x1 + 8, y: y1 - 7, class: "edge-label", "text-anchor": "start" },
-          label + (input.exchange ? ` · ${input.exchange.toLowerCase()}` : ""))));
+          clip(label, 24))));
     }
   }
   for (const node of nodes) {
@@ -363,10 +418,12 @@ function drawGraph(job) {
       "data-state": v.status, transform: `translate(${p.x},${p.y})` });
     g.append(svg("rect", { width: W, height: H, rx: 8, class: "vertex-box" }));
     g.append(svg("rect", { width: 6, height: H, rx: 3, class: "vertex-stripe" }));
-    g.append(svg("text", { x: 16, y: 24, class: "vertex-name" }, clip(node.description, 24)));
+    // The name has the first line to itself (the state is on the second): a long chain name is
+    // clipped, never drawn over the state.
+    g.append(svg("text", { x: 16, y: 24, class: "vertex-name" }, clip(node.description, 28)));
     g.append(svg("text", { x: 16, y: 43, class: "vertex-sub" },
-      `${node.operator || "operator"} · parallelism ${node.parallelism}`));
-    g.append(svg("text", { x: W - 12, y: 24, class: "vertex-state", "text-anchor": "end" }, v.status));
+      `${node.operator || "operator"} · p=${node.parallelism}`));
+    g.append(svg("text", { x: W - 12, y: 43, class: "vertex-state", "text-anchor": "end" }, v.status));
     // A bar of the subtasks' states, then the non-zero counts as text.
     const total = Math.max(1, node.parallelism);
     let x = 16;
@@ -381,8 +438,12 @@ function drawGraph(job) {
     }
     const counts = config.states.execution.filter((s) => (v.tasks || {})[s])
       .map((s) => `${v.tasks[s]} ${s.toLowerCase()}`).join(" · ");
-    g.append(svg("text", { x: 16, y: 88, class: "vertex-counts" }, clip(counts, 34)));
-    g.append(svg("title", {}, `${node.description}\n${counts}`));
+    g.append(svg("text", { x: 16, y: 88, class: "vertex-counts" }, clip(counts, 36)));
+    const m = v.metrics || {};
+    const io = `in ${amount(m["read-records"])} rec · ${amount(m["read-bytes"], "B")}   `
+      + `out ${amount(m["write-records"])} rec · ${amount(m["write-bytes"], "B")}`;
+    g.append(svg("text", { x: 16, y: 108, class: "vertex-io" }, io));
+    g.append(svg("title", {}, `${node.description}\n${counts}\n${io}`));
     root.append(g);
   }
   return root;
@@ -397,6 +458,9 @@ function clip(text, n) {
 function route() {
   const hash = window.location.hash.replace(/^#\/?/, "");
   const parts = hash.split("/").filter(Boolean);
+  if (parts[0] === "jobs" && parts[1] && parts[2] === "logs") {
+    return { nav: "jobs", render: (v) => renderLog(v, parts[1], parts[3], parts[4], parts[5]) };
+  }
   if (parts[0] === "jobs" && parts[1]) return { nav: "jobs", render: (v) => renderJob(v, parts[1]) };
   if (parts[0] === "jobs") return { nav: "jobs", render: renderJobs };
   if (parts[0] === "taskmanagers") return { nav: "taskmanagers", render: renderTaskManagers };

@@ -1,0 +1,135 @@
+"""Attempt logs and the job history as a data engineer uses them (real processes, real Spark).
+
+A pipeline whose ``transform`` logs, prints and then fails: ``sparkmill jobs logs`` shows its
+lines and lifecycle, ``jobs status`` shows its last lines under the root cause, the REST API
+serves the attempt's log with the viewer token. Then the whole cluster stops and starts again
+in the same directory: the ended jobs are still listed, with status, plan and exceptions.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sparkmill as sm
+from sparkmill.client import ClusterClient
+from sparkmill.common.rpc.keys import rest_token_of
+from sparkmill.common.v1 import common_pb2, jobs_pb2
+from tests.integration.conftest import SPARK_SESSIONS, start_local_cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+
+def _noisy(fail: bool) -> Callable[[Any], Any]:
+    def noisy(df: Any) -> Any:
+        import logging
+
+        logging.getLogger("my_pipeline").warning("checking %d columns", len(df.columns))
+        print("transform says hello")
+        if fail:
+            raise ValueError("the input has no 'word' column")
+        return df
+
+    return noisy
+
+
+def pipeline(name: str, out: Path, fail: bool) -> sm.Pipeline:
+    p = sm.Pipeline(name, parallelism=1, config={"restart-strategy.type": "none"})
+    p.range(10).transform(_noisy(fail), name="noisy").write_parquet(str(out))
+    return p
+
+
+def cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparkmill", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def rest(cluster: Any, client: ClusterClient, path: str) -> tuple[int, bytes]:
+    url = client.cluster_status().dispatcher.rest_url
+    token = rest_token_of(cluster.rest_tokens_file, "viewer")
+    request = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        return reply.status, reply.read()
+
+
+def test_logs_of_a_failed_attempt_and_history_after_a_cluster_restart(tmp_path: Path) -> None:
+    directory = tmp_path / "cluster"
+    cluster = start_local_cluster(
+        directory, task_executors=1, slots=2, extra_config=SPARK_SESSIONS, wait_timeout_s=180
+    )
+    try:
+        with ClusterClient.from_config_file(cluster.config_path) as client:
+            failed = client.submit(
+                pipeline("noisy-fails", tmp_path / "a", fail=True).build_job_graph()
+            )
+            result = client.wait(failed, timeout=300)
+            assert result.status == common_pb2.FAILED
+            ok = client.submit(
+                pipeline("noisy-works", tmp_path / "b", fail=False).build_job_graph()
+            )
+            assert client.wait(ok, timeout=300).status == common_pb2.FINISHED
+
+            index = client.attempt_logs(failed)
+            noisy = [r for r in index.logs if "noisy" in r.vertex_name]
+            assert noisy, index
+            chunk = client.attempt_log(
+                jobs_pb2.GetAttemptLogRequest(
+                    job_id=failed, vertex=noisy[0].vertex_name, attempt_number=-1
+                )
+            )
+            assert "WARNING my_pipeline: checking 1 columns" in chunk.text
+            assert "stdout: transform says hello" in chunk.text
+            assert "running" in chunk.text and "failed: ValueError" in chunk.text
+            assert chunk.ended
+
+            logs = cli(cluster.config_path, "jobs", "logs", failed)
+            assert logs.returncode == 0, logs.stderr
+            assert "==> " in logs.stdout and "transform says hello" in logs.stdout
+            one = cli(cluster.config_path, "jobs", "logs", failed, "--vertex", noisy[0].vertex_id)
+            assert "checking 1 columns" in one.stdout, one.stderr
+            status = cli(cluster.config_path, "jobs", "status", failed)
+            assert "last lines of the attempt's log" in status.stdout, status.stdout
+            assert "transform says hello" in status.stdout
+
+            code, body = rest(
+                cluster,
+                client,
+                f"/v1/jobs/{failed}/vertices/{noisy[0].vertex_id}/subtasks/0/attempts/latest/log",
+            )
+            assert code == 200 and "transform says hello" in json.loads(body)["text"]
+        assert not any(
+            "Fair Scheduler configuration" in line and "slot-" in line
+            for line in Path(cluster.log_dir, "task-executor-0.log").read_text().splitlines()
+        ), "Spark warns that the FAIR pools are not declared"
+    finally:
+        cluster.stop()
+    archived = sorted(p.name for p in (directory / "completed-jobs").iterdir())
+    assert archived == sorted([f"{failed}.job", f"{ok}.job"])
+
+    # The whole cluster again, in the same directory: the ended jobs are still there.
+    cluster = start_local_cluster(
+        directory, task_executors=1, slots=2, extra_config=SPARK_SESSIONS, wait_timeout_s=180
+    )
+    try:
+        with ClusterClient.from_config_file(cluster.config_path) as client:
+            listed = {j.job_id: j.status for j in client.list_jobs()}
+            assert listed == {failed: common_pb2.FAILED, ok: common_pb2.FINISHED}
+            details = client.status(failed)
+            assert details.exceptions and "no 'word' column" in details.exceptions[-1].error.message
+            code, body = rest(cluster, client, f"/v1/jobs/{ok}/plan")
+            assert code == 200 and "noisy" in body.decode()
+            listing = cli(cluster.config_path, "jobs", "list")
+            assert failed in listing.stdout and ok in listing.stdout
+    finally:
+        cluster.stop()
