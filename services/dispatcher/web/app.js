@@ -363,10 +363,11 @@ function amount(n, unit) {
   return unit === "B" ? `${text} ${steps[i]}` : text + steps[i];
 }
 
-// What an edge carries: its partitioner (hash, broadcast, forward, ...) when the plan names one,
-// else its distribution pattern; then the exchange (blocking, pipelined).
-function edgeLabel(input) {
-  const how = input.partitioner
+// What an edge carries: into a PySpark vertex, its partitioner (hash, broadcast, forward, ...:
+// what the data plane does); else (test operators, which ignore partitioners) its distribution
+// pattern; then the exchange (blocking, pipelined).
+function edgeLabel(input, consumer) {
+  const how = (consumer.operator === "spark" && input.partitioner)
     || (input.ship_strategy === "ALL_TO_ALL" ? "all-to-all" : "pointwise");
   return how + (input.exchange ? ` · ${input.exchange.toLowerCase()}` : "");
 }
@@ -399,7 +400,7 @@ function drawGraph(job) {
       if (!from) continue;
       const x1 = from.x + W, y1 = from.y + H / 2, x2 = to.x - 2, y2 = to.y + H / 2;
       const mx = (x1 + x2) / 2;
-      const label = edgeLabel(input);
+      const label = edgeLabel(input, node);
       root.append(svg("g", { class: "edge", "data-pattern": input.ship_strategy,
         "data-partitioner": input.partitioner || "" },
         svg("path", { d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`,
