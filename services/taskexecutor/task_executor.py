@@ -76,6 +76,7 @@ from sparkmill.services.taskexecutor.resource_manager_link import (
 from sparkmill.services.taskexecutor.resource_manager_link import ResourceManagerLink
 from sparkmill.services.taskexecutor.shared_gates import Resolved, SharedGateCache
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
+from sparkmill.services.taskexecutor.table_actions import TableActions
 from sparkmill.services.taskexecutor.task import StateListener, Task
 from sparkmill.services.taskexecutor.task_services import close_task_services, install_task_services
 
@@ -142,7 +143,7 @@ class TaskExecutor(TaskExecutorServicer):
         self.slot_table = TaskSlotTable(
             self.settings.number_of_slots, self.total_resources, self.default_slot_profile, timers
         )
-        self.slot_table.start(_TableActions(self))
+        self.slot_table.start(TableActions(self))
         install_task_services(self.task_services, self.settings, self.runtime)
         start_attempt_logs(self.task_services, self.settings, self.resource_id, self.runtime)
         self.heartbeats.start()
@@ -351,7 +352,7 @@ class TaskExecutor(TaskExecutorServicer):
             connection.job_id
         )
 
-    # SlotActions (called by the TaskSlotTable through _TableActions) ----------------------------
+    # SlotActions (called by the TaskSlotTable through TableActions) ----------------------------
 
     def timeout_slot_action(self, allocation_id: AllocationID, ticket: object) -> None:
         if self._table().is_valid_timeout(allocation_id, ticket):
@@ -587,16 +588,3 @@ class TaskExecutor(TaskExecutorServicer):
         return await self.runtime.run_blocking(
             get_attempt_log, self.task_services, self.resource_id, request
         )
-
-
-class _TableActions:
-    """The TaskSlotTable's view of its owner (its ``free_slot`` is not the RPC of that name)."""
-
-    def __init__(self, owner: TaskExecutor) -> None:
-        self._owner = owner
-
-    def free_slot(self, allocation_id: AllocationID) -> None:
-        self._owner.free_slot_action(allocation_id)
-
-    def timeout_slot(self, allocation_id: AllocationID, ticket: object) -> None:
-        self._owner.timeout_slot_action(allocation_id, ticket)

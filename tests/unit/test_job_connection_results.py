@@ -25,7 +25,8 @@ from sparkmill.common.v1 import common_pb2, job_master_pb2, task_executor_pb2
 from sparkmill.common.v1.gateways import TASKEXECUTORGATEWAY_METHODS
 from sparkmill.services.taskexecutor.job_connection import JobConnection
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
-from sparkmill.services.taskexecutor.task_executor import TaskExecutor, _TableActions
+from sparkmill.services.taskexecutor.table_actions import TableActions
+from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 from tests.unit.test_task_executor_job_takeover import NoLeaderRetrieval
 
 JOB = JobID("a" * 32)
@@ -99,7 +100,7 @@ async def _task_executor(
     te.slot_table = TaskSlotTable(
         1, te.total_resources, te.default_slot_profile, AsyncioTimerService()
     )
-    te.slot_table.start(_TableActions(te))
+    te.slot_table.start(TableActions(te))
     await te.request_slot(
         task_executor_pb2.TaskExecutorRequestSlotRequest(
             slot_index=0,

@@ -22,7 +22,8 @@ from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.services.taskexecutor.job_connection import JobConnection
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
-from sparkmill.services.taskexecutor.task_executor import TaskExecutor, _TableActions
+from sparkmill.services.taskexecutor.table_actions import TableActions
+from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 
 JOB = JobID("a" * 32)
 OLD_SESSION, NEW_SESSION = "1" * 32, "2" * 32
@@ -79,7 +80,7 @@ def test_a_new_job_masters_slot_request_frees_the_old_slots_and_keeps_the_new_on
         te.slot_table = TaskSlotTable(
             2, te.total_resources, te.default_slot_profile, AsyncioTimerService()
         )
-        te.slot_table.start(_TableActions(te))
+        te.slot_table.start(TableActions(te))
         old, new = AllocationID("b" * 32), AllocationID("c" * 32)
         try:
             await te.request_slot(_request(old, OLD_SESSION, OLD_JM, 0), None)  # type: ignore[arg-type]
