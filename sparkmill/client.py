@@ -58,6 +58,10 @@ class ClusterView:
         return len(self.job_master_process_infos)
 
 
+HA_CONTACT_TIMEOUT_S = 30.0
+"""The first-contact bound with ZooKeeper HA: longer than a leader (or ZooKeeper) failover."""
+
+
 class ClusterClient:
     """``contact_timeout``: until the cluster has answered once, no call waits longer than
     this (a command line must say at once that nothing runs at the configured addresses);
@@ -74,6 +78,10 @@ class ClusterClient:
         from sparkmill.common.ha.factory import create_ha_services
 
         self.settings = settings
+        if contact_timeout is not None and settings.ha_mode == "zookeeper":
+            # With ZooKeeper a running cluster can be between leaders (or its ensemble between
+            # leaders) for a while: wait out such a failover before saying nothing answers.
+            contact_timeout = max(contact_timeout, HA_CONTACT_TIMEOUT_S)
         self._contact_timeout = contact_timeout
         self._answered = False
         self._ha_config = ha_config

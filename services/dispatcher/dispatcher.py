@@ -405,6 +405,16 @@ class Dispatcher(DispatcherServicer):
                     short(request.process_id),
                 )
             elif job is not None and not job.terminal and hosted.job_master_session_id:
+                leader = await self._job_leader(job.job_id) if self._job_leader else None
+                if leader is not None and leader.session_id != hosted.job_master_session_id:
+                    # A JobMaster deposed while its process was cut off (another one leads
+                    # the job now): adopting it would restart a job that is running elsewhere.
+                    log.info(
+                        "job %s: the JobMaster in process %s no longer leads it; not adopted",
+                        short(hosted.job_id),
+                        short(request.process_id),
+                    )
+                    continue
                 # It survived our leader change: adopt it instead of starting it again.
                 job.session_id = hosted.job_master_session_id
                 hosted_status = JobStatus(hosted.status)

@@ -268,7 +268,9 @@ def test_a_running_job_is_listed_drawn_and_turns_finished(browser: Any, base: st
         return found[0] if found else ""
 
     _wait(browser, lambda: state("read orders") == "RUNNING", what="sources running")
-    assert _text(browser, "#job-state") == "RUNNING"
+    # The job's state comes from the JobMaster's reports, the vertices' from its details: the
+    # report may reach the dispatcher a poll later than the details show a running task.
+    _wait(browser, lambda: _text(browser, "#job-state") == "RUNNING", what="the job running")
     _wait(browser, lambda: state("join") == "RUNNING", what="the join running")
     assert state("read orders") == "FINISHED"
     assert "2 finished" in " ".join(_texts(browser, f"{vertices} .vertex-counts"))

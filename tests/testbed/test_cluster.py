@@ -193,12 +193,13 @@ def test_a_client_without_an_admitted_key_is_refused(
     stranger.write_text(yaml.safe_dump(config))
     listing = bed.sparkmill("jobs", "list", "--json", timeout=120, config=stranger)
     assert listing.returncode != 0, listing.stdout
-    print(f"\nstranger's jobs list: exit {listing.returncode}: {listing.stderr.strip()[-400:]}")
-    assert "key" in listing.stderr and "admitted" in listing.stderr, listing.stderr
+    said = listing.stdout + listing.stderr  # with --json the error is a JSON document on stdout
+    print(f"\nstranger's jobs list: exit {listing.returncode}: {said.strip()[-400:]}")
+    assert "key" in said and "admitted" in said, said
     output = bed.shared / "work" / "wordcount-stranger"
     submitted = _submit(bed, output, timeout=180, config=stranger)
     assert submitted.returncode != 0, submitted.stdout
-    assert "admitted" in submitted.stderr, submitted.stderr
+    assert "admitted" in submitted.stdout + submitted.stderr, submitted.stderr
     assert not output.exists()
     # The operator's key still gets in, and the stranger's job is nowhere.
     result = bed.sparkmill("jobs", "list", "--json", timeout=120)
