@@ -167,18 +167,47 @@ def _cli_json(running: RunningCluster, *args: str) -> Any:
     return json.loads(out.stdout)
 
 
+def dashboard_variables() -> dict[str, str]:
+    """Grafana's built-in variables plus the dashboard's own, each as "All" selects it."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    values = dict(GRAFANA_VARIABLES)
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable["type"] != "query":
+            continue
+        # A multi-value variable's "All" must be a regex, or `=~"$var"` matches nothing.
+        assert variable.get("includeAll") and variable.get("allValue") == ".*", variable["name"]
+        values["${" + variable["name"] + "}"] = ".*"
+        values["$" + variable["name"]] = ".*"
+    # Longest first, so `$__rate_interval` is not cut by a shorter name.
+    return dict(sorted(values.items(), key=lambda item: -len(item[0])))
+
+
+def dashboard_variable_queries() -> list[tuple[str, str]]:
+    """(variable, PromQL) whose series feed each query variable's drop-down."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    found = []
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable["type"] == "query":
+            definition = variable["query"]["query"]
+            match = re.fullmatch(r"label_values\((\w+), *(\w+)\)", definition)
+            assert match, f"{variable['name']}: unexpected query {definition}"
+            found.append((variable["name"], f"count by ({match[2]}) ({match[1]})"))
+    return found
+
+
 def dashboard_expressions() -> list[tuple[str, str]]:
     """(panel title, PromQL with Grafana's variables substituted) for every panel target."""
     dashboard = json.loads(DASHBOARD.read_text())
+    variables = dashboard_variables()
     found = []
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
             expr = target["expr"]
-            for variable, value in GRAFANA_VARIABLES.items():
+            for variable, value in variables.items():
                 expr = expr.replace(variable, value)
             assert "$" not in expr, f"unknown variable in {panel['title']}: {expr}"
             found.append((panel["title"], expr))
-    return found
+    return found + [(f"variable {name}", query) for name, query in dashboard_variable_queries()]
 
 
 def test_every_service_exposes_metrics_that_promtool_accepts(
