@@ -62,9 +62,11 @@ from sparkmill.services.dispatcher.job_placement import (
     can_start,
 )
 from sparkmill.services.dispatcher.job_reports import (
+    HostedJobAction,
     JobLeaderLookup,
     check_replacement,
     check_reporter,
+    decide_hosted_job,
 )
 from sparkmill.services.dispatcher.job_views import add_job_summary, job_details
 
@@ -395,26 +397,21 @@ class Dispatcher(DispatcherServicer):
         )
         for hosted in request.jobs:
             job = self.jobs.get(JobID(hosted.job_id))
-            if hosted.status == JobStatus.SUSPENDED.value:
-                # That JobMaster lost leadership (e.g. ZooKeeper lost its quorum meanwhile) and
-                # leads nothing: adopting it would leave the job SUSPENDED for ever. The job
-                # stays waiting and starts again like any other.
+            action, why = await decide_hosted_job(job, hosted, self._job_leader)
+            if job is None or action is HostedJobAction.LEAVE:
                 log.info(
-                    "job %s: the JobMaster in process %s is suspended; not adopted",
+                    "job %s in job-master process %s not adopted: %s",
                     short(hosted.job_id),
                     short(request.process_id),
+                    why,
                 )
-            elif job is not None and not job.terminal and hosted.job_master_session_id:
-                leader = await self._job_leader(job.job_id) if self._job_leader else None
-                if leader is not None and leader.session_id != hosted.job_master_session_id:
-                    # A JobMaster deposed while its process was cut off (another one leads
-                    # the job now): adopting it would restart a job that is running elsewhere.
-                    log.info(
-                        "job %s: the JobMaster in process %s no longer leads it; not adopted",
-                        short(hosted.job_id),
-                        short(request.process_id),
-                    )
-                    continue
+            elif action is HostedJobAction.STOP:
+                # That JobMaster must stop and free its slots.
+                self.runtime.spawn(
+                    self._stop_orphan(process, job.job_id, hosted.job_master_session_id),
+                    "stop-orphan",
+                )
+            else:
                 # It survived our leader change: adopt it instead of starting it again.
                 job.session_id = hosted.job_master_session_id
                 hosted_status = JobStatus(hosted.status)
@@ -426,13 +423,6 @@ class Dispatcher(DispatcherServicer):
                     "job %s is led by job-master process %s; adopted",
                     short(job.job_id),
                     short(process.process_id),
-                )
-            elif job is not None and job.terminal and hosted.job_master_session_id:
-                # Ended here (e.g. failed because its stored graph was unreadable) while a
-                # JobMaster still runs it: that JobMaster must stop and free its slots.
-                self.runtime.spawn(
-                    self._stop_orphan(process, job.job_id, hosted.job_master_session_id),
-                    "stop-orphan",
                 )
         log.info(
             "job-master process %s registered from %s", short(request.process_id), request.address

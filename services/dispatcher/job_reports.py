@@ -9,6 +9,7 @@ or (a takeover with ZooKeeper) the one ZooKeeper names as the job's leader, read
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable
 
 from sparkmill.common.core.errors import (
@@ -20,7 +21,7 @@ from sparkmill.common.core.ids import JobID, short
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.ha.leader import LeaderInfo
 from sparkmill.common.rpc.server import CallContext
-from sparkmill.common.v1 import dispatcher_pb2
+from sparkmill.common.v1 import dispatcher_pb2, jobs_pb2
 from sparkmill.services.dispatcher.job_master_processes import JobMasterProcesses
 from sparkmill.services.dispatcher.job_placement import JobMasterProcessRecord, JobRecord
 
@@ -64,6 +65,36 @@ async def check_reporter(
         f"report for job {short(job.job_id)} from JobMaster session {short(session)} "
         "refused: that session does not lead the job"
     )
+
+
+class HostedJobAction(enum.Enum):
+    """What a (new) dispatcher leader does with a job a registering process says it hosts."""
+
+    ADOPT = "adopt"  # its JobMaster leads the job: keep it instead of starting the job again
+    STOP = "stop"  # the job ended here while that JobMaster still runs it: stop it
+    LEAVE = "leave"  # suspended, deposed or unknown: not adopted; the job starts like any other
+
+
+async def decide_hosted_job(
+    job: JobRecord | None,
+    hosted: jobs_pb2.HostedJob,
+    job_leader: JobLeaderLookup | None,
+) -> tuple[HostedJobAction, str]:
+    """The action for one hosted job of a registering job-master process, and why."""
+    if hosted.status == JobStatus.SUSPENDED.value:
+        # That JobMaster lost leadership (e.g. ZooKeeper lost its quorum meanwhile) and leads
+        # nothing: adopting it would leave the job SUSPENDED for ever.
+        return HostedJobAction.LEAVE, "its JobMaster is suspended"
+    if job is None or not hosted.job_master_session_id:
+        return HostedJobAction.LEAVE, "the job is not known here"
+    if job.terminal:
+        return HostedJobAction.STOP, f"the job ended {job.status.name} here"
+    leader = await job_leader(job.job_id) if job_leader is not None else None
+    if leader is not None and leader.session_id != hosted.job_master_session_id:
+        # Deposed while its process was cut off (a paused host): another JobMaster leads the
+        # job now, and adopting the old one would restart a job that is running elsewhere.
+        return HostedJobAction.LEAVE, f"JobMaster session {short(leader.session_id)} leads it"
+    return HostedJobAction.ADOPT, "its JobMaster leads the job"
 
 
 def check_replacement(previous: JobMasterProcessRecord, context: CallContext) -> None:
