@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -52,6 +51,8 @@ for path in (ROOT, ROOT / "benchmarks"):
 
 from bench_wordcount import generate, wordcount_pipeline  # noqa: E402
 
+from sparkmill.local_cluster import kill_tree, process_tree  # noqa: E402
+
 TASK_EXECUTORS, SLOTS = 2, 2
 
 
@@ -63,24 +64,6 @@ def cpu_of(machine: int, args: argparse.Namespace) -> int | None:
 
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants (parent links from /proc/*/stat)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        tree.append(current)
-        todo.extend(children.get(current, []))
-    return tree
 
 
 def pin_tree(pid: int, cpu: int | None) -> None:
@@ -96,15 +79,6 @@ def pin_tree(pid: int, cpu: int | None) -> None:
         for thread in threads:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(int(thread), {cpu})
-
-
-def kill_tree(pid: int) -> int:
-    """SIGKILL a whole process tree at once (a machine dying); how many processes it had."""
-    pids = process_tree(pid)
-    for victim in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(victim, signal.SIGKILL)
-    return len(pids)
 
 
 # ------------------------------------------------------------------------------------ sparkmill

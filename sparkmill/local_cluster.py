@@ -291,6 +291,15 @@ class LocalCluster:
         if popen is not None and sig in (signal.SIGKILL, signal.SIGTERM):
             popen.wait(timeout=30)
 
+    def kill_machine(self, proc: ServiceProcess) -> int:
+        """SIGKILL ``proc`` with every process it started (a task executor's Spark JVM and
+        Python workers) at once, as when its machine dies; how many processes there were."""
+        count = kill_tree(proc.pid)
+        popen = self._popen.get(proc.pid)
+        if popen is not None:
+            popen.wait(timeout=30)
+        return count
+
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM every service, then SIGKILL what is still alive after ``grace_s``; then
         ZooKeeper (last: the services deregister from it while they stop).
@@ -351,6 +360,34 @@ class LocalCluster:
             )
             parts.append(f"===== {proc.name} (pid {proc.pid}) =====\n{text[-20000:]}")
         return "\n".join(parts)
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants, from the parent links in /proc/*/stat."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            # The command name (in parentheses) may hold spaces: the fields follow its end.
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(children.get(current, []))
+    return tree
+
+
+def kill_tree(pid: int) -> int:
+    """SIGKILL ``pid`` and its descendants at once; how many processes there were."""
+    pids = process_tree(pid)
+    for victim in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+    return len(pids)
 
 
 def _alive(pid: int, popen: subprocess.Popen[bytes] | None) -> bool:

@@ -14,7 +14,6 @@ No cluster, pipeline or test here sets a ``restart-strategy`` key.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -76,33 +75,6 @@ def _identity_udf(df: Any) -> Any:
     from pyspark.sql import functions as PF
 
     return df.select(PF.udf(lambda value: value, "long")("id").alias("id"))
-
-
-def process_tree(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        tree.append(current)
-        todo.extend(children.get(current, []))
-    return tree
-
-
-def kill_machine(cluster: LocalCluster, pid: int) -> None:
-    """SIGKILL a task executor with its Spark JVM and Python workers, all at once."""
-    for victim in process_tree(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(victim, signal.SIGKILL)
-    popen = cluster._popen.get(pid)
-    if popen is not None:
-        popen.wait(timeout=30)
 
 
 def rows(df: Any) -> list[tuple[Any, ...]]:
@@ -219,7 +191,7 @@ def test_a_killed_task_executor_costs_a_partial_rerun_with_the_defaults(
             pids = {te.resource_id: te.info.pid for te in view.resource_manager.task_executors}
             victim = where[0]
             lost = [i for i, te in enumerate(where) if te == victim]
-            kill_machine(cluster, pids[victim])
+            cluster.kill_machine(cluster.find("task-executor", pids[victim])[0])
             eventually(lambda: client.status(job_id, timeout=60).restarts >= 1, 30)
         finally:
             release.touch()
@@ -263,7 +235,7 @@ def test_defaults_survive_a_task_executor_job_master_and_dispatcher_killed_in_on
         return None
 
     eventually(lambda: finished_tasks() >= 2, timeout=60)
-    kill_machine(ha.cluster, eventually(running_on, timeout=30))
+    ha.cluster.kill_machine(ha.cluster.find("task-executor", eventually(running_on, timeout=30))[0])
     # The loss is noticed (its slots are gone) before the control processes die too.
     eventually(
         lambda: len(client.cluster_status(timeout=30).resource_manager.task_executors) == 2,

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from sparkmill.local_cluster import LocalCluster, ServiceProcess
+from sparkmill.local_cluster import LocalCluster, ServiceProcess, process_tree
 
 # A stand-in service: notes when SIGTERM came, takes ``argv[2]`` seconds to stop, exits.
 FAKE_SERVICE = """
@@ -56,3 +56,30 @@ def test_a_task_executor_that_does_not_stop_holds_the_others_back_only_briefly(
     assert manager.exists()  # told to stop although the executor was still there
     assert time.monotonic() - started < 12
     assert all(p.poll() is not None for p in cluster._popen.values())
+
+
+def test_kill_machine_kills_the_service_with_every_process_it_started(tmp_path: Path) -> None:
+    # A stand-in task executor with a child (its "JVM") that has a child (a "Python worker").
+    script = "sleep 60 & (sleep 60 & wait) & wait"
+    proc = subprocess.Popen(["sh", "-c", script])
+    cluster = LocalCluster(tmp_path)
+    cluster._popen[proc.pid] = proc
+    service = ServiceProcess(role="task-executor", index=0, pid=proc.pid, log_file="x")
+    deadline = time.monotonic() + 10
+    while len(tree := process_tree(proc.pid)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(tree) == 4, tree
+    assert cluster.kill_machine(service) == 4
+    assert proc.returncode is not None
+    deadline = time.monotonic() + 10
+    while any(_running(pid) for pid in tree[1:]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(_running(pid) for pid in tree[1:])
+
+
+def _running(pid: int) -> bool:
+    # Orphans are reaped by init; until then a killed one is a zombie.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
