@@ -111,8 +111,10 @@ def test_a_transform_that_raises_on_every_row_fails_fast_with_its_error(
     message = result.failure.message
     assert "ValueError: no good row here (id 0)" in message, message
     assert "failed with the same error" in message, message
-    assert took < 10.0, f"a deterministic failure took {took:.1f}s to fail the job"
-    # Each subtask ran again once at most (a first failure may be transient), never more.
+    # Fast means without the back-off of ten restarts (about 60 s with the defaults): each
+    # subtask (its own failover region) runs again once at most, as a first failure may be
+    # transient. The time itself is the failure-cost benchmark's to measure: load stretches it.
+    assert result.details.restarts <= 4, result.details.restarts
     for v in result.details.vertices:
         assert max(v.subtask_attempts, default=0) <= 1, (v.name, list(v.subtask_attempts))
     # Nothing was published (a failed job's attempt directories are staging, not output).
