@@ -36,5 +36,6 @@ if [ "$FAST" = 1 ]; then
   python -m pytest -q -ra -m unit "$@"
 else
   echo "== pytest (every tier)"
-  python -m pytest -q -ra "$@"
+  # The slowest 30 are printed: where the suite's time goes, also in CI's log.
+  python -m pytest -q -ra --durations=30 "$@"
 fi
