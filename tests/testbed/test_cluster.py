@@ -330,7 +330,14 @@ def test_converge_leaves_every_unit_active_and_a_second_run_changes_nothing(bed:
         assert states == ["active"] * len(units), (
             f"{host}: {dict(zip(units, states, strict=False))}"
         )
-        assert bed.ssh(host, "systemctl is-system-running", check=False).stdout.strip() == "running"
+        system = bed.ssh(host, "systemctl is-system-running", check=False).stdout.strip()
+        if system != "running":
+            # Name the unit that failed, with its last lines: "degraded" alone says nothing.
+            failed = bed.ssh(
+                host, "systemctl list-units --failed --no-legend --plain", check=False
+            ).stdout
+            journal = bed.ssh(host, "journalctl -n 60 --no-pager -p warning", check=False).stdout
+            raise AssertionError(f"{host}: system {system}\nfailed:\n{failed}\n{journal}")
 
 
 @pytest.mark.parametrize(
