@@ -58,6 +58,7 @@ class _Op:
     slot_sharing_group: str | None
     inputs: list[tuple[_Op, str, tuple[str, ...]]] = field(default_factory=list)
     consumers: list[_Op] = field(default_factory=list)
+    origin: str = ""  # file:line of the pipeline code that created it
 
     @property
     def is_terminal(self) -> bool:
@@ -100,7 +101,15 @@ def _working_copy(pipeline: LogicalPlan) -> list[_Op]:
             continue
         inputs = [(copies[e.node.index], e.partitioner, e.keys) for e in node.inputs]
         parallelism = node.parallelism or _default_parallelism(pipeline, node, inputs)
-        op = _Op(node.label, node.op, parallelism, node.resources, node.slot_sharing_group, inputs)
+        op = _Op(
+            node.label,
+            node.op,
+            parallelism,
+            node.resources,
+            node.slot_sharing_group,
+            inputs,
+            origin=node.origin,
+        )
         if isinstance(node.op, S.Aggregate) and not node.combine:
             op.op = _NoCombine(node.op)
         copies[node.index] = op
@@ -201,7 +210,8 @@ def _check_sinks(ops: list[_Op]) -> None:
             table = (op.op.url, op.op.table.lower())
             if table in tables:
                 raise PipelineError(
-                    f"two sinks write to table {op.op.table} ('{tables[table]}' and '{op.label}')"
+                    f"two sinks write to table {op.op.table} ('{tables[table]}' and '{op.label}')",
+                    origin=op.origin,
                 )
             tables[table] = op.label
             continue
@@ -209,7 +219,9 @@ def _check_sinks(ops: list[_Op]) -> None:
             continue
         path = op.op.path
         if path in seen:
-            raise PipelineError(f"two sinks write to {path} ('{seen[path]}' and '{op.label}')")
+            raise PipelineError(
+                f"two sinks write to {path} ('{seen[path]}' and '{op.label}')", origin=op.origin
+            )
         seen[path] = op.label
         local = Path(path.removeprefix("file://").removeprefix("file:"))
         if op.op.mode == "error" and "://" not in path.removeprefix("file://") and local.is_dir():
@@ -217,7 +229,8 @@ def _check_sinks(ops: list[_Op]) -> None:
             if existing:
                 raise PipelineError(
                     f"'{op.label}': the output path {path} already exists and is not empty "
-                    "(write with mode='overwrite' to replace it)"
+                    "(write with mode='overwrite' to replace it)",
+                    origin=op.origin,
                 )
 
 
@@ -389,7 +402,7 @@ def _chain_spec(entry: _Vertex, gate_of: dict[tuple[int, int], str]) -> S.ChainS
                 )
                 inputs.append(len(nodes) - 1)
         op = member.op.aggregate if isinstance(member.op, _NoCombine) else member.op
-        _check_shippable(member.label, op)
+        _check_shippable(member.label, op, member.origin)
         nodes.append(S.NodeSpec(len(nodes), member.label, op, tuple(inputs)))
         local[id(member)] = len(nodes) - 1
     root = local[id(entry.members[-1])]
@@ -399,14 +412,15 @@ def _chain_spec(entry: _Vertex, gate_of: dict[tuple[int, int], str]) -> S.ChainS
 # -- payloads -------------------------------------------------------------------------------------
 
 
-def _check_shippable(label: str, op: Any) -> None:
+def _check_shippable(label: str, op: Any, origin: str) -> None:
     column = _find_pyspark_object(op)
     if column is not None:
         raise PipelineError(
             f"operator '{label}': a {column} is bound to a local Spark session and cannot be "
             "shipped to the task executors; build expressions with "
             "'from sparkmill import functions as F' (same API as pyspark.sql.functions), "
-            "a SQL string, or inside a transform() function"
+            "a SQL string, or inside a transform() function",
+            origin=origin,
         )
     try:
         with _user_modules_by_value(op):
@@ -414,7 +428,8 @@ def _check_shippable(label: str, op: Any) -> None:
     except Exception as exc:
         raise PipelineError(
             f"operator '{label}' cannot be shipped to the task executors: it does not "
-            f"serialize with cloudpickle ({type(exc).__name__}: {exc})"
+            f"serialize with cloudpickle ({type(exc).__name__}: {exc})",
+            origin=origin,
         ) from exc
 
 

@@ -162,7 +162,12 @@ def check_plan(plan: LogicalPlan) -> None:
     known: dict[int, Columns] = {}
     for node in plan.nodes:
         inputs = [known[edge.node.index] for edge in node.inputs]
-        known[node.index] = _columns_of(node, inputs)
+        try:
+            known[node.index] = _columns_of(node, inputs)
+        except PipelineError as exc:
+            if exc.origin or not node.origin:
+                raise
+            raise PipelineError(str(exc), origin=node.origin) from None
 
 
 def _missing(node: Node, name: str, columns: Sequence[str], what: str) -> PipelineError:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sparkmill._logical import Edge, Node
+from sparkmill._logical import Edge, Node, caller_origin
 from sparkmill.common.core.errors import ConfigurationError, PipelineError
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.jobgraph.job_config import JobConfigValue, normalize_job_config
@@ -174,7 +174,7 @@ class Pipeline:
                 raise PipelineError(f"'{label}' reads a data set of another pipeline")
             if edge.node.is_terminal:
                 raise PipelineError(f"'{label}' cannot follow the sink '{edge.node.label}'")
-        node = Node(len(self.nodes), label, op, inputs)
+        node = Node(len(self.nodes), label, op, inputs, origin=caller_origin())
         self.nodes.append(node)
         return node
 

@@ -92,7 +92,19 @@ class SuppressRestartsError(SparkmillError):
 
 
 class PipelineError(SparkmillError, ValueError):
-    """The pipeline is not valid (raised while it is built or compiled)."""
+    """The pipeline is not valid (raised while it is built or compiled).
+
+    ``origin`` is ``file:line`` of the pipeline's own code that created the operator at fault
+    (empty when unknown): a check that runs at build time names the line that wrote the
+    mistake, not the ``build_job_graph()`` call.
+    """
+
+    def __init__(self, message: str, *, origin: str = "") -> None:
+        super().__init__(message)
+        self.origin = origin
+        if origin:
+            # Shown under the traceback of a pipeline built from Python (the CLI prints it).
+            self.add_note(f"(the operator was created at {origin})")
 
 
 class TaskCancelledError(SparkmillError):

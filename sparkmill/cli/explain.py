@@ -72,7 +72,8 @@ def plan_document(pipeline: Any, path: Path, pipeline_args: list[str]) -> dict[s
             graph = pipeline.build_job_graph()
     except (PipelineError, ValueError, TypeError) as exc:
         raise PipelineLoadError(
-            f"{path}: building the pipeline failed: {type(exc).__name__}: {exc}"
+            f"{getattr(exc, 'origin', '') or path}: building the pipeline failed: "
+            f"{type(exc).__name__}: {exc}"
         ) from None
     except SparkmillError:
         raise

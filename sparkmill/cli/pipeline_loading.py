@@ -109,13 +109,15 @@ def build_job_graph(pipeline: Any, path: Path) -> Any:
         return pipeline.build_job_graph()
     except PipelineError as exc:  # a SparkmillError, reported like any other failed build
         raise PipelineLoadError(
-            f"{path}: building the pipeline failed: {type(exc).__name__}: {exc}"
+            f"{getattr(exc, 'origin', '') or path}: building the pipeline failed: "
+            f"{type(exc).__name__}: {exc}"
         ) from None
     except SparkmillError:
         raise
     except Exception as exc:
         raise PipelineLoadError(
-            f"{path}: building the pipeline failed: {type(exc).__name__}: {exc}"
+            f"{getattr(exc, 'origin', '') or path}: building the pipeline failed: "
+            f"{type(exc).__name__}: {exc}"
         ) from None
 
 

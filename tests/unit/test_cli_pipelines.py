@@ -105,7 +105,22 @@ def test_explain_refuses_a_bad_pipeline_with_exit_2(
     run = sparkmill("explain", "bad.py", cwd=tmp_path)
     assert run.returncode == 2
     assert expected in run.stderr, run.stderr
+    # The line that wrote the mistake, also when the check runs at build time.
+    assert "bad.py:5: " in run.stderr, run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_a_build_time_error_from_python_names_the_line_that_created_the_operator() -> None:
+    import sparkmill as sm
+    from sparkmill.common.core.errors import PipelineError
+
+    pipeline = sm.Pipeline("origin")
+    pipeline.range(3).select("idd").collect()
+    line = sys._getframe().f_lineno - 1
+    with pytest.raises(PipelineError) as raised:
+        pipeline.build_job_graph()
+    assert raised.value.origin == f"{__file__}:{line}"
+    assert f"created at {__file__}:{line}" in "".join(raised.value.__notes__)
 
 
 def test_known_columns_pass_through_select_with_column_and_agg(tmp_path: Path) -> None:
