@@ -3,7 +3,9 @@ directory, a free loopback port, run as an unprivileged user (``nobody`` when th
 root: PostgreSQL refuses to run as root), removed afterwards.
 
 The superuser ``sparkmill`` logs in with a password (scram-sha-256) over TCP only: no Unix
-socket, nothing outside the temporary directory.
+socket, nothing outside the temporary directory. By default it listens on loopback only; the
+test bed's soak also lets it listen on the controller's address on the bed's bridge (``listen``)
+and admits the bed's network (``allow``).
 """
 
 from __future__ import annotations
@@ -43,11 +45,15 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    def __init__(self) -> None:
+    def __init__(self, *, listen: tuple[str, ...] = (), allow: tuple[str, ...] = ()) -> None:
+        """``listen``: addresses to listen on besides 127.0.0.1; ``allow``: networks (CIDR)
+        whose clients may log in with the password, besides loopback."""
         binaries = postgres_bin()
         if binaries is None:
             raise RuntimeError("Debian's postgresql package is not installed")
         self.bin = binaries
+        self.listen = listen
+        self.allow = allow
         self.password = secrets.token_urlsafe(18)
         self.port = _free_port()
         self.base = Path(tempfile.mkdtemp(prefix="sparkmill-pg-"))
@@ -68,7 +74,11 @@ class PostgresServer:
 
     @property
     def url(self) -> str:
-        return f"jdbc:postgresql://127.0.0.1:{self.port}/{DATABASE}"
+        return self.url_on("127.0.0.1")
+
+    def url_on(self, address: str) -> str:
+        """The JDBC URL through ``address`` (127.0.0.1 or one of ``listen``)."""
+        return f"jdbc:postgresql://{address}:{self.port}/{DATABASE}"
 
     def _run_as(self, args: list[str]) -> None:
         subprocess.run(
@@ -98,6 +108,10 @@ class PostgresServer:
             ]
         )
         pwfile.unlink()
+        if self.allow:
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                for network in self.allow:
+                    hba.write(f"host all {USER} {network} scram-sha-256\n")
         log = self._log.open("wb")
         self._process = subprocess.Popen(
             [
@@ -108,7 +122,7 @@ class PostgresServer:
                 "-p",
                 str(self.port),
                 "-c",
-                "listen_addresses=127.0.0.1",
+                "listen_addresses=" + ",".join(["127.0.0.1", *self.listen]),
                 "-c",
                 "unix_socket_directories=",
                 "-c",

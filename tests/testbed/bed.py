@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -31,6 +32,10 @@ CACHE = Path(os.environ.get("SPARKMILL_TESTBED_CACHE", "/var/cache/sparkmill-tes
 VENV_BIN = Path(sys.prefix) / "bin"
 # This machine's address on the bed's bridge (scripts/testbed.sh gives it .1 of the bed's /24).
 CONTROLLER_ADDRESS = os.environ.get("SPARKMILL_TESTBED_NET", "198.18.0") + ".1"
+
+# Debian's PostgreSQL JDBC driver (libpostgresql-jdbc-java) on this machine: the task executors'
+# Spark sessions load it from the same path on the hosts (tests/testbed/soak_jdbc.py).
+JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
 # The units each inventory group puts on a host (one task executor instance per host).
 GROUP_UNITS = {
@@ -107,6 +112,28 @@ class TestBed:
         """The directory every host mounts at this same path (exchange, HA storage, sinks)."""
         return STATE / "shared"
 
+    def install_jdbc_driver(self) -> list[str]:
+        """Copies this machine's PostgreSQL JDBC jar to every task executor host that lacks it
+        (the hosts have no network to install the package): the hosts it was copied to, whose
+        task executors load it only when they next start. Nothing when it is not installed
+        here."""
+        if not JDBC_JAR.is_file():
+            return []
+        copy = self.shared / "jdbc" / JDBC_JAR.name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(JDBC_JAR, copy)  # the jar behind Debian's version-less symlink
+        installed = []
+        for host in self.groups["task_executors"]:
+            target = shlex.quote(str(JDBC_JAR))
+            result = self.ssh(
+                host,
+                f"test -f {target} || {{ install -D -m 0644 {shlex.quote(str(copy))} {target}"
+                " && echo installed; }",
+            )
+            if "installed" in result.stdout:
+                installed.append(host)
+        return installed
+
     def units_of(self, host: str) -> list[str]:
         return [
             unit
@@ -116,8 +143,16 @@ class TestBed:
         ]
 
     def ssh(
-        self, host: str, command: str, *, timeout: float = 60, check: bool = True
+        self,
+        host: str,
+        command: str,
+        *,
+        timeout: float = 60,
+        check: bool = True,
+        stdin: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
+        """``command`` as root on ``host``; ``stdin``: its input (e.g. a secret, which a
+        command line would show to every process of the host)."""
         argv = [
             "ssh",
             "-i",
@@ -135,7 +170,9 @@ class TestBed:
             f"root@{self.addresses[host]}",
             command,
         ]
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        result = subprocess.run(
+            argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+        )
         if check and result.returncode != 0:
             raise AssertionError(
                 f"{host}: {command!r} exited {result.returncode}:\n{result.stdout}{result.stderr}"
@@ -294,6 +331,7 @@ def running_bed(*, second_converge: bool) -> Iterator[TestBed]:
             raise CannotRun(reason.strip())
         assert up.returncode == 0, f"testbed.sh up exited {up.returncode}:\n{up.stderr[-6000:]}"
         testbed = existing_bed()
+        testbed.install_jdbc_driver()  # before the play starts the task executors
         testbed.timings["up"] = time.monotonic() - started
         began = time.monotonic()
         testbed.converges.append(testbed.playbook("site.yml"))

@@ -5,13 +5,14 @@
 Needs a bed that is up and converged (scripts/testbed.sh up, then ansible/site.yml; the default
 bed unless SPARKMILL_TESTBED_STATE and SPARKMILL_TESTBED_NET name another). For ``--minutes``
 it keeps ``--concurrent`` HA pipelines (tests/testbed/ha_pipeline.py: word count + join, exact
-answers known; every third one appends a day to a partitioned table instead,
+answers known; of every four, the second appends rows to a PostgreSQL table on the controller
+instead, tests/testbed/soak_jdbc.py, and the third appends a day to a partitioned table,
 tests/testbed/soak_append.py) running and, one at a time, powers off, partitions or pauses a
 random host or stops a ZooKeeper server for 10-25 s, then waits until the cluster is whole
 again. Then it stops submitting, undoes every fault, waits (bounded) for the jobs still running
 and checks every output row by row. It prints jobs submitted / finished / failed / lost, rows
-wrong, rows duplicated and each leader failover's time (median, max); exit 0 when nothing was
-lost, failed, wrong or duplicated.
+wrong, rows duplicated, staging tables left and each leader failover's time (median, max); exit 0
+when nothing was lost, failed, wrong, duplicated or left behind.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import statistics
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from sparkmill.client import ClusterClient
@@ -43,6 +45,8 @@ from tests.testbed.cluster import (
 )
 from tests.testbed.faults import Fault, Faults, wait_services
 from tests.testbed.soak_append import check_append, next_day, submit_append
+from tests.testbed.soak_jdbc import SoakDatabase
+from tests.testbed.soak_jdbc import available as database_available
 
 FAULT_S = (10.0, 25.0)  # how long each fault lasts
 CALM_S = (5.0, 15.0)  # between the cluster being whole again and the next fault
@@ -58,13 +62,23 @@ class SoakReport:
     rows_checked: int = 0
     rows_wrong: int = 0
     rows_duplicated: int = 0
+    database_jobs: int = 0
+    staging_left: int = 0
+    password_in_journals: int = 0
     faults: list[str] = field(default_factory=list)
     failovers: dict[str, list[float]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not (self.failed or self.lost or self.rows_wrong or self.rows_duplicated)
+        return not (
+            self.failed
+            or self.lost
+            or self.rows_wrong
+            or self.rows_duplicated
+            or self.staging_left
+            or self.password_in_journals
+        )
 
     def summary(self) -> str:
         lines = [
@@ -72,6 +86,8 @@ class SoakReport:
             f" {self.lost} lost",
             f"rows: {self.rows_checked} checked, {self.rows_wrong} wrong,"
             f" {self.rows_duplicated} duplicated",
+            f"database: {self.database_jobs} jobs, {self.staging_left} staging tables left,"
+            f" password in {self.password_in_journals} journal lines",
             f"faults ({len(self.faults)}): {', '.join(self.faults) or '-'}",
         ]
         every = [t for times in self.failovers.values() for t in times]
@@ -96,6 +112,8 @@ class Soak:
         self.jobs: list[HaJob] = []
         self.results: dict[str, int] = {}  # job id -> terminal status
         self.appends: dict[str, int] = {}  # job id -> the day an appending job writes
+        self.writes: dict[str, str] = {}  # job id -> the name a database job writes
+        self.database: SoakDatabase | None = None
         self.stop = threading.Event()
         self.answer = answer(bed)
 
@@ -122,10 +140,14 @@ class Soak:
             if len(self._running()) < self.concurrent:
                 name = f"soak-{int(time.time())}-{len(self.jobs)}"
                 try:
-                    if len(self.jobs) % 3 == 2:
+                    if len(self.jobs) % 4 == 2:
                         day = next_day()
                         job_id = submit_append(client, self.bed, name, day)
                         self.appends[job_id] = day
+                        job = HaJob(job_id, self.bed.shared, None, time.time())
+                    elif len(self.jobs) % 4 == 1 and self.database is not None:
+                        job_id = self.database.submit(client, name)
+                        self.writes[job_id] = name
                         job = HaJob(job_id, self.bed.shared, None, time.time())
                     else:
                         job = submit_ha(client, self.bed, name)
@@ -186,6 +208,18 @@ class Soak:
     # -- the run -----------------------------------------------------------------------------
 
     def run(self) -> SoakReport:
+        with ExitStack() as stack:
+            if database_available():
+                self.database = stack.enter_context(SoakDatabase(self.bed))
+            else:
+                self.report.problems.append(
+                    "no database job: Debian's postgresql or libpostgresql-jdbc-java is missing"
+                )
+            self._run()
+            self.check()
+        return self.report
+
+    def _run(self) -> None:
         with cluster_client(self.bed) as client, LeaderWatch(self.bed) as watch:
             injector = threading.Thread(target=self.inject_faults, args=(watch,), daemon=True)
             injector.start()
@@ -198,8 +232,6 @@ class Soak:
             wait_services(self.bed)
             wait_cluster(self.bed)
             self.drain(client)
-        self.check()
-        return self.report
 
     def check(self) -> None:
         r = self.report
@@ -208,7 +240,7 @@ class Soak:
             status = self.results.get(job.job_id)
             if status == common_pb2.FINISHED:
                 r.finished += 1
-                if job.job_id in self.appends:
+                if job.job_id in self.appends or job.job_id in self.writes:
                     continue  # checked together below
                 got = ha_data.check(job.output, self.answer)
                 r.rows_checked += got.rows
@@ -230,6 +262,22 @@ class Soak:
         r.rows_duplicated += appended.duplicated
         if appended.wrong or appended.duplicated:
             r.problems.append(f"appending jobs: {appended}")
+        if self.database is not None:
+            self._check_database()
+
+    def _check_database(self) -> None:
+        assert self.database is not None
+        r = self.report
+        finished = {n for j, n in self.writes.items() if self.results.get(j) == common_pb2.FINISHED}
+        written = self.database.check(finished)
+        r.database_jobs = len(self.writes)
+        r.rows_checked += written.rows
+        r.rows_wrong += written.wrong
+        r.rows_duplicated += written.duplicated
+        r.staging_left = written.staging_left
+        r.password_in_journals = written.password_in_journals
+        if written != type(written)(rows=written.rows):
+            r.problems.append(f"database jobs: {written}")
 
 
 def host_of_or_none(bed: TestBed, address: str) -> str | None:

@@ -1,8 +1,8 @@
 """HA across hosts, scenario 6: a soak with random faults of every kind (tests/testbed/soak.py).
 
 SPARKMILL_SOAK_MINUTES sets its length: 3 minutes in the suite (a few faults, every job checked
-row by row); the 10-minute soak with its failover statistics is a benchmark,
-``benchmarks/soak.py``, running the same code.
+row by row, the database jobs' rows in PostgreSQL too); the 10-minute soak with its failover
+statistics is a benchmark, ``benchmarks/soak.py``, running the same code.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from tests.testbed.bed import CACHE, TestBed
 from tests.testbed.cluster import skip_when_scenarios_off, wait_cluster
 from tests.testbed.soak import soak
+from tests.testbed.soak_jdbc import available as database_available
 
 MINUTES = float(os.environ.get("SPARKMILL_SOAK_MINUTES", "3"))
 
@@ -27,6 +28,9 @@ def test_soak_random_faults_lose_no_job_and_write_no_row_wrong_or_twice(bed: Tes
     print(f"\nsoak of {MINUTES:g} min:\n{report.summary()}")
     (CACHE / "soak-report.json").write_text(json.dumps(report.__dict__, default=str) + "\n")
     assert report.submitted >= 2 and report.faults, report.summary()
+    if database_available():  # scripts/bootstrap.sh --test installs it
+        assert report.database_jobs >= 1, report.summary()
+    assert report.staging_left == 0 and report.password_in_journals == 0, report.summary()
     assert report.lost == 0, report.summary()
     assert report.rows_wrong == 0 and report.rows_duplicated == 0, report.summary()
     assert report.failed == 0, report.summary()
