@@ -8,12 +8,17 @@ Layout::
         data/                           Parquet, split into sub-partitions when needed:
         data/__sm_part=3/               the rows for reader 3
     {exchange_dir}/{job_id}/_sinks/{digest}                                 a sink's path
+    {exchange_dir}/{job_id}/_tables/{digest}                a database sink's record
+    {exchange_dir}/_ended_tables/{job_id}.{digest}          ... once the job ended
 
 Every attempt writes to its own directory, and a consumer reads exactly the attempts its input
 gate names: files of failed or superseded attempts are never read.
 
 A sink attempt registers its output path before it writes anything, so the temporary
 directory ``{path}/_temporary/{job_id}`` is found and removed even if the job never commits.
+A database sink attempt registers its table the same way; the JobMaster has no database
+driver, so when the job ends its records move to ``_ended_tables``, where the task executors'
+next commit to the same database finds them and drops the job's staging tables.
 
 Importable without PySpark: the JobMaster checks which partitions are still readable when it
 recovers a job, and calls :func:`cleanup_job` when a job ends FAILED or CANCELED (on success
@@ -38,6 +43,8 @@ from sparkmill.common.core.partitions import NO_DATA_PARTITIONER, InputGateInfo,
 log = logging.getLogger(__name__)
 
 SINKS_DIR = "_sinks"
+TABLE_SINKS_DIR = "_tables"
+ENDED_TABLES_DIR = "_ended_tables"
 TEMPORARY_DIR = "_temporary"
 SCHEMA_FILE = "_schema.json"
 DATA_DIR = "data"
@@ -142,15 +149,39 @@ def sink_temporary_dir(path: str, job_id: str) -> Path:
 
 def register_sink(exchange_dir: str, job_id: str, path: str) -> None:
     """Remember that the job writes under ``path`` (idempotent)."""
-    registry = job_exchange_dir(exchange_dir, job_id) / SINKS_DIR
+    _register(job_exchange_dir(exchange_dir, job_id) / SINKS_DIR, path, path)
+
+
+def register_table_sink(exchange_dir: str, job_id: str, key: str, record: str) -> None:
+    """Remember that the job writes the database table ``key`` (idempotent); ``record`` is what
+    a task executor needs to drop the job's staging tables once it ended (never a secret)."""
+    _register(job_exchange_dir(exchange_dir, job_id) / TABLE_SINKS_DIR, key, record)
+
+
+def _register(registry: Path, key: str, text: str) -> None:
     registry.mkdir(parents=True, exist_ok=True)
-    entry = registry / hashlib.sha1(path.encode()).hexdigest()[:20]
+    entry = registry / hashlib.sha1(key.encode()).hexdigest()[:20]
     if not entry.exists():
         # A scratch name of its own per call: the slots of one task executor (one process, one
         # thread each) register the same sink at the same moment.
         scratch = entry.with_name(f"{entry.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
-        scratch.write_text(path)
+        scratch.write_text(text)
         os.replace(scratch, entry)
+
+
+def ended_table_sinks(exchange_dir: str) -> list[tuple[Path, str]]:
+    """(file, record) of every database sink whose job ended and whose staging tables nobody
+    dropped yet; remove the file once they are."""
+    found: list[tuple[Path, str]] = []
+    if not exchange_dir:
+        return found
+    with contextlib.suppress(OSError):
+        for entry in sorted((Path(exchange_dir) / ENDED_TABLES_DIR).iterdir()):
+            if entry.name.endswith(".tmp"):
+                continue
+            with contextlib.suppress(OSError):
+                found.append((entry, entry.read_text()))
+    return found
 
 
 def remove_sink_temporaries(path: str, job_id: str) -> None:
@@ -181,4 +212,17 @@ def cleanup_job(exchange_dir: str, job_id: str) -> None:
                 remove_sink_temporaries(entry.read_text(), job_id)
             except (OSError, ValueError) as exc:
                 log.warning("job %s: could not clean the sink %s: %s", job_id, entry, exc)
+    tables = base / TABLE_SINKS_DIR
+    if tables.is_dir():
+        # No task of the job runs any more: its staging tables may go (a task executor drops
+        # them, see the module docstring).
+        ended = Path(exchange_dir) / ENDED_TABLES_DIR
+        for entry in tables.iterdir():
+            if entry.name.endswith(".tmp"):
+                continue
+            try:
+                ended.mkdir(exist_ok=True)
+                os.replace(entry, ended / f"{job_id}.{entry.name}")
+            except OSError as exc:
+                log.warning("job %s: could not hand over the table sink %s: %s", job_id, entry, exc)
     shutil.rmtree(base, ignore_errors=True)

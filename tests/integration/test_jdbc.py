@@ -299,3 +299,55 @@ def test_a_refused_job_fails_naming_the_table_without_the_password(
     assert f"table {table}" in message, message
     assert postgres.password not in message and wrong not in message, message
     assert result.details.restarts == 0  # no restart can fix it
+
+
+def test_staging_tables_of_a_cancelled_job_go_with_the_next_commit_to_the_database(
+    cluster: LocalCluster,
+    client: ClusterClient,
+    postgres: PostgresServer,
+    credentials: Path,
+    regions: Path,
+    tmp_path: Path,
+) -> None:
+    # The source's subtasks stage their rows (and record them) while the job's other vertex,
+    # behind an exchange, holds: the job is cancelled with its staging tables written.
+    markers, release = tmp_path / "markers", tmp_path / "release"
+    pipeline = sm.Pipeline("cancelled-writer", parallelism=2)
+    rows = pipeline.range(1000)
+    rows.write_jdbc(postgres.url, "cancelled_target", credentials_file=str(credentials))
+    (
+        rows.key_by("id")
+        .agg(F.count("*").alias("n"))
+        .transform(_holding(markers, release, held=(0, 1)), name="hold")
+        .write_json(str(tmp_path / "held-out"))
+    )
+    job_id = client.submit(pipeline.build_job_graph())
+
+    def staged() -> list[str]:
+        return [t for t in leftovers(postgres) if t.startswith("cancelled_target__sm_")]
+
+    def held_with_rows_staged() -> bool:
+        try:
+            recorded = postgres.psql(
+                f"SELECT COUNT(*) FROM sparkmill_staged WHERE job_id = '{job_id}'"
+            )
+        except RuntimeError:  # no attempt recorded its table yet (nor created the bookkeeping)
+            return False
+        return recorded == [["2"]] and bool(list(markers.glob("held-*")))
+
+    eventually(held_with_rows_staged, timeout=300)
+    assert len(staged()) == 2
+    client.cancel(job_id)
+    release.touch()  # the hold does not listen for the cancellation
+    result = client.wait(job_id, timeout=300)
+    assert result.status == common_pb2.CANCELED
+    time.sleep(2.0)  # the JobMaster hands the job's tables over after the outcome is recorded
+    assert len(staged()) == 2  # nothing of the job's own drops them
+
+    # The next commit to the same database drops them (and the bookkeeping rows).
+    run(client, summary_pipeline(postgres, credentials, regions, "after_cancel"))
+    assert target_rows(postgres, "after_cancel") == expected()
+    assert staged() == []
+    recorded = postgres.psql(f"SELECT COUNT(*) FROM sparkmill_staged WHERE job_id = '{job_id}'")
+    assert recorded == [["0"]]
+    assert postgres.psql("SELECT to_regclass('cancelled_target') IS NULL") == [["t"]]

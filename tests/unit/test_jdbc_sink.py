@@ -12,6 +12,7 @@ import pytest
 import sparkmill as sm
 from sparkmill._compile import COMMIT_VERTEX_NAME, compile_pipeline
 from sparkmill.common.core.errors import DatabaseAccessError, PipelineError
+from sparkmill.common.exchange import layout
 from sparkmill.common.pipeline import plan as S
 from sparkmill.services.taskexecutor.spark import jdbc
 from sparkmill.services.taskexecutor.spark.session import jdbc_driver_conf
@@ -238,3 +239,20 @@ def test_installed_driver_jars_join_the_configured_ones(tmp_path: Path) -> None:
     assert conf["spark.jars"] == f"/opt/other.jar,{jar}"
     assert conf["spark.driver.extraClassPath"] == str(jar)
     assert jdbc_driver_conf({}, ("/nonexistent.jar",)) == {}
+
+
+def test_an_ended_jobs_table_records_move_to_the_ended_tables_once(tmp_path: Path) -> None:
+    job = "0123456789abcdef0123456789abcdef"
+    exchange_dir = str(tmp_path / "exchange")
+    assert layout.ended_table_sinks(exchange_dir) == []
+    for _ in range(2):  # every attempt registers; one record per table
+        layout.register_table_sink(exchange_dir, job, "jdbc:postgresql://db/x t", '{"t": 1}')
+    layout.register_table_sink(exchange_dir, job, "jdbc:postgresql://db/x u", '{"u": 1}')
+    assert layout.ended_table_sinks(exchange_dir) == []  # still running: nothing to drop
+    layout.cleanup_job(exchange_dir, job)
+    ended = layout.ended_table_sinks(exchange_dir)
+    assert sorted(text for _, text in ended) == ['{"t": 1}', '{"u": 1}']
+    assert all(path.name.startswith(f"{job}.") for path, _ in ended)
+    assert not (tmp_path / "exchange" / job).exists()
+    layout.cleanup_job(exchange_dir, job)  # idempotent: nothing more to hand over
+    assert len(layout.ended_table_sinks(exchange_dir)) == 2

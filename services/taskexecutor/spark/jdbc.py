@@ -21,6 +21,12 @@ Spark JDBC predicate; without one, subtask 0 reads everything.
    ``sparkmill_commits`` does nothing: a repeated or concurrent commit never adds a row twice.
    Afterwards the job's staging tables are dropped.
 
+**Jobs that fail or are cancelled** leave staging tables behind, and the JobMaster that ends
+them has no database driver. So every attempt first registers its table in the job's exchange
+directory; when the job ends the JobMaster's clean-up moves that record to the exchange
+directory's ``_ended_tables`` (``sparkmill.common.exchange.layout``), and the next job's commit
+to the same database URL drops the staging tables of every ended job it finds there.
+
 The transactions run through the JVM's JDBC driver (py4j, the Spark session's gateway): the same
 URL, driver and connection options as Spark's own reads and writes, and no second database
 client library to install and keep in step.
@@ -44,6 +50,7 @@ from sparkmill.common.core.errors import (
     DatabaseAccessError,
     DatabaseError,
 )
+from sparkmill.common.exchange.layout import ended_table_sinks, register_table_sink
 from sparkmill.common.pipeline import plan as S
 from sparkmill.common.rpc.keys import check_secret_file
 from sparkmill.services.taskexecutor.spark.errors import summarize
@@ -237,9 +244,21 @@ def bookkeeping_table(table: str, name: str) -> str:
 
 
 def write_attempt(
-    df: Any, output: S.JdbcSinkOutput, job_id: str, subtask: int, epoch: int, attempt: int
+    df: Any,
+    output: S.JdbcSinkOutput,
+    exchange_dir: str,
+    job_id: str,
+    subtask: int,
+    epoch: int,
+    attempt: int,
 ) -> str:
-    """Step 1: the attempt's rows into its own staging table (replaced if it exists)."""
+    """Step 1: the attempt's rows into its own staging table (replaced if it exists), once the
+    table is registered for the clean-up after the job (the module docstring)."""
+    if exchange_dir:
+        record = {"url": output.url, "table": output.table, "job_id": job_id}
+        register_table_sink(
+            exchange_dir, job_id, f"{output.url} {output.table}", json.dumps(record)
+        )
     staging = staging_table(output.table, job_id, subtask, epoch, attempt)
     what = f"writing table {output.table} (staging table {staging}) of {output.url}"
     credentials = load_credentials(output.credentials_file, what)
@@ -449,9 +468,10 @@ def _target_exists(conn: Any, table: str) -> bool:
     return True
 
 
-def commit_job(spark: Any, commit: S.JdbcCommit, job_id: str) -> int:
+def commit_job(spark: Any, commit: S.JdbcCommit, job_id: str, exchange_dir: str = "") -> int:
     """Step 3: the winning attempts' rows into the target in one transaction (see the module
-    docstring); the number of rows it added, 0 when the job had committed already."""
+    docstring); the number of rows it added, 0 when the job had committed already. Then the
+    staging tables of ended jobs that wrote the same database go."""
     output = commit.output
     what = f"committing table {output.table} of {output.url}"
     credentials = load_credentials(output.credentials_file, what)
@@ -461,7 +481,8 @@ def commit_job(spark: Any, commit: S.JdbcCommit, job_id: str) -> int:
             _ensure_bookkeeping(conn, output.table)
             done = _committed_subtasks(conn, output, job_id)
             if done == commit.parallelism:
-                _drop_staging(conn, output, job_id)
+                _drop_staging(conn, output.table, job_id)
+                sweep_ended_jobs(conn, output.url, exchange_dir)
                 return 0
             if done:
                 raise CommitError(
@@ -479,7 +500,8 @@ def commit_job(spark: Any, commit: S.JdbcCommit, job_id: str) -> int:
                     return 0  # a concurrent commit of this job won; it moved the rows
                 raise
             conn.setAutoCommit(True)
-            _drop_staging(conn, output, job_id)
+            _drop_staging(conn, output.table, job_id)
+            sweep_ended_jobs(conn, output.url, exchange_dir)
             return added
     except CommitError:
         raise
@@ -525,39 +547,75 @@ def _move_rows(
     return added
 
 
-def _drop_staging(conn: Any, output: S.JdbcSinkOutput, job_id: str) -> None:
+def _drop_staging(conn: Any, table: str, job_id: str) -> bool:
     """Drop every staging table of the job (recorded ones, and those of attempts that died
-    before recording theirs), then their records. Failures only cost a leftover table."""
-    staged = bookkeeping_table(output.table, STAGED_TABLE)
+    before recording theirs), then their records; False (and a warning) when that failed: a
+    failure only costs a leftover table."""
+    schema, _ = _split(table)
     try:
-        names = {
-            str(row[0])
-            for row in _query(
-                conn,
-                f"SELECT staging FROM {staged} WHERE job_id = ? AND target = ?",
-                job_id,
-                output.table,
-            )
-        }
-        schema, _ = _split(output.table)
         metadata = conn.getMetaData()
+        names = set()
+        if _exists(metadata, schema, STAGED_TABLE):
+            staged = bookkeeping_table(table, STAGED_TABLE)
+            names = {
+                str(row[0])
+                for row in _query(
+                    conn,
+                    f"SELECT staging FROM {staged} WHERE job_id = ? AND target = ?",
+                    job_id,
+                    table,
+                )
+            }
         escape = str(metadata.getSearchStringEscape() or "")
-        pattern = staging_prefix(output.table, job_id).replace("_", escape + "_") + "%"
+        pattern = staging_prefix(table, job_id).replace("_", escape + "_") + "%"
         results = metadata.getTables(None, schema or None, pattern, None)
         while results.next():
             names.add(_qualified(schema, str(results.getString("TABLE_NAME"))))
         for name in sorted(names):
             _execute(conn, f"DROP TABLE IF EXISTS {name}")
-        _execute(
-            conn,
-            f"DELETE FROM {staged} WHERE job_id = ? AND target = ?",
-            job_id,
-            output.table,
-        )
+        if _exists(metadata, schema, STAGED_TABLE):
+            _execute(
+                conn,
+                f"DELETE FROM {bookkeeping_table(table, STAGED_TABLE)}"
+                " WHERE job_id = ? AND target = ?",
+                job_id,
+                table,
+            )
     except Exception as exc:
         log.warning(
             "job %s: could not drop the staging tables of %s: %s",
             job_id,
-            output.table,
+            table,
             summarize(exc).splitlines()[0],
         )
+        return False
+    return True
+
+
+def _exists(metadata: Any, schema: str, name: str) -> bool:
+    results = metadata.getTables(None, schema or None, name, None)
+    return bool(results.next())
+
+
+def sweep_ended_jobs(conn: Any, url: str, exchange_dir: str) -> int:
+    """Drop the staging tables of the ended jobs recorded under ``exchange_dir`` that wrote
+    ``url`` (the database ``conn`` is connected to; others wait for a commit there); the number
+    of jobs swept. Never fails: what it cannot drop waits for the next commit."""
+    swept = 0
+    for path, text in ended_table_sinks(exchange_dir):
+        try:
+            record = json.loads(text)
+            if record["url"] != url:
+                continue
+            table, job_id = str(record["table"]), str(record["job_id"])
+        except (ValueError, KeyError, TypeError):
+            log.warning("removing the unreadable record %s of an ended job's table", path)
+            with contextlib.suppress(OSError):
+                path.unlink()
+            continue
+        if _drop_staging(conn, table, job_id):
+            log.info("job %s ended: dropped its staging tables of %s", job_id, table)
+            swept += 1
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return swept

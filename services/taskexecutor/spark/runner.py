@@ -195,6 +195,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
                     staging = jdbc.write_attempt(
                         root,
                         output,
+                        context.exchange_dir,
                         context.job_id,
                         context.subtask_index,
                         context.job_master_epoch,
@@ -297,7 +298,7 @@ def run_commit(spec: S.CommitSpec, context: TaskContext, spark: Any = None) -> T
         check_cancelled(context.cancelled)
         if spark is None:
             raise CommitError("committing a database sink needs the task executor's Spark session")
-        added = jdbc.commit_job(spark, table, context.job_id)
+        added = jdbc.commit_job(spark, table, context.job_id, context.exchange_dir)
         rows += added
         log.info(
             "job %s: committed table %s (%d rows added)", context.job_id, table.output.table, added
