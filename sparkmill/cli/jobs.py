@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkmill.cli import job_logs, keys
 from sparkmill.cli.exit_codes import EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE
-from sparkmill.cli.options import SubParsers, add_config_options, config_source
+from sparkmill.cli.options import CONFIG_ENV, SubParsers, add_config_options, config_source
 from sparkmill.cli.output import (
     Progress,
     details_json,
@@ -65,7 +65,11 @@ def add_run_parser(sub: SubParsers[argparse.ArgumentParser]) -> None:
     run.add_argument("--slots", type=positive, default=4, help="slots per task executor")
     run.add_argument("--dir", type=Path, help="cluster directory (default: a temporary one)")
     run.add_argument("--json", action="store_true", help=JSON_HELP)
-    add_config_options(run)
+    add_config_options(
+        run,
+        config_help="configuration keys (YAML) for the local cluster, e.g. spark.master or "
+        f"restart-strategy.type (${CONFIG_ENV} is not read: it names a running cluster)",
+    )
 
 
 def add_parsers(sub: SubParsers[argparse.ArgumentParser]) -> None:
