@@ -96,7 +96,14 @@ REQUIRED_NESTED = frozenset(
 # the general limit where they are made (common/core/proto_convert.py).
 MAX_STRING_CHARS = 256 * 1024
 SHORT_STRING_FIELDS = frozenset(
-    {"ServiceInfo.role", "ServiceInfo.hostname", "ServiceInfo.metrics_url", "ServiceInfo.rest_url"}
+    {
+        "ServiceInfo.role",
+        "ServiceInfo.hostname",
+        "ServiceInfo.metrics_url",
+        "ServiceInfo.rest_url",
+        "ServiceInfo.spark_ui_url",
+        "SlotReport.spark_ui_url",
+    }
 )
 MAX_SHORT_STRING_CHARS = 1024
 # Validated as a whole elsewhere (see the module docstring).

@@ -6,6 +6,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from sparkmill.common.core.errors import NotLeaderError
 from sparkmill.common.v1 import common_pb2
@@ -24,9 +25,10 @@ class ServiceIdentity:
     rest_url: str = ""  # dispatchers: the REST API and dashboard, once served
     started_at: float = field(default_factory=time.time)
 
-    def info(self, *, is_leader: bool = False) -> common_pb2.ServiceInfo:
+    def info(self, *, is_leader: bool = False, spark_ui_url: str = "") -> common_pb2.ServiceInfo:
         # Never the leader session id: it is a fencing token, told only to authenticated
-        # members through GetLeaderSession.
+        # members through GetLeaderSession. The Spark UI is a task executor's, and comes and
+        # goes with its Spark session.
         return common_pb2.ServiceInfo(
             role=self.role,
             id=self.id,
@@ -37,7 +39,21 @@ class ServiceIdentity:
             metrics_url=self.metrics_url,
             started_at=self.started_at,
             rest_url=self.rest_url,
+            spark_ui_url=spark_ui_url,
         )
+
+
+def http_url(url: object, max_chars: int = 1024) -> str:
+    """``url`` if it is an http(s) URL with a host, else "": what a member announces about
+    itself becomes a link in the dashboard (a ``javascript:`` one would run in its origin)."""
+    if not isinstance(url, str) or len(url) > max_chars:
+        return ""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # e.g. an unbalanced IPv6 bracket
+        return ""
+    return url if parts.scheme in ("http", "https") and host else ""
 
 
 def leader_session(session_id: str | None, role: str, address: str) -> common_pb2.LeaderSession:

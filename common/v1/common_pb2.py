@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19sparkmill/v1/common.proto\x12\x0csparkmill.v1\"l\n\tErrorInfo\x12%\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x17.sparkmill.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\t\x12\x16\n\x0e\x65xception_type\x18\x04 \x01(\t\"\x07\n\x05\x45mpty\"_\n\x12ResultPartitionRef\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x18\n\x10partition_number\x18\x02 \x01(\x05\x12\x1b\n\x13producer_attempt_id\x18\x03 \x01(\t\"7\n\x0fResourceProfile\x12\x11\n\tcpu_cores\x18\x01 \x01(\x01\x12\x11\n\tmemory_mb\x18\x02 \x01(\x03\"\x80\x01\n\nSlotStatus\x12\x12\n\nslot_index\x18\x01 \x01(\x05\x12\x37\n\x10resource_profile\x18\x02 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\x12\x15\n\rallocation_id\x18\x03 \x01(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\t\"J\n\nSlotReport\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\x12\'\n\x05slots\x18\x02 \x03(\x0b\x32\x18.sparkmill.v1.SlotStatus\"\xc0\x01\n\x0bServiceInfo\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x05\x12\x10\n\x08hostname\x18\x05 \x01(\t\x12\x11\n\tis_leader\x18\x06 \x01(\x08\x12\x19\n\x11leader_session_id\x18\x07 \x01(\t\x12\x13\n\x0bmetrics_url\x18\x08 \x01(\t\x12\x12\n\nstarted_at\x18\t \x01(\x01\x12\x10\n\x08rest_url\x18\n \x01(\t\"\x17\n\x15GetServiceInfoRequest\"\x19\n\x17GetLeaderSessionRequest\"4\n\rLeaderSession\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"-\n\x0cOperatorSpec\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"Y\n\x13IntermediateDataSet\x12\n\n\x02id\x18\x01 \x01(\t\x12\x36\n\x0bresult_type\x18\x02 \x01(\x0e\x32!.sparkmill.v1.ResultPartitionType\"m\n\x07JobEdge\x12\x19\n\x11source_dataset_id\x18\x01 \x01(\t\x12\x32\n\x07pattern\x18\x02 \x01(\x0e\x32!.sparkmill.v1.DistributionPattern\x12\x13\n\x0bpartitioner\x18\x03 \x01(\t\"\xc6\x02\n\tJobVertex\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0bparallelism\x18\x03 \x01(\x05\x12\x17\n\x0fmax_parallelism\x18\x04 \x01(\x05\x12,\n\x08operator\x18\x05 \x01(\x0b\x32\x1a.sparkmill.v1.OperatorSpec\x12\x37\n\x10resource_profile\x18\x06 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\x12\x1a\n\x12slot_sharing_group\x18\x07 \x01(\t\x12\x33\n\x08produced\x18\x08 \x03(\x0b\x32!.sparkmill.v1.IntermediateDataSet\x12%\n\x06inputs\x18\t \x03(\x0b\x32\x15.sparkmill.v1.JobEdge\x12\x12\n\nsink_paths\x18\n \x03(\t\"\xb6\x01\n\x08JobGraph\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12)\n\x08vertices\x18\x03 \x03(\x0b\x32\x17.sparkmill.v1.JobVertex\x12\x32\n\x06\x63onfig\x18\x04 \x03(\x0b\x32\".sparkmill.v1.JobGraph.ConfigEntry\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"%\n\x10HeartbeatRequest\x12\x11\n\tsender_id\x18\x01 \x01(\t*\x90\x02\n\tErrorCode\x12\x06\n\x02OK\x10\x00\x12\x14\n\x10INVALID_ARGUMENT\x10\x01\x12\r\n\tNOT_FOUND\x10\x02\x12\x12\n\x0e\x41LREADY_EXISTS\x10\x03\x12\x0e\n\nNOT_LEADER\x10\x04\x12\x14\n\x10\x46\x45NCING_MISMATCH\x10\x05\x12\x0b\n\x07TIMEOUT\x10\x06\x12\x0f\n\x0bUNAVAILABLE\x10\x07\x12\x17\n\x13\x46\x41ILED_PRECONDITION\x10\x08\x12\x16\n\x12RESOURCE_EXHAUSTED\x10\t\x12\x11\n\rUNIMPLEMENTED\x10\n\x12\x0c\n\x08INTERNAL\x10\x0b\x12\x15\n\x11INVALID_JOB_GRAPH\x10\x0c\x12\x15\n\x11PERMISSION_DENIED\x10\r*\xb7\x01\n\tJobStatus\x12\x1a\n\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x10\n\x0cINITIALIZING\x10\x01\x12\x0b\n\x07\x43REATED\x10\x02\x12\x0b\n\x07RUNNING\x10\x03\x12\x0b\n\x07\x46\x41ILING\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05\x12\x0e\n\nCANCELLING\x10\x06\x12\x0c\n\x08\x43\x41NCELED\x10\x07\x12\x0c\n\x08\x46INISHED\x10\x08\x12\x0e\n\nRESTARTING\x10\t\x12\r\n\tSUSPENDED\x10\n*\xee\x01\n\x0e\x45xecutionState\x12\x1f\n\x1b\x45XECUTION_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x45XECUTION_CREATED\x10\x01\x12\r\n\tSCHEDULED\x10\x02\x12\r\n\tDEPLOYING\x10\x03\x12\x1a\n\x16\x45XECUTION_INITIALIZING\x10\x04\x12\x15\n\x11\x45XECUTION_RUNNING\x10\x05\x12\x16\n\x12\x45XECUTION_FINISHED\x10\x06\x12\r\n\tCANCELING\x10\x07\x12\x16\n\x12\x45XECUTION_CANCELED\x10\x08\x12\x14\n\x10\x45XECUTION_FAILED\x10\t*Z\n\x13\x44istributionPattern\x12$\n DISTRIBUTION_PATTERN_UNSPECIFIED\x10\x00\x12\r\n\tPOINTWISE\x10\x01\x12\x0e\n\nALL_TO_ALL\x10\x02*Y\n\x13ResultPartitionType\x12%\n!RESULT_PARTITION_TYPE_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x42LOCKING\x10\x01\x12\r\n\tPIPELINED\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19sparkmill/v1/common.proto\x12\x0csparkmill.v1\"l\n\tErrorInfo\x12%\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x17.sparkmill.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\t\x12\x16\n\x0e\x65xception_type\x18\x04 \x01(\t\"\x07\n\x05\x45mpty\"_\n\x12ResultPartitionRef\x12\x12\n\ndataset_id\x18\x01 \x01(\t\x12\x18\n\x10partition_number\x18\x02 \x01(\x05\x12\x1b\n\x13producer_attempt_id\x18\x03 \x01(\t\"7\n\x0fResourceProfile\x12\x11\n\tcpu_cores\x18\x01 \x01(\x01\x12\x11\n\tmemory_mb\x18\x02 \x01(\x03\"\x80\x01\n\nSlotStatus\x12\x12\n\nslot_index\x18\x01 \x01(\x05\x12\x37\n\x10resource_profile\x18\x02 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\x12\x15\n\rallocation_id\x18\x03 \x01(\t\x12\x0e\n\x06job_id\x18\x04 \x01(\t\"`\n\nSlotReport\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\x12\'\n\x05slots\x18\x02 \x03(\x0b\x32\x18.sparkmill.v1.SlotStatus\x12\x14\n\x0cspark_ui_url\x18\x03 \x01(\t\"\xd6\x01\n\x0bServiceInfo\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x05\x12\x10\n\x08hostname\x18\x05 \x01(\t\x12\x11\n\tis_leader\x18\x06 \x01(\x08\x12\x19\n\x11leader_session_id\x18\x07 \x01(\t\x12\x13\n\x0bmetrics_url\x18\x08 \x01(\t\x12\x12\n\nstarted_at\x18\t \x01(\x01\x12\x10\n\x08rest_url\x18\n \x01(\t\x12\x14\n\x0cspark_ui_url\x18\x0b \x01(\t\"\x17\n\x15GetServiceInfoRequest\"\x19\n\x17GetLeaderSessionRequest\"4\n\rLeaderSession\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"-\n\x0cOperatorSpec\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\"Y\n\x13IntermediateDataSet\x12\n\n\x02id\x18\x01 \x01(\t\x12\x36\n\x0bresult_type\x18\x02 \x01(\x0e\x32!.sparkmill.v1.ResultPartitionType\"m\n\x07JobEdge\x12\x19\n\x11source_dataset_id\x18\x01 \x01(\t\x12\x32\n\x07pattern\x18\x02 \x01(\x0e\x32!.sparkmill.v1.DistributionPattern\x12\x13\n\x0bpartitioner\x18\x03 \x01(\t\"\xc6\x02\n\tJobVertex\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0bparallelism\x18\x03 \x01(\x05\x12\x17\n\x0fmax_parallelism\x18\x04 \x01(\x05\x12,\n\x08operator\x18\x05 \x01(\x0b\x32\x1a.sparkmill.v1.OperatorSpec\x12\x37\n\x10resource_profile\x18\x06 \x01(\x0b\x32\x1d.sparkmill.v1.ResourceProfile\x12\x1a\n\x12slot_sharing_group\x18\x07 \x01(\t\x12\x33\n\x08produced\x18\x08 \x03(\x0b\x32!.sparkmill.v1.IntermediateDataSet\x12%\n\x06inputs\x18\t \x03(\x0b\x32\x15.sparkmill.v1.JobEdge\x12\x12\n\nsink_paths\x18\n \x03(\t\"\xb6\x01\n\x08JobGraph\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12)\n\x08vertices\x18\x03 \x03(\x0b\x32\x17.sparkmill.v1.JobVertex\x12\x32\n\x06\x63onfig\x18\x04 \x03(\x0b\x32\".sparkmill.v1.JobGraph.ConfigEntry\x1a-\n\x0b\x43onfigEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"%\n\x10HeartbeatRequest\x12\x11\n\tsender_id\x18\x01 \x01(\t*\x90\x02\n\tErrorCode\x12\x06\n\x02OK\x10\x00\x12\x14\n\x10INVALID_ARGUMENT\x10\x01\x12\r\n\tNOT_FOUND\x10\x02\x12\x12\n\x0e\x41LREADY_EXISTS\x10\x03\x12\x0e\n\nNOT_LEADER\x10\x04\x12\x14\n\x10\x46\x45NCING_MISMATCH\x10\x05\x12\x0b\n\x07TIMEOUT\x10\x06\x12\x0f\n\x0bUNAVAILABLE\x10\x07\x12\x17\n\x13\x46\x41ILED_PRECONDITION\x10\x08\x12\x16\n\x12RESOURCE_EXHAUSTED\x10\t\x12\x11\n\rUNIMPLEMENTED\x10\n\x12\x0c\n\x08INTERNAL\x10\x0b\x12\x15\n\x11INVALID_JOB_GRAPH\x10\x0c\x12\x15\n\x11PERMISSION_DENIED\x10\r*\xb7\x01\n\tJobStatus\x12\x1a\n\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x10\n\x0cINITIALIZING\x10\x01\x12\x0b\n\x07\x43REATED\x10\x02\x12\x0b\n\x07RUNNING\x10\x03\x12\x0b\n\x07\x46\x41ILING\x10\x04\x12\n\n\x06\x46\x41ILED\x10\x05\x12\x0e\n\nCANCELLING\x10\x06\x12\x0c\n\x08\x43\x41NCELED\x10\x07\x12\x0c\n\x08\x46INISHED\x10\x08\x12\x0e\n\nRESTARTING\x10\t\x12\r\n\tSUSPENDED\x10\n*\xee\x01\n\x0e\x45xecutionState\x12\x1f\n\x1b\x45XECUTION_STATE_UNSPECIFIED\x10\x00\x12\x15\n\x11\x45XECUTION_CREATED\x10\x01\x12\r\n\tSCHEDULED\x10\x02\x12\r\n\tDEPLOYING\x10\x03\x12\x1a\n\x16\x45XECUTION_INITIALIZING\x10\x04\x12\x15\n\x11\x45XECUTION_RUNNING\x10\x05\x12\x16\n\x12\x45XECUTION_FINISHED\x10\x06\x12\r\n\tCANCELING\x10\x07\x12\x16\n\x12\x45XECUTION_CANCELED\x10\x08\x12\x14\n\x10\x45XECUTION_FAILED\x10\t*Z\n\x13\x44istributionPattern\x12$\n DISTRIBUTION_PATTERN_UNSPECIFIED\x10\x00\x12\r\n\tPOINTWISE\x10\x01\x12\x0e\n\nALL_TO_ALL\x10\x02*Y\n\x13ResultPartitionType\x12%\n!RESULT_PARTITION_TYPE_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x42LOCKING\x10\x01\x12\r\n\tPIPELINED\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,16 +33,16 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOBGRAPH_CONFIGENTRY']._loaded_options = None
   _globals['_JOBGRAPH_CONFIGENTRY']._serialized_options = b'8\001'
-  _globals['_ERRORCODE']._serialized_start=1627
-  _globals['_ERRORCODE']._serialized_end=1899
-  _globals['_JOBSTATUS']._serialized_start=1902
-  _globals['_JOBSTATUS']._serialized_end=2085
-  _globals['_EXECUTIONSTATE']._serialized_start=2088
-  _globals['_EXECUTIONSTATE']._serialized_end=2326
-  _globals['_DISTRIBUTIONPATTERN']._serialized_start=2328
-  _globals['_DISTRIBUTIONPATTERN']._serialized_end=2418
-  _globals['_RESULTPARTITIONTYPE']._serialized_start=2420
-  _globals['_RESULTPARTITIONTYPE']._serialized_end=2509
+  _globals['_ERRORCODE']._serialized_start=1671
+  _globals['_ERRORCODE']._serialized_end=1943
+  _globals['_JOBSTATUS']._serialized_start=1946
+  _globals['_JOBSTATUS']._serialized_end=2129
+  _globals['_EXECUTIONSTATE']._serialized_start=2132
+  _globals['_EXECUTIONSTATE']._serialized_end=2370
+  _globals['_DISTRIBUTIONPATTERN']._serialized_start=2372
+  _globals['_DISTRIBUTIONPATTERN']._serialized_end=2462
+  _globals['_RESULTPARTITIONTYPE']._serialized_start=2464
+  _globals['_RESULTPARTITIONTYPE']._serialized_end=2553
   _globals['_ERRORINFO']._serialized_start=43
   _globals['_ERRORINFO']._serialized_end=151
   _globals['_EMPTY']._serialized_start=153
@@ -54,27 +54,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SLOTSTATUS']._serialized_start=317
   _globals['_SLOTSTATUS']._serialized_end=445
   _globals['_SLOTREPORT']._serialized_start=447
-  _globals['_SLOTREPORT']._serialized_end=521
-  _globals['_SERVICEINFO']._serialized_start=524
-  _globals['_SERVICEINFO']._serialized_end=716
-  _globals['_GETSERVICEINFOREQUEST']._serialized_start=718
-  _globals['_GETSERVICEINFOREQUEST']._serialized_end=741
-  _globals['_GETLEADERSESSIONREQUEST']._serialized_start=743
-  _globals['_GETLEADERSESSIONREQUEST']._serialized_end=768
-  _globals['_LEADERSESSION']._serialized_start=770
-  _globals['_LEADERSESSION']._serialized_end=822
-  _globals['_OPERATORSPEC']._serialized_start=824
-  _globals['_OPERATORSPEC']._serialized_end=869
-  _globals['_INTERMEDIATEDATASET']._serialized_start=871
-  _globals['_INTERMEDIATEDATASET']._serialized_end=960
-  _globals['_JOBEDGE']._serialized_start=962
-  _globals['_JOBEDGE']._serialized_end=1071
-  _globals['_JOBVERTEX']._serialized_start=1074
-  _globals['_JOBVERTEX']._serialized_end=1400
-  _globals['_JOBGRAPH']._serialized_start=1403
-  _globals['_JOBGRAPH']._serialized_end=1585
-  _globals['_JOBGRAPH_CONFIGENTRY']._serialized_start=1540
-  _globals['_JOBGRAPH_CONFIGENTRY']._serialized_end=1585
-  _globals['_HEARTBEATREQUEST']._serialized_start=1587
-  _globals['_HEARTBEATREQUEST']._serialized_end=1624
+  _globals['_SLOTREPORT']._serialized_end=543
+  _globals['_SERVICEINFO']._serialized_start=546
+  _globals['_SERVICEINFO']._serialized_end=760
+  _globals['_GETSERVICEINFOREQUEST']._serialized_start=762
+  _globals['_GETSERVICEINFOREQUEST']._serialized_end=785
+  _globals['_GETLEADERSESSIONREQUEST']._serialized_start=787
+  _globals['_GETLEADERSESSIONREQUEST']._serialized_end=812
+  _globals['_LEADERSESSION']._serialized_start=814
+  _globals['_LEADERSESSION']._serialized_end=866
+  _globals['_OPERATORSPEC']._serialized_start=868
+  _globals['_OPERATORSPEC']._serialized_end=913
+  _globals['_INTERMEDIATEDATASET']._serialized_start=915
+  _globals['_INTERMEDIATEDATASET']._serialized_end=1004
+  _globals['_JOBEDGE']._serialized_start=1006
+  _globals['_JOBEDGE']._serialized_end=1115
+  _globals['_JOBVERTEX']._serialized_start=1118
+  _globals['_JOBVERTEX']._serialized_end=1444
+  _globals['_JOBGRAPH']._serialized_start=1447
+  _globals['_JOBGRAPH']._serialized_end=1629
+  _globals['_JOBGRAPH_CONFIGENTRY']._serialized_start=1584
+  _globals['_JOBGRAPH_CONFIGENTRY']._serialized_end=1629
+  _globals['_HEARTBEATREQUEST']._serialized_start=1631
+  _globals['_HEARTBEATREQUEST']._serialized_end=1668
 # @@protoc_insertion_point(module_scope)

@@ -151,15 +151,17 @@ class SlotStatus(_message.Message):
     def __init__(self, slot_index: _Optional[int] = ..., resource_profile: _Optional[_Union[ResourceProfile, _Mapping]] = ..., allocation_id: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class SlotReport(_message.Message):
-    __slots__ = ("resource_id", "slots")
+    __slots__ = ("resource_id", "slots", "spark_ui_url")
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
+    SPARK_UI_URL_FIELD_NUMBER: _ClassVar[int]
     resource_id: str
     slots: _containers.RepeatedCompositeFieldContainer[SlotStatus]
-    def __init__(self, resource_id: _Optional[str] = ..., slots: _Optional[_Iterable[_Union[SlotStatus, _Mapping]]] = ...) -> None: ...
+    spark_ui_url: str
+    def __init__(self, resource_id: _Optional[str] = ..., slots: _Optional[_Iterable[_Union[SlotStatus, _Mapping]]] = ..., spark_ui_url: _Optional[str] = ...) -> None: ...
 
 class ServiceInfo(_message.Message):
-    __slots__ = ("role", "id", "address", "pid", "hostname", "is_leader", "leader_session_id", "metrics_url", "started_at", "rest_url")
+    __slots__ = ("role", "id", "address", "pid", "hostname", "is_leader", "leader_session_id", "metrics_url", "started_at", "rest_url", "spark_ui_url")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +172,7 @@ class ServiceInfo(_message.Message):
     METRICS_URL_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     REST_URL_FIELD_NUMBER: _ClassVar[int]
+    SPARK_UI_URL_FIELD_NUMBER: _ClassVar[int]
     role: str
     id: str
     address: str
@@ -180,7 +183,8 @@ class ServiceInfo(_message.Message):
     metrics_url: str
     started_at: float
     rest_url: str
-    def __init__(self, role: _Optional[str] = ..., id: _Optional[str] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., hostname: _Optional[str] = ..., is_leader: _Optional[bool] = ..., leader_session_id: _Optional[str] = ..., metrics_url: _Optional[str] = ..., started_at: _Optional[float] = ..., rest_url: _Optional[str] = ...) -> None: ...
+    spark_ui_url: str
+    def __init__(self, role: _Optional[str] = ..., id: _Optional[str] = ..., address: _Optional[str] = ..., pid: _Optional[int] = ..., hostname: _Optional[str] = ..., is_leader: _Optional[bool] = ..., leader_session_id: _Optional[str] = ..., metrics_url: _Optional[str] = ..., started_at: _Optional[float] = ..., rest_url: _Optional[str] = ..., spark_ui_url: _Optional[str] = ...) -> None: ...
 
 class GetServiceInfoRequest(_message.Message):
     __slots__ = ()

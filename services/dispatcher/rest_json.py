@@ -323,6 +323,8 @@ def taskmanagers_json(status: resource_manager_pb2.ClusterStatus, now: float) ->
                 "host": te.info.hostname,
                 "pid": te.info.pid,
                 "metrics-url": web_url(te.info.metrics_url),
+                # Its Spark UI, once its session is up with spark.ui.enabled (else "").
+                "spark-ui-url": web_url(te.info.spark_ui_url),
                 "timeSinceLastHeartbeat": _duration_ms(te.last_heartbeat_at, 0.0, now),
                 "registered-time": millis(te.registered_at),
                 "slotsNumber": len(te.slots),

@@ -50,7 +50,12 @@ from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext, MethodSpec
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.heartbeat import HeartbeatManager, TimeoutListener
-from sparkmill.common.runtime.service_base import ServiceIdentity, leader_session, require_leader
+from sparkmill.common.runtime.service_base import (
+    ServiceIdentity,
+    http_url,
+    leader_session,
+    require_leader,
+)
 from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import (
@@ -230,6 +235,8 @@ class ResourceManager(ResourceManagerServicer):
     ) -> None:
         slots = self._slots()
         report = slot_report_from_proto(message)
+        # The Spark UI comes up with the task executor's session, after it registered.
+        record.registration.info.spark_ui_url = http_url(message.spark_ui_url)
         if not record.slot_manager_registered:
             slots.register_task_executor(record.instance_id, record.registration, report)
             record.slot_manager_registered = True

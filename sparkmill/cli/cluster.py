@@ -12,6 +12,7 @@ from sparkmill.cli.exit_codes import EXIT_OK
 from sparkmill.cli.options import SubParsers, add_config_options
 from sparkmill.cli.output import service_json
 from sparkmill.common.rpc.security import INSECURE_WARNING
+from sparkmill.common.runtime.service_base import http_url
 
 if TYPE_CHECKING:
     from sparkmill.client import ClusterClient
@@ -48,6 +49,7 @@ def cluster_status(client: ClusterClient, *, as_json: bool) -> int:
             "address": te.address,
             "slots_total": len(te.slots),
             "slots_free": sum(1 for s in te.slots if not s.allocation_id),
+            "spark_ui_url": http_url(te.info.spark_ui_url) or None,
             "slots": [
                 {
                     "index": s.slot_index,
@@ -93,6 +95,7 @@ def cluster_status(client: ClusterClient, *, as_json: bool) -> int:
         print(
             f"  task executor {te['resource_id'][:8]} {te['address']}: "
             f"{te['slots_free']}/{te['slots_total']} free"
+            + (f", Spark UI {te['spark_ui_url']}" if te["spark_ui_url"] else "")
         )
     print("\nsecurity: CurveZMQ on" if secure else "\nsecurity: OFF (see docs/security.md)")
     return EXIT_OK

@@ -12,12 +12,13 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkmill.cli import job_logs, keys
 from sparkmill.cli.exit_codes import EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE
-from sparkmill.cli.options import SubParsers, add_config_options
+from sparkmill.cli.options import CONFIG_ENV, SubParsers, add_config_options, config_source
 from sparkmill.cli.output import (
     Progress,
     details_json,
@@ -26,7 +27,7 @@ from sparkmill.cli.output import (
     result_json,
 )
 from sparkmill.cli.pipeline_loading import attach_pipeline_args, build_job_graph, load_pipeline
-from sparkmill.common.core.errors import SparkmillError
+from sparkmill.common.core.errors import ConfigurationError, SparkmillError
 from sparkmill.common.core.states import JobStatus, job_status_name, job_status_of
 
 if TYPE_CHECKING:
@@ -64,6 +65,11 @@ def add_run_parser(sub: SubParsers[argparse.ArgumentParser]) -> None:
     run.add_argument("--slots", type=positive, default=4, help="slots per task executor")
     run.add_argument("--dir", type=Path, help="cluster directory (default: a temporary one)")
     run.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_config_options(
+        run,
+        config_help="configuration keys (YAML) for the local cluster, e.g. spark.master or "
+        f"restart-strategy.type (${CONFIG_ENV} is not read: it names a running cluster)",
+    )
 
 
 def add_parsers(sub: SubParsers[argparse.ArgumentParser]) -> None:
@@ -204,16 +210,69 @@ def run_cluster_config(pipeline: Any) -> dict[str, Any]:
     return {"spark.session.start": "eager", "spark.session.warm-up": False}
 
 
+def run_user_config(args: argparse.Namespace) -> dict[str, str]:
+    """The keys ``--config FILE`` and ``-D KEY=VALUE`` set for ``run``'s local cluster, checked
+    like any configuration (so a typo stops ``run`` before it starts a process).
+
+    ``$SPARKMILL_CONFIG`` is not read: it names a running cluster's configuration, whose
+    addresses and keys are not this cluster's. Keys that lay the local cluster out (addresses,
+    slots, high availability, CurveZMQ and token files) are refused rather than silently
+    replaced: ``run`` generates them, and an address or key from another cluster would only
+    stop its processes from finding each other.
+    """
+    from sparkmill.common.config.configuration import Configuration
+
+    path: Path | None = getattr(args, "config_after", None) or getattr(args, "config", None)
+    _, overrides = config_source(args)  # only the -D part: `path` above skips the variable
+    if path is not None and not path.is_file():
+        raise SparkmillError(f"the configuration file {path} does not exist")
+    _refuse_run_owned(overrides)  # before the merge, whose cross-key checks would say less
+    config = Configuration.load(path) if path is not None else Configuration()
+    if overrides:
+        config = config.with_overrides(overrides, source="-D")
+    values = config.to_strings()
+    _refuse_run_owned(values)
+    return values
+
+
+def _refuse_run_owned(keys: Iterable[str]) -> None:
+    for key in keys:
+        reason = run_owned_key(key)
+        if reason:
+            raise ConfigurationError(key, f"is set by `sparkmill run` itself: {reason}")
+
+
+# Keys `sparkmill run` generates for its local cluster, and what to use instead.
+_RUN_OWNED_KEYS = {
+    "taskmanager.numberOfTaskSlots": "use --slots",
+    "rest.auth.token-file": "run generates the REST tokens in its directory (see --dir)",
+    "security.zookeeper.digest-file": "run starts no ZooKeeper",
+}
+_RUN_OWNED_PREFIXES = {
+    "high-availability.": "run starts a cluster without high availability "
+    "(use `sparkmill local-cluster up --ha zookeeper`)",
+    "security.curve.": "run generates the cluster's CurveZMQ keys in its directory (see --dir)",
+}
+
+
+def run_owned_key(key: str) -> str:
+    """Why ``run`` does not take ``key`` from the user, or ``""`` when it does."""
+    if key.endswith(".rpc-address"):
+        return "run binds every service to a free loopback port"
+    if key in _RUN_OWNED_KEYS:
+        return _RUN_OWNED_KEYS[key]
+    for prefix, reason in _RUN_OWNED_PREFIXES.items():
+        if key.startswith(prefix):
+            return reason
+    return ""
+
+
 def run(args: argparse.Namespace) -> int:
     from sparkmill.client import ClusterClient
     from sparkmill.local_cluster import LocalCluster
 
-    if args.config is not None or args.overrides:
-        raise SparkmillError(
-            "run starts its own local cluster: --config and -D are for commands that talk to "
-            "a running cluster (submit, jobs, cluster)"
-        )
-    # Fail fast, before starting any process.
+    # Fail fast, before starting any process: the configuration, then the pipeline.
+    user_config = run_user_config(args)
     pipeline = load_pipeline(args.pipeline, args.pipeline_args)
     graph = build_job_graph(pipeline, args.pipeline)
     attach_pipeline_args(graph, args.pipeline_args)
@@ -223,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
             directory,
             task_executors=args.task_executors,
             slots=args.slots,
-            extra_config=run_cluster_config(pipeline),
+            extra_config={**run_cluster_config(pipeline), **user_config},
         )
         print(
             f"starting a local cluster ({args.task_executors} task executors x {args.slots} "
@@ -256,6 +315,8 @@ __all__ = [
     "positive",
     "run",
     "run_cluster_config",
+    "run_owned_key",
+    "run_user_config",
     "submit",
     "wait",
 ]

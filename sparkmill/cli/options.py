@@ -60,7 +60,9 @@ class Parser(argparse.ArgumentParser):
 SubParsers = argparse._SubParsersAction
 
 
-def add_config_options(parser: argparse.ArgumentParser, *, top_level: bool = False) -> None:
+def add_config_options(
+    parser: argparse.ArgumentParser, *, top_level: bool = False, config_help: str = ""
+) -> None:
     """``--config FILE`` and ``-D KEY=VALUE``; after a subcommand they use their own
     destinations, merged by :func:`config_source`."""
     suffix = "" if top_level else "_after"
@@ -70,7 +72,8 @@ def add_config_options(parser: argparse.ArgumentParser, *, top_level: bool = Fal
         type=Path,
         default=None,
         metavar="FILE",
-        help=f"cluster configuration (YAML), e.g. DIR/cluster.yaml of a local cluster; "
+        help=config_help
+        or f"cluster configuration (YAML), e.g. DIR/cluster.yaml of a local cluster; "
         f"without it, ${CONFIG_ENV}",
     )
     parser.add_argument(

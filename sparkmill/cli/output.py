@@ -36,6 +36,7 @@ def service_json(info: common_pb2.ServiceInfo) -> dict[str, Any]:
         "leader": info.is_leader,
         "metrics_url": info.metrics_url or None,
         "rest_url": info.rest_url or None,
+        "spark_ui_url": info.spark_ui_url or None,
     }
 
 

@@ -2,8 +2,10 @@
 
 A pipeline whose ``transform`` logs, prints and then fails: ``sparkmill jobs logs`` shows its
 lines and lifecycle, ``jobs status`` shows its last lines under the root cause, the REST API
-serves the attempt's log with the viewer token. Then the whole cluster stops and starts again
-in the same directory: the ended jobs are still listed, with status, plan and exceptions.
+serves the attempt's log with the viewer token, and links the task executor's Spark UI
+(``spark.ui.enabled``); the FAIR pools' allocation file is not left behind. Then the whole
+cluster stops and starts again in the same directory: the ended jobs are still listed, with
+status, plan and exceptions.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sparkmill as sm
 from sparkmill.client import ClusterClient
 from sparkmill.common.rpc.keys import rest_token_of
 from sparkmill.common.v1 import common_pb2, jobs_pb2
-from tests.integration.conftest import SPARK_SESSIONS, start_local_cluster
+from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -63,10 +65,20 @@ def rest(cluster: Any, client: ClusterClient, path: str) -> tuple[int, bytes]:
         return reply.status, reply.read()
 
 
-def test_logs_of_a_failed_attempt_and_history_after_a_cluster_restart(tmp_path: Path) -> None:
+def test_logs_of_a_failed_attempt_and_history_after_a_cluster_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     directory = tmp_path / "cluster"
+    # The services' own temporary directory, to see what they leave behind there.
+    service_tmp = tmp_path / "tmp"
+    service_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(service_tmp))
     cluster = start_local_cluster(
-        directory, task_executors=1, slots=2, extra_config=SPARK_SESSIONS, wait_timeout_s=180
+        directory,
+        task_executors=1,
+        slots=2,
+        extra_config={**SPARK_SESSIONS, "spark.ui.enabled": True},
+        wait_timeout_s=180,
     )
     try:
         with ClusterClient.from_config_file(cluster.config_path) as client:
@@ -108,10 +120,25 @@ def test_logs_of_a_failed_attempt_and_history_after_a_cluster_restart(tmp_path: 
                 f"/v1/jobs/{failed}/vertices/{noisy[0].vertex_id}/subtasks/0/attempts/latest/log",
             )
             assert code == 200 and "transform says hello" in json.loads(body)["text"]
+
+            # spark.ui.enabled: the task executor's Spark UI is linked from its REST entry.
+            def spark_ui() -> str:
+                managers = json.loads(rest(cluster, client, "/v1/taskmanagers")[1])
+                return str(managers["taskmanagers"][0]["spark-ui-url"])
+
+            ui = eventually(spark_ui, timeout=30)
+            assert ui.startswith("http://"), ui
+            with urllib.request.urlopen(ui, timeout=30) as page:
+                assert page.status == 200 and b"Spark" in page.read()
+            status_json = cli(cluster.config_path, "cluster", "status", "--json")
+            [te] = json.loads(status_json.stdout)["task_executors"]
+            assert te["spark_ui_url"] == ui, status_json.stdout
         te_log = Path(cluster.log_dir, "task-executor-0.log").read_text()
         # Spark: "A job was submitted with scheduler pool slot-0, which has not been configured."
         assert "has not been configured" not in te_log, "the FAIR pools are not declared"
         assert "failed: ValueError" in te_log  # the failed attempt is in the executor's log too
+        # The pools' allocation file is read once, when the session starts: none is left.
+        assert not list(service_tmp.glob("sparkmill-fairscheduler-*")), list(service_tmp.iterdir())
     finally:
         cluster.stop()
     archived = sorted(p.name for p in (directory / "completed-jobs").iterdir())

@@ -31,6 +31,43 @@ def test_sparkmill_run_noop_example_end_to_end() -> None:
     assert re.search(r"dashboard: http://127\.0\.0\.1:\d+/#/jobs/[0-9a-f]{32}", run.stderr)
 
 
+FAILS_ONCE = """\
+from sparkmill.testing import noop_pipeline
+
+pipeline = noop_pipeline("fails-once", parallelism=1, vertices=1, fail_attempts=1)
+"""
+
+
+def test_sparkmill_run_takes_config_and_d_for_its_local_cluster(tmp_path: Path) -> None:
+    # The job fails its first attempt: with the default restart strategy it would be restarted
+    # and finish, so FAILED shows that the file's `restart-strategy.type: none` reached the
+    # cluster; no dashboard line shows that `-D rest.enabled=false` did.
+    pipeline = tmp_path / "fails_once.py"
+    pipeline.write_text(FAILS_ONCE)
+    config = tmp_path / "run.yaml"
+    config.write_text("restart-strategy.type: none\n")
+    command = [sys.executable, "-m", "sparkmill", "run", str(pipeline), "--json"]
+    run = subprocess.run(
+        [*command, "--config", str(config), "-D", "rest.enabled=false"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr
+    outcome = json.loads(run.stdout)
+    assert (outcome["status"], outcome["restarts"]) == ("FAILED", 0), run.stdout
+    assert "dashboard:" not in run.stderr, run.stderr
+    refused = subprocess.run(
+        [*command, "-D", "dispatcher.rpc-address=tcp://127.0.0.1:6123"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "starting a local cluster" not in refused.stderr  # refused before anything started
+    assert "dispatcher.rpc-address" in json.loads(refused.stdout)["error"]
+
+
 def test_a_bad_configuration_key_stops_a_service_with_a_message(tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("taskmanager.numberOfTaskSlot: 4\n")

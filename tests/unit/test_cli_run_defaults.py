@@ -4,9 +4,14 @@ tasks."""
 
 from __future__ import annotations
 
-from sparkmill.cli.jobs import run_cluster_config
+from pathlib import Path
+
+import pytest
+
+from sparkmill.cli.jobs import run_cluster_config, run_owned_key, run_user_config
 from sparkmill.cli.main import build_parser
 from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import ConfigurationError, SparkmillError
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.settings import ClusterSettings, settings_from_config
 from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
@@ -56,3 +61,63 @@ def test_the_warm_up_option_reads_from_the_configuration() -> None:
     config = Configuration.from_mapping({"spark.session.warm-up": False})
     assert settings_from_config(config).spark_session_warm_up is False
     assert settings_from_config(Configuration.from_mapping({})).spark_session_warm_up is True
+
+
+# -- run --config / -D: the same options as every other command, laid over its local cluster ----
+
+
+def _run_args(*argv: str) -> object:
+    return build_parser().parse_args(list(argv))
+
+
+def test_run_takes_config_and_d_options_after_and_before_the_subcommand(tmp_path: Path) -> None:
+    config = tmp_path / "run.yaml"
+    config.write_text("restart-strategy.type: none\nheartbeat.interval: 2 s\n")
+    args = _run_args("run", "p.py", "--config", str(config), "-D", "heartbeat.interval=3 s")
+    values = run_user_config(args)  # type: ignore[arg-type]
+    assert values["restart-strategy.type"] == "none"
+    assert (
+        values["heartbeat.interval"]
+        == Configuration.from_mapping({"heartbeat.interval": "3 s"}).to_strings()[
+            "heartbeat.interval"
+        ]
+    )  # -D wins over the file
+    before = _run_args("--config", str(config), "run", "p.py")
+    assert run_user_config(before)["restart-strategy.type"] == "none"  # type: ignore[arg-type]
+
+
+def test_run_without_config_sets_nothing_and_ignores_the_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other-cluster.yaml"
+    other.write_text("dispatcher.rpc-address: tcp://10.0.0.1:6123\n")
+    monkeypatch.setenv("SPARKMILL_CONFIG", str(other))
+    assert run_user_config(_run_args("run", "p.py")) == {}  # type: ignore[arg-type]
+
+
+def test_run_refuses_a_bad_key_before_starting_anything() -> None:
+    with pytest.raises(ConfigurationError, match=r"restart-strategy\.typ"):
+        run_user_config(_run_args("run", "p.py", "-D", "restart-strategy.typ=none"))  # type: ignore[arg-type]
+
+
+def test_run_refuses_a_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(SparkmillError, match="does not exist"):
+        run_user_config(_run_args("run", "p.py", "--config", str(tmp_path / "nope.yaml")))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "advice"),
+    [
+        ("dispatcher.rpc-address", "tcp://127.0.0.1:6123", "free loopback port"),
+        ("taskmanager.numberOfTaskSlots", "8", "--slots"),
+        ("high-availability.mode", "zookeeper", "--ha zookeeper"),
+        ("security.curve.enabled", "false", "CurveZMQ"),
+    ],
+)
+def test_run_refuses_the_keys_it_lays_its_cluster_out_with(
+    key: str, value: str, advice: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=advice) as raised:
+        run_user_config(_run_args("run", "p.py", "-D", f"{key}={value}"))  # type: ignore[arg-type]
+    assert key in str(raised.value)
+    assert run_owned_key("restart-strategy.type") == ""

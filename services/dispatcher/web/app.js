@@ -198,6 +198,18 @@ async function renderJobs() {
   return [el("h1", {}, "Jobs"), jobsTable(jobs.jobs)];
 }
 
+// A task executor's metrics and, once its Spark session is up with spark.ui.enabled, its Spark UI
+// (the API passes on http(s) URLs only).
+function tmLinks(tm) {
+  const links = [];
+  if (tm["metrics-url"]) links.push(link(tm["metrics-url"], "metrics", true));
+  if (tm["spark-ui-url"]) {
+    if (links.length) links.push(" · ");
+    links.push(link(tm["spark-ui-url"], "Spark UI", true));
+  }
+  return links.length ? links : "–";
+}
+
 async function renderTaskManagers() {
   const tms = await api("taskmanagers");
   const rows = tms.taskmanagers.map((tm) => el("tr", { "data-taskmanager": tm.id },
@@ -210,7 +222,7 @@ async function renderTaskManagers() {
       title: slot.free ? `slot ${slot.index}: free` : `slot ${slot.index}: job ${slot.jobId}`,
     })))),
     el("td", {}, duration(tm.timeSinceLastHeartbeat)),
-    el("td", {}, tm["metrics-url"] ? link(tm["metrics-url"], "metrics", true) : "–")));
+    el("td", {}, tmLinks(tm))));
   return [el("h1", {}, "Task executors"),
     table(["ID", "Address", "Host", "Free / slots", "Slots", "Last heartbeat", "Links"], rows,
       { id: "taskmanagers-table" })];

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sparkmill.common.core.errors import SparkSessionUnavailableError, TaskCancelledError
+from sparkmill.common.runtime.service_base import http_url
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,9 @@ class SparkSessionManager:
         self._lanes: set[int] = set()
         self.started_at = 0.0
         self.startup_s = 0.0
+        # The session's Spark UI (spark.ui.enabled), read once on the starting thread: the task
+        # executor reports it with its heartbeats and must not call into the JVM from its loop.
+        self.ui_url = ""
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -142,12 +146,23 @@ class SparkSessionManager:
 
             builder = SparkSession.builder
             conf = dict(self.conf)
+            pools_file = ""
             if self.slots > 0 and "spark.scheduler.allocation.file" not in conf:
-                conf["spark.scheduler.allocation.file"] = fair_pools_file(self.slots)
+                pools_file = fair_pools_file(self.slots)
+                conf["spark.scheduler.allocation.file"] = f"file://{pools_file}"
             for key, value in conf.items():
                 builder = builder.config(key, value)
-            session = builder.getOrCreate()
+            try:
+                session = builder.getOrCreate()
+            finally:
+                # Spark reads the allocation file once, while the SparkContext is created
+                # (its task scheduler builds the pools then): it is not needed afterwards.
+                if pools_file:
+                    with contextlib.suppress(OSError):
+                        os.unlink(pools_file)
             session.sparkContext.setLogLevel("WARN")
+            # None when the UI is off.
+            self.ui_url = http_url(session.sparkContext.uiWebUrl)
             log.info(
                 "Spark session created in %.1fs (master %s, Spark %s)",
                 time.monotonic() - self.started_at,
@@ -219,6 +234,7 @@ class SparkSessionManager:
         if thread is not None:
             thread.join(timeout_s)
         session, self._session = self._session, None
+        self.ui_url = ""
         if session is not None:
             try:
                 session.stop()
@@ -228,8 +244,9 @@ class SparkSessionManager:
 
 
 def fair_pools_file(slots: int) -> str:
-    """A fair-scheduler allocation file declaring the pools ``slot-0`` .. ``slot-N-1`` (equal
-    weights, FAIR inside each): Spark warns about every pool it finds undeclared otherwise."""
+    """The path of a new fair-scheduler allocation file declaring the pools ``slot-0`` ..
+    ``slot-N-1`` (equal weights, FAIR inside each): Spark warns about every pool it finds
+    undeclared otherwise. The caller deletes it once the SparkContext has read it."""
     import tempfile
 
     pools = "".join(
@@ -242,7 +259,7 @@ def fair_pools_file(slots: int) -> str:
         "w", prefix="sparkmill-fairscheduler-", suffix=".xml", delete=False
     ) as out:
         out.write(xml)
-    return f"file://{out.name}"
+    return out.name
 
 
 def _warm_up(session: Any) -> None:

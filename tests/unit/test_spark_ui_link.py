@@ -1,0 +1,141 @@
+"""A task executor's Spark UI reaches the views: the session manager reads its URL when the
+session comes up, the task executor reports it with every heartbeat answer (the session starts
+after it registered), the resource manager keeps the latest one, and the REST API and the CLI
+show it. Only http(s) URLs travel: each is a link in the dashboard."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sparkmill.cli.output import service_json as cli_service_json
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.ids import ResourceID
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.server import CallContext
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.service_base import ServiceIdentity, http_url
+from sparkmill.common.runtime.settings import ClusterSettings, settings_from_config
+from sparkmill.common.runtime.timers import AsyncioTimerService, ManualTimerService
+from sparkmill.common.v1 import common_pb2, envelope_pb2, resource_manager_pb2
+from sparkmill.services.dispatcher import rest_json
+from sparkmill.services.resourcemanager.resource_manager import ResourceManager
+from sparkmill.services.resourcemanager.slot_manager import SlotManager
+from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
+from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
+from sparkmill.services.taskexecutor.table_actions import TableActions
+from sparkmill.services.taskexecutor.task_executor import TaskExecutor
+from tests.unit.test_task_executor_job_takeover import NoLeaderRetrieval
+from tests.unit.test_task_executor_registration import _request, _UnusedElection
+
+UI = "http://127.0.0.1:4040"
+
+
+@pytest.mark.parametrize("url", [UI, "https://te-1.example:4041/jobs/", "HTTP://h:1"])
+def test_http_urls_pass(url: str) -> None:
+    assert http_url(url) == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        None,
+        "",
+        "javascript:alert(1)",
+        "data:text/html,x",
+        "file:///etc/passwd",
+        "http://",
+        "//h:4040",
+        "http://[::1",
+        "http://h/" + "x" * 2000,
+    ],
+)
+def test_anything_else_is_dropped(url: object) -> None:
+    assert http_url(url) == ""
+
+
+def test_the_task_executor_reports_its_sessions_ui_with_its_heartbeat_answers() -> None:
+    async def scenario() -> None:
+        config = Configuration.from_mapping({"taskmanager.numberOfTaskSlots": "1"})
+        clients = RpcClientPool("test")
+        te = TaskExecutor(
+            settings_from_config(config),
+            ServiceRuntime("te-test"),
+            NoLeaderRetrieval(),
+            clients,
+            ServiceIdentity("task-executor", "te-1", address="tcp://127.0.0.1:9"),
+        )
+        te.slot_table = TaskSlotTable(
+            1, te.total_resources, te.default_slot_profile, AsyncioTimerService()
+        )
+        te.slot_table.start(TableActions(te))
+        context = CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0)
+        heartbeat = common_pb2.HeartbeatRequest(sender_id="rm")
+        # No Spark session manager (a task executor without the data plane), then one whose
+        # session is not up yet (never started here: no JVM), then one that is up.
+        assert (await te.heartbeat_from_resource_manager(heartbeat, context)).spark_ui_url == ""
+        manager = SparkSessionManager("local[1]", ui_enabled=True)
+        te.task_services[SERVICE_KEY] = manager
+        assert (await te.heartbeat_from_resource_manager(heartbeat, context)).spark_ui_url == ""
+        manager.ui_url = UI
+        assert (await te.heartbeat_from_resource_manager(heartbeat, context)).spark_ui_url == UI
+        assert te._registration_request().info.spark_ui_url == UI
+        info = await te.get_service_info(common_pb2.GetServiceInfoRequest(), context)
+        assert info.spark_ui_url == UI
+        await clients.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_resource_manager_keeps_the_latest_reported_ui_and_drops_unsafe_ones() -> None:
+    async def scenario() -> None:
+        clients = RpcClientPool("test")
+        rm = ResourceManager(
+            ClusterSettings(),
+            ServiceRuntime("rm-test"),
+            _UnusedElection(),  # type: ignore[arg-type]
+            clients,
+            ServiceIdentity("resource-manager", "rm-1"),
+        )
+        rm.session_id = "leader-session"
+        rm.slot_manager = SlotManager(ManualTimerService(), rm, 30.0, 60.0)
+        context = CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0)
+        reply = await rm.register_task_executor(_request(), context)
+
+        async def report(url: str) -> str:
+            await rm.send_slot_report(
+                resource_manager_pb2.SendSlotReportRequest(
+                    instance_id=reply.instance_id,
+                    slot_report=common_pb2.SlotReport(
+                        slots=[common_pb2.SlotStatus(slot_index=0)], spark_ui_url=url
+                    ),
+                ),
+                context,
+            )
+            status = await rm.get_cluster_status(
+                resource_manager_pb2.GetClusterStatusRequest(), context
+            )
+            return status.task_executors[0].info.spark_ui_url
+
+        assert await report("") == ""
+        assert await report(UI) == UI
+        assert await report("javascript:alert(1)") == ""
+        assert await report(UI) == UI
+        assert await report("") == ""  # the session stopped
+        rm.te_heartbeats.unmonitor(ResourceID("worker-1"))
+        await clients.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_rest_api_and_the_cli_show_the_ui() -> None:
+    status = resource_manager_pb2.ClusterStatus()
+    te = status.task_executors.add(resource_id="te-1")
+    te.info.spark_ui_url = UI
+    other = status.task_executors.add(resource_id="te-2")
+    other.info.spark_ui_url = "javascript:alert(1)"  # an old or hostile member: no link
+    managers = rest_json.taskmanagers_json(status, now=0.0)["taskmanagers"]
+    assert [m["spark-ui-url"] for m in managers] == [UI, ""]
+    assert cli_service_json(te.info)["spark_ui_url"] == UI
+    assert cli_service_json(common_pb2.ServiceInfo())["spark_ui_url"] is None
