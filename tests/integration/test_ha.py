@@ -302,8 +302,11 @@ def test_a_job_master_deposed_by_zookeeper_alone_hands_the_job_on(
 
 
 def test_a_corrupt_stored_job_graph_fails_that_job_and_the_rest_recover(
-    ha_cluster: RunningCluster,
+    cluster_factory: ClusterFactory,
 ) -> None:
+    # Slots for both jobs at once: on 4 slots the 30 s job could take them all first, and the
+    # kept job would finish nothing before the dispatcher is killed.
+    ha_cluster = cluster_factory(task_executors=2, slots=4, ha=True, standbys=1)
     client = ha_cluster.client
     kept = client.submit(long_job("kept").build_job_graph())
     lost = client.submit(long_job("lost", sleep_s=30).build_job_graph())
@@ -327,7 +330,7 @@ def test_a_corrupt_stored_job_graph_fails_that_job_and_the_rest_recover(
     assert (handle.parent / "quarantine" / handle.name).exists()
     # The JobMaster that still ran the lost job was told to stop: every slot is free again
     # long before its 30 s subtasks could have ended.
-    eventually(lambda: client.cluster_status(timeout=10).resource_manager.slots_free == 4, 60)
+    eventually(lambda: client.cluster_status(timeout=10).resource_manager.slots_free == 8, 60)
 
 
 def test_a_job_master_that_does_not_lead_the_job_is_refused_everywhere(
