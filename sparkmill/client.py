@@ -317,15 +317,44 @@ class ClusterClient:
         wait_ms = max(1, int(wait_s * 1000))
 
         async def call(d: DispatcherClient, attempt: float) -> jobs_pb2.JobResult | None:
+            poll = d.get_job_result(
+                dispatcher_pb2.GetJobResultRequest(job_id=job_id, wait_ms=wait_ms),
+                timeout=wait_s + attempt,
+            )
             try:
-                return await d.get_job_result(
-                    dispatcher_pb2.GetJobResultRequest(job_id=job_id, wait_ms=wait_ms),
-                    timeout=wait_s + attempt,
-                )
+                return await self._unless_dispatcher_moves(poll, d.fencing_token)
             except FailedPreconditionError:
                 return None  # not ended yet
 
         return self._run(self._with_dispatcher(call, STATUS_TIMEOUT_S + wait_s))
+
+    async def _unless_dispatcher_moves(self, call: Coroutine[Any, Any, T], session: str) -> T:
+        """``call`` (a long poll), given up when the dispatcher leader it was sent to stops
+        leading: a dead leader never answers, and waiting out the poll's whole deadline would
+        hold a finished job's result back for half a minute after a failover. With ZooKeeper
+        only: there the leader is watched for free; a standalone leader cannot move."""
+        if self.settings.ha_mode != "zookeeper":
+            return await call
+        moved = asyncio.Event()
+
+        def listener(info: LeaderInfo | None) -> None:
+            if info is None or info.session_id != session:
+                moved.set()
+
+        retrieval = self._ha.dispatcher_retrieval()
+        answer = asyncio.ensure_future(call)
+        await retrieval.start(listener)
+        watch = asyncio.ensure_future(moved.wait())
+        try:
+            await asyncio.wait({answer, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if answer.done():
+                return answer.result()
+            raise UnavailableError("the dispatcher leader changed during the call; asking again")
+        finally:
+            for task in (answer, watch):
+                task.cancel()
+            await asyncio.gather(answer, watch, return_exceptions=True)
+            await retrieval.stop()
 
     def wait(
         self,
