@@ -23,6 +23,8 @@ Secret files are refused when their mode lets group or others read them (like ss
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
 import secrets
@@ -49,6 +51,8 @@ ZOOKEEPER_ROLES = ("dispatcher", "resource-manager", "job-master", "task-executo
 
 def zookeeper_digest_file(role: str) -> str:
     return f"zookeeper-{role}.digest"
+
+
 REST_TOKENS_FILE = "rest.tokens"
 # REST API roles: a viewer may read, an operator may also submit and cancel.
 REST_ROLES = ("viewer", "operator")
@@ -244,8 +248,6 @@ def generate_zookeeper_role_digests(directory: Path) -> list[Path]:
     ``sparkmill-<role>``) and ``public/zookeeper.identities`` naming each role's digest id
     (``user:base64(sha1(user:password))``, ZooKeeper's form, from which ACLs are built). Existing
     digests are kept; the identities file is rewritten from them (mode 0644)."""
-    from kazoo.security import make_digest_acl_credential
-
     public_dir, private_dir = _make_dirs(directory)
     created: list[Path] = []
     lines = []
@@ -255,7 +257,7 @@ def generate_zookeeper_role_digests(directory: Path) -> list[Path]:
             _write_private(path, f"sparkmill-{role}:{secrets.token_urlsafe(24)}\n")
             created.append(path)
         user, password = read_digest(path, str(path))
-        lines.append(f"{role} {make_digest_acl_credential(user, password)}")
+        lines.append(f"{role} {zookeeper_digest_id(user, password)}")
     identities = public_dir / ZOOKEEPER_IDENTITIES_FILE
     text = "\n".join(lines) + "\n"
     if not identities.exists() or identities.read_text() != text:
@@ -263,6 +265,12 @@ def generate_zookeeper_role_digests(directory: Path) -> list[Path]:
         _write_new(identities, text, 0o644)
         created.append(identities)
     return created
+
+
+def zookeeper_digest_id(user: str, password: str) -> str:
+    """ZooKeeper's digest id of a credential: ``user:base64(sha1(user:password))``."""
+    digest = hashlib.sha1(f"{user}:{password}".encode()).digest()  # ZooKeeper's digest scheme
+    return f"{user}:{base64.b64encode(digest).decode('ascii')}"
 
 
 def read_zookeeper_identities(path: Path, key: str) -> dict[str, str]:
@@ -281,15 +289,17 @@ def read_zookeeper_identities(path: Path, key: str) -> dict[str, str]:
         fields = line.split()
         if len(fields) != 2 or fields[0] not in ZOOKEEPER_ROLES or ":" not in fields[1]:
             raise ConfigurationError(
-                key, f"{path}:{number}: expected 'ROLE USER:HASH' with a role of "
-                f"{', '.join(ZOOKEEPER_ROLES)}"
+                key,
+                f"{path}:{number}: expected 'ROLE USER:HASH' with a role of "
+                f"{', '.join(ZOOKEEPER_ROLES)}",
             )
         found[fields[0]] = fields[1]
     missing = [role for role in ZOOKEEPER_ROLES if role not in found]
     if missing:
         raise ConfigurationError(
-            key, f"{path} names no ZooKeeper identity for {', '.join(missing)} "
-            "(sparkmill keys generate writes them all)"
+            key,
+            f"{path} names no ZooKeeper identity for {', '.join(missing)} "
+            "(sparkmill keys generate writes them all)",
         )
     return found
 

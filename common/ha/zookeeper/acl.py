@@ -20,6 +20,7 @@ node, its ancestors included, is therefore created with an explicit ACL (:func:`
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 from collections.abc import Callable, Mapping
@@ -109,7 +110,11 @@ def role_grants(relative: str) -> dict[str, int]:
         # The dispatcher counts a job's contenders before it places the job again.
         "{latch-readers}": ["dispatcher"] if job else [],
         "{info-readers}": (
-            ["dispatcher", "resource-manager", "task-executor"] if job else [WORLD] if public else []
+            ["dispatcher", "resource-manager", "task-executor"]
+            if job
+            else [WORLD]
+            if public
+            else []
         ),
         "{member-readers}": [WORLD] if public else [],
     }
@@ -236,10 +241,8 @@ def ensure_path(client: KazooClient, root: str, path: str, auth: ZooKeeperAuth) 
         if client.exists(node) is not None:
             continue
         relative = "/".join(parts[root_depth:depth]) if depth > root_depth else ""
-        try:
+        with contextlib.suppress(NodeExistsError):  # made meanwhile by another process
             client.create(node, b"", acl=auth.acl_for(relative))
-        except NodeExistsError:
-            pass
 
 
 def acl_text(acl: ACL, *, masked: bool = False) -> str:

@@ -92,7 +92,7 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         self.client = client
         # The ACL of a node by its path (per-role ACLs); None: the client's default ACL.
         self._acl_of = acl_of
-        self._ensure_path = ensure_path or client.ensure_path
+        self._ensure_path = ensure_path
         # ConnectionLoss only: an expired session (SessionExpiredError) is not retried here.
         self.retry = KazooRetry(
             max_tries=-1, delay=0.1, max_delay=1.0, deadline=retry_deadline_s, ignore_expire=False
@@ -123,7 +123,7 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         handle = self._handle(graph.job_id)
         _atomic_write(handle, graph.SerializeToString())
         node = self._node(graph.job_id)
-        self._ensure_path(self.zk_path)
+        (self._ensure_path or self.client.ensure_path)(self.zk_path)
         locks, lock = f"{node}/locks", f"{node}/locks/{self.owner}"
         transaction = self.client.transaction()
         transaction.create(node, str(handle).encode(), acl=self._acl(node))
