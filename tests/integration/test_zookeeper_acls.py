@@ -13,6 +13,7 @@ import pytest
 
 from sparkmill.common.ha.zookeeper.acl import SERVICE_ROLES
 from sparkmill.common.ha.zookeeper.server import ZooKeeperServer, zookeeper_available
+from sparkmill.common.rpc.keys import generate_zookeeper_digest
 from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.testing import noop_pipeline
@@ -191,3 +192,25 @@ def test_each_role_reaches_only_its_own_znodes_and_a_job_still_runs(
     finally:
         dispatcher.stop()
         dispatcher.close()
+
+
+def test_one_shared_digest_still_runs_a_job_with_a_warning(
+    cluster_factory: ClusterFactory, tmp_path: Path
+) -> None:
+    """The former layout (no identities file): accepted, every service says what to do."""
+    shared = generate_zookeeper_digest(tmp_path / "shared-keys")
+    assert shared is not None
+    ha = cluster_factory(
+        task_executors=1,
+        ha=True,
+        extra_config={
+            "security.zookeeper.digest-file": str(shared),
+            "security.zookeeper.identities-file": "",
+        },
+    )
+    job_id = ha.client.submit(noop_pipeline("shared-zk", parallelism=1).build_job_graph())
+    assert ha.client.wait(job_id, timeout=90).status == common_pb2.FINISHED
+    for process in ha.cluster.processes:
+        if process.role == "zookeeper":
+            continue
+        assert "shares one digest identity" in Path(process.log_file).read_text(), process

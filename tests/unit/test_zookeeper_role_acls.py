@@ -161,4 +161,4 @@ def test_one_shared_digest_still_works_with_a_warning(
         auth = zookeeper_auth_from_config(config, "task-executor")
     assert not auth.per_role and auth.user == "sparkmill"
     assert auth.acl_for("jobgraphs") == auth.default_acl  # all permissions, as before
-    assert "share one digest identity" in caplog.text or "shares one digest" in caplog.text
+    assert "shares one digest identity" in caplog.text
