@@ -334,6 +334,9 @@ mkdir -p "$WORK/ha-etc"
 grep -qx 'high-availability.mode: zookeeper' "$WORK/ha-etc/sparkmill.yaml" || fail "HA mode not rendered"
 grep -qx 'high-availability.zookeeper.quorum: zk-1.invalid:2281,192.0.2.12:2281' "$WORK/ha-etc/sparkmill.yaml" ||
   { cat "$WORK/ha-etc/sparkmill.yaml"; fail "the ZooKeeper quorum was not rendered from the zookeeper group"; }
+grep -qx "security.zookeeper.digest-file: $WORK/ha-etc/keys/private/zookeeper-{role}.digest" "$WORK/ha-etc/sparkmill.yaml" &&
+  grep -qx "security.zookeeper.identities-file: $WORK/ha-etc/keys/public/zookeeper.identities" "$WORK/ha-etc/sparkmill.yaml" ||
+  { cat "$WORK/ha-etc/sparkmill.yaml"; fail "the per-role ZooKeeper identities were not rendered"; }
 (cd "$ROOT" && "$PY" -c "from sparkmill.common.config.configuration import Configuration; Configuration.load('$WORK/ha-etc/sparkmill.yaml')") ||
   fail "the HA configuration does not load"
 note "$(grep -E '^high-availability' "$WORK/ha-etc/sparkmill.yaml" | tr '\n' ' ')"

@@ -223,7 +223,7 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
         max_message_bytes=settings.rpc_max_message_bytes,
         security=security,
     )
-    ha = create_ha_services(settings, config, clients.get)
+    ha = create_ha_services(settings, config, clients.get, role)
     await ha.start()
     metrics = _process_metrics(identity, runtime, settings)
     server = RpcServer(

@@ -7,9 +7,9 @@ process ids are kept in ``DIR/processes.json`` so ``local-cluster down`` can sto
 then SIGKILL after a grace period).
 
 The cluster is secure by default: ``write_config`` generates CurveZMQ keys (one per role, plus
-the server key, a ZooKeeper digest and the REST API's bearer tokens) in ``DIR/keys`` unless they
-exist, and the configuration names them (see docs/security.md). ``extra_config`` may turn
-security off for a lab.
+the server key, one ZooKeeper digest per service role and the REST API's bearer tokens) in
+``DIR/keys`` unless they exist, and the configuration names them (see docs/security.md).
+``extra_config`` may turn security off for a lab.
 
 The same class is what ``sparkmill run`` and the integration tests use.
 """
@@ -36,8 +36,9 @@ from sparkmill.common.rpc.keys import (
     REST_TOKENS_FILE,
     SECRET_SUFFIX,
     SERVER,
-    ZOOKEEPER_DIGEST_FILE,
+    ZOOKEEPER_IDENTITIES_FILE,
     generate_cluster_keys,
+    zookeeper_digest_file,
 )
 from sparkmill.common.rpc.security import TransportSecurity, security_from_config
 from sparkmill.common.runtime.service_base import ROLES
@@ -134,8 +135,11 @@ class LocalCluster:
             )
         config.update(self.security_config())
         if zookeeper_address:
-            digest = self.keys_dir / PRIVATE_DIR / ZOOKEEPER_DIGEST_FILE
+            # One ZooKeeper identity per role, each znode's ACL by role (docs/security.md).
+            digest = self.keys_dir / PRIVATE_DIR / zookeeper_digest_file("{role}")
             config["security.zookeeper.digest-file"] = str(digest)
+            identities = self.keys_dir / PUBLIC_DIR / ZOOKEEPER_IDENTITIES_FILE
+            config["security.zookeeper.identities-file"] = str(identities)
         config.update(self.extra_config)
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
         return config

@@ -19,9 +19,11 @@ def create_ha_services(
     settings: ClusterSettings,
     config: Any = None,
     rpc: Callable[[str], RpcClient] | None = None,
+    role: str = "client",
 ) -> HighAvailabilityServices:
-    """The HA services of a process; ``rpc`` gives the (authenticated) client of an address,
-    which standalone leader retrieval uses to ask a leader for its session id."""
+    """The HA services of a ``role`` process; ``rpc`` gives the (authenticated) client of an
+    address, which standalone leader retrieval uses to ask a leader for its session id. The
+    role picks the ZooKeeper identity (clients have none)."""
     mode = config.get(opt.HA_MODE) if isinstance(config, Configuration) else "none"
     if mode == "none":
         return StandaloneHaServices(settings, rpc)
@@ -29,4 +31,4 @@ def create_ha_services(
         raise ConfigurationError(opt.HA_MODE.key, f"unknown mode {mode!r}")
     from sparkmill.common.ha.zookeeper.ha_services import ZooKeeperHaServices
 
-    return ZooKeeperHaServices(settings, config)
+    return ZooKeeperHaServices(settings, config, role)

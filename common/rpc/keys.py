@@ -6,7 +6,9 @@ A key directory has two halves::
     D/public/server.key                   the public half of the cluster's server key
     D/private/<role>[-<name>].key_secret  the matching secret keys (mode 0600)
     D/private/server.key_secret           the server secret key every service process serves with
-    D/private/zookeeper.digest            "user:password" for ZooKeeper digest authentication
+    D/private/zookeeper-<role>.digest     "user:password": a service role's ZooKeeper identity
+    D/public/zookeeper.identities         "role user:hash" lines: every role's ZooKeeper digest id
+    D/private/zookeeper.digest            the former single digest every process shared
     D/private/rest.tokens                 "role token" lines: the REST API's bearer tokens
 
 The *role* of a member is the file name's prefix (``client``, ``dispatcher``,
@@ -21,6 +23,8 @@ Secret files are refused when their mode lets group or others read them (like ss
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import re
 import secrets
@@ -40,6 +44,15 @@ PRIVATE_DIR = "private"
 PUBLIC_SUFFIX = ".key"
 SECRET_SUFFIX = ".key_secret"
 ZOOKEEPER_DIGEST_FILE = "zookeeper.digest"
+ZOOKEEPER_IDENTITIES_FILE = "zookeeper.identities"
+ZOOKEEPER_ROLES = ("dispatcher", "resource-manager", "job-master", "task-executor")
+"""The roles with a ZooKeeper identity; clients need none (see sparkmill.common.ha.zookeeper)."""
+
+
+def zookeeper_digest_file(role: str) -> str:
+    return f"zookeeper-{role}.digest"
+
+
 REST_TOKENS_FILE = "rest.tokens"
 # REST API roles: a viewer may read, an operator may also submit and cancel.
 REST_ROLES = ("viewer", "operator")
@@ -230,6 +243,67 @@ def generate_zookeeper_digest(directory: Path, user: str = "sparkmill") -> Path 
     return path
 
 
+def generate_zookeeper_role_digests(directory: Path) -> list[Path]:
+    """One digest per service role (``private/zookeeper-<role>.digest``, mode 0600, user
+    ``sparkmill-<role>``) and ``public/zookeeper.identities`` naming each role's digest id
+    (``user:base64(sha1(user:password))``, ZooKeeper's form, from which ACLs are built). Existing
+    digests are kept; the identities file is rewritten from them (mode 0644)."""
+    public_dir, private_dir = _make_dirs(directory)
+    created: list[Path] = []
+    lines = []
+    for role in ZOOKEEPER_ROLES:
+        path = private_dir / zookeeper_digest_file(role)
+        if not path.exists():
+            _write_private(path, f"sparkmill-{role}:{secrets.token_urlsafe(24)}\n")
+            created.append(path)
+        user, password = read_digest(path, str(path))
+        lines.append(f"{role} {zookeeper_digest_id(user, password)}")
+    identities = public_dir / ZOOKEEPER_IDENTITIES_FILE
+    text = "\n".join(lines) + "\n"
+    if not identities.exists() or identities.read_text() != text:
+        identities.unlink(missing_ok=True)
+        _write_new(identities, text, 0o644)
+        created.append(identities)
+    return created
+
+
+def zookeeper_digest_id(user: str, password: str) -> str:
+    """ZooKeeper's digest id of a credential: ``user:base64(sha1(user:password))``."""
+    digest = hashlib.sha1(f"{user}:{password}".encode()).digest()  # ZooKeeper's digest scheme
+    return f"{user}:{base64.b64encode(digest).decode('ascii')}"
+
+
+def read_zookeeper_identities(path: Path, key: str) -> dict[str, str]:
+    """``role -> user:hash`` of a ZooKeeper identities file (one ``role user:hash`` line per
+    service role); refused when others may write it (a planted id would be granted access)."""
+    check_not_writable_by_others(path, key, "ZooKeeper identities file")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(key, f"cannot read {path}: {exc}") from None
+    found: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split()
+        if len(fields) != 2 or fields[0] not in ZOOKEEPER_ROLES or ":" not in fields[1]:
+            raise ConfigurationError(
+                key,
+                f"{path}:{number}: expected 'ROLE USER:HASH' with a role of "
+                f"{', '.join(ZOOKEEPER_ROLES)}",
+            )
+        found[fields[0]] = fields[1]
+    missing = [role for role in ZOOKEEPER_ROLES if role not in found]
+    if missing:
+        raise ConfigurationError(
+            key,
+            f"{path} names no ZooKeeper identity for {', '.join(missing)} "
+            "(sparkmill keys generate writes them all)",
+        )
+    return found
+
+
 def generate_rest_tokens(directory: Path) -> Path | None:
     """A REST token file with one random ``operator`` and one ``viewer`` token (mode 0600)."""
     _, private_dir = _make_dirs(directory)
@@ -242,16 +316,18 @@ def generate_rest_tokens(directory: Path) -> Path | None:
 
 
 def generate_cluster_keys(directory: Path) -> list[Path]:
-    """The server key, one key per role, the ZooKeeper digest and the REST tokens; existing
-    files are kept."""
+    """The server key, one key per role, one ZooKeeper digest per service role (with the public
+    identities file) and the REST tokens; existing files are kept. The former shared digest
+    (:func:`generate_zookeeper_digest`) is no longer made."""
     created: list[Path] = []
     for role in (SERVER, *ROLES):
         made = generate_key(directory, role)
         if made is not None:
             created.extend(made)
-    for made_file in (generate_zookeeper_digest(directory), generate_rest_tokens(directory)):
-        if made_file is not None:
-            created.append(made_file)
+    rest_tokens = generate_rest_tokens(directory)
+    if rest_tokens is not None:
+        created.append(rest_tokens)
+    created.extend(generate_zookeeper_role_digests(directory))
     return created
 
 

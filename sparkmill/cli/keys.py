@@ -2,8 +2,9 @@
 
 ::
 
-    sparkmill keys generate --dir D           # the server key, one key per role, a ZK digest
+    sparkmill keys generate --dir D           # server key, a key per role, ZK digests per role
     sparkmill keys generate --dir D --role task-executor --name host7
+    sparkmill keys generate --dir D --zookeeper   # only the per-role ZooKeeper digests
     sparkmill keys list --dir D [--json]
 
 Keys are never overwritten: rotating one means generating a key under a new name, adding its
@@ -27,6 +28,7 @@ from sparkmill.common.rpc.keys import (
     SERVER,
     generate_cluster_keys,
     generate_key,
+    generate_zookeeper_role_digests,
     load_public_key,
     parse_stem,
 )
@@ -42,8 +44,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     generate.add_argument(
         "--role",
         choices=(SERVER, *ROLES),
-        help="one key of this role (default: the server key, one key per role and the "
-        "ZooKeeper digest)",
+        help="one key of this role (default: the server key, one key per role, one ZooKeeper "
+        "digest per service role and the REST tokens)",
+    )
+    generate.add_argument(
+        "--zookeeper",
+        action="store_true",
+        help="only the ZooKeeper digests: private/zookeeper-<role>.digest for each service role "
+        "and public/zookeeper.identities (kept when they exist)",
     )
     generate.add_argument("--name", default="", help="e.g. the host or person the key is for")
     listing = keys_sub.add_parser("list", help="the admitted public keys and their roles")
@@ -53,6 +61,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "generate":
+        if args.zookeeper:
+            if args.role or args.name:
+                raise SparkmillError("--zookeeper takes no --role or --name")
+            return _print_created(generate_zookeeper_role_digests(args.dir), args.dir)
         return _generate(args.dir, args.role, args.name)
     return _list(args.dir, as_json=args.json)
 
@@ -73,6 +85,10 @@ def _generate(directory: Path, role: str | None, name: str) -> int:
                 "keys are never overwritten (choose another --name to rotate)"
             )
         created = list(made)
+    return _print_created(created, directory)
+
+
+def _print_created(created: list[Path], directory: Path) -> int:
     for path in created:
         print(path)
     if not created:

@@ -23,7 +23,6 @@ from sparkmill.common.core.errors import (
     RpcError,
     UnavailableError,
 )
-from sparkmill.common.ha.zookeeper.server import zookeeper_available
 from sparkmill.common.rpc.client import RpcClient
 from sparkmill.common.rpc.keys import generate_key
 from sparkmill.common.rpc.security import CurveKeyPair, TransportSecurity
@@ -405,58 +404,6 @@ def test_cluster_status_of_a_secure_cluster_says_curve_is_on(
     assert "SECURITY IS OFF" not in status.stderr
     for log in secure_cluster.cluster.processes:
         assert "SECURITY IS OFF" not in Path(log.log_file).read_text()
-
-
-@pytest.mark.skipif(not zookeeper_available(), reason="needs a ZooKeeper installation")
-def test_an_unauthenticated_zookeeper_client_cannot_read_or_write_our_znodes(
-    cluster_factory: ClusterFactory,
-) -> None:
-    from kazoo.client import KazooClient
-    from kazoo.exceptions import NoAuthError
-
-    ha = cluster_factory(task_executors=1, ha=True)
-    job_id = ha.client.submit(
-        noop_pipeline("held-zk", parallelism=1, sleep_s=5.0).build_job_graph()
-    )
-    zookeeper = ha.cluster.zookeeper
-    user, password = (
-        (ha.cluster.keys_dir / "private" / "zookeeper.digest").read_text().strip().split(":", 1)
-    )
-    owner = KazooClient(hosts=zookeeper.address, auth_data=[("digest", f"{user}:{password}")])
-    owner.start(timeout=15)
-    try:
-        ours: list[str] = []
-
-        def walk(path: str) -> None:
-            ours.append(path)
-            for child in owner.get_children(path):
-                walk(f"{path.rstrip('/')}/{child}")
-
-        walk("/sparkmill")
-        assert len(ours) > 5 and any(job_id in path for path in ours), ours
-    finally:
-        owner.stop()
-        owner.close()
-
-    for auth in ([], [("digest", f"{user}:wrong-password")]):
-        outsider = KazooClient(hosts=zookeeper.address, auth_data=auth or None)
-        outsider.start(timeout=15)
-        try:
-            for path in ours:
-                with pytest.raises(NoAuthError):
-                    outsider.get(path)
-                with pytest.raises(NoAuthError):
-                    outsider.set(path, b"hostile")
-                with pytest.raises(NoAuthError):
-                    outsider.create(f"{path}/hostile", b"x")
-                if path != "/sparkmill":  # deleting needs the parent's permission ("/" is open)
-                    with pytest.raises(NoAuthError):
-                        outsider.delete(path, recursive=False)
-        finally:
-            outsider.stop()
-            outsider.close()
-    # Nothing changed: the job finishes.
-    assert ha.client.wait(job_id, timeout=90).status == common_pb2.FINISHED
 
 
 def test_the_client_finds_a_restarted_standalone_dispatcher_by_its_new_session(

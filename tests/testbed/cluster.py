@@ -168,9 +168,10 @@ class LeaderWatch:
 
     def __enter__(self) -> LeaderWatch:
         hosts = ",".join(f"{self.bed.addresses[h]}:2181" for h in self.bed.groups["zookeeper"])
-        # The bed runs secure: sparkmill's znodes are readable with the play's digest only
-        # (unauthenticated, every read fails with NoAuth and nothing would be recorded).
-        digest = (self.bed.secrets / "keys" / "private" / "zookeeper.digest").read_text().strip()
+        # The bed runs secure: most of sparkmill's znodes are readable with a service role's
+        # digest only (the dispatcher's reads every leader's address; docs/security.md).
+        digest_file = self.bed.secrets / "keys" / "private" / "zookeeper-dispatcher.digest"
+        digest = digest_file.read_text().strip()
         self._zk = KazooClient(hosts=hosts, timeout=6.0, auth_data=[("digest", digest)])
         self._zk.start(timeout=30)
         self._thread = threading.Thread(target=self._run, name="leader-watch", daemon=True)

@@ -158,7 +158,7 @@ def test_keys_are_distributed_private_and_per_host(bed_converging: TestBed) -> N
     assert "server.key" in admitted and "client-operator.key" in admitted, admitted
     for host in bed.addresses:
         public = bed.ssh(host, "ls /etc/sparkmill/keys/public").stdout.split()
-        assert sorted(public) == admitted, host
+        assert sorted(public) == sorted([*admitted, "zookeeper.identities"]), host
         private = bed.ssh(
             host, "stat -c '%a %U %n' /etc/sparkmill/keys/private /etc/sparkmill/keys/private/*"
         ).stdout.splitlines()
@@ -170,8 +170,10 @@ def test_keys_are_distributed_private_and_per_host(bed_converging: TestBed) -> N
             for unit in bed.units_of(host)
             if unit.startswith("sparkmill-")
         }
-        expected = {"server.key_secret", "zookeeper.digest"}
+        expected = {"server.key_secret"}
         expected |= {f"{role}-{host}.key_secret" for role in roles}
+        # Only the ZooKeeper identities of the roles this host runs.
+        expected |= {f"zookeeper-{role}.digest" for role in roles}
         if "dispatcher" in roles:
             expected.add("rest.tokens")
         assert set(modes) == expected, host  # nobody else's secret key, no client key
@@ -253,10 +255,9 @@ def test_an_unauthenticated_zookeeper_client_cannot_read_or_write_sparkmills_zno
     finally:
         outsider.stop()
         outsider.close()
-    # With the play's digest the same client reads them: the nodes are there, only closed.
-    user, _, password = (
-        (bed.secrets / "keys" / "private" / "zookeeper.digest").read_text().strip().partition(":")
-    )
+    # With a service role's digest the same client reads them: the nodes are there, only closed.
+    digest = bed.secrets / "keys" / "private" / "zookeeper-dispatcher.digest"
+    user, _, password = digest.read_text().strip().partition(":")
     member = KazooClient(hosts=quorum, timeout=15, auth_data=[("digest", f"{user}:{password}")])
     member.start(timeout=30)
     try:

@@ -60,8 +60,8 @@ def test_key_file_names_give_the_role() -> None:
 
 def test_generated_keys_are_private_and_loaded_by_role(tmp_path: Path) -> None:
     created = generate_cluster_keys(tmp_path)
-    # server + 5 roles, each public + secret; the ZK digest; the REST tokens
-    assert len(created) == 2 * 6 + 2
+    # server + 5 roles, each public + secret; the REST tokens; 4 ZK digests + their identities
+    assert len(created) == 2 * 6 + 1 + 4 + 1
     assert generate_cluster_keys(tmp_path) == []  # never overwritten
     assert generate_key(tmp_path, "task-executor", "host7") is not None
     for secret in (tmp_path / "private").iterdir():
@@ -76,8 +76,8 @@ def test_generated_keys_are_private_and_loaded_by_role(tmp_path: Path) -> None:
         ("task-executor", ""),
         ("task-executor", "host7"),
     ]  # the server key is not a member
-    user, password = read_digest(tmp_path / "private" / "zookeeper.digest", "k")
-    assert user == "sparkmill" and len(password) >= 24
+    user, password = read_digest(tmp_path / "private" / "zookeeper-job-master.digest", "k")
+    assert user == "sparkmill-job-master" and len(password) >= 24
 
 
 def test_a_public_key_file_without_a_role_is_refused(tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ def test_loose_server_key_and_zookeeper_digest_are_refused(tmp_path: Path) -> No
         security_from_config(config, "dispatcher", serves=True)
     # A client needs no server secret: it still starts.
     assert security_from_config(config, "client", serves=False).enabled
-    digest = tmp_path / "private" / "zookeeper.digest"
+    digest = tmp_path / "private" / "zookeeper-dispatcher.digest"
     digest.chmod(0o644)
     with pytest.raises(ConfigurationError, match="chmod 600"):
         read_digest(digest, "security.zookeeper.digest-file")

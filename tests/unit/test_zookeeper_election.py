@@ -98,6 +98,9 @@ class TestingZooKeeperConnection(ZooKeeperConnection):
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
 
+    def ensure_path(self, path: str) -> None:
+        """The fake keeps latch children only: their parents need not exist."""
+
     def drive(self, state: ZooKeeperConnectionState) -> None:
         self._apply_state(state.value)
 

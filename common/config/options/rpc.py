@@ -127,6 +127,16 @@ SECURITY_ZOOKEEPER_DIGEST_FILE = option(
     "security.zookeeper.digest-file",
     STRING,
     "",
-    "File (mode 0600) holding 'user:password' for ZooKeeper digest authentication; when set, "
-    "every znode sparkmill creates is readable and writable only by that user.",
+    "This service's ZooKeeper digest file (mode 0600, 'user:password'); '{role}' is replaced "
+    "by the process's role (e.g. .../private/zookeeper-{role}.digest). Clients need none. "
+    "Without security.zookeeper.identities-file, one digest shared by every process (the "
+    "former layout: accepted with a warning).",
+)
+SECURITY_ZOOKEEPER_IDENTITIES_FILE = option(
+    "security.zookeeper.identities-file",
+    STRING,
+    "",
+    "Public file of every service role's ZooKeeper digest id ('role user:hash' lines, "
+    "written by 'sparkmill keys generate'); when set, each role authenticates as itself and "
+    "every znode's ACL grants each role only what it does there (docs/security.md).",
 )

@@ -25,13 +25,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
+from kazoo.security import ACL
 
 from sparkmill.common.core.errors import UnavailableError
 from sparkmill.common.core.zookeeper_state import (
     ZOOKEEPER_CONNECTION_TRANSITIONS,
     ZooKeeperConnectionState,
 )
-from sparkmill.common.ha.zookeeper.acl import OPEN, ZooKeeperAuth
+from sparkmill.common.ha.zookeeper.acl import OPEN, ZooKeeperAuth, ensure_path
 from sparkmill.common.runtime.metrics import ZOOKEEPER
 
 T = TypeVar("T")
@@ -75,6 +76,20 @@ class ZooKeeperConnection:
     def path(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
 
+    def relative(self, path: str) -> str:
+        """``path`` below the cluster's root ('' for the root itself and its ancestors)."""
+        prefix = self.root.rstrip("/") + "/"
+        return path[len(prefix) :] if path.startswith(prefix) else ""
+
+    def acl(self, path: str) -> list[ACL]:
+        """The ACL a node at ``path`` is created with (per role: by its path, docs/security.md)."""
+        return self.auth.acl_for(self.relative(path))
+
+    def ensure_path(self, path: str) -> None:
+        """Blocking: ``path`` and its ancestors exist, each created with its own ACL."""
+        assert self.client is not None
+        ensure_path(self.client, self.root, path, self.auth)
+
     async def ensure_started(self) -> None:
         if self.client is not None:
             return
@@ -85,7 +100,8 @@ class ZooKeeperConnection:
             hosts=self.quorum,
             timeout=self.session_timeout_s,
             connection_retry={"max_tries": -1, "max_delay": 2.0},
-            # Every node we create is ours alone when digest authentication is configured.
+            # A node created without an explicit ACL is this identity's alone; every recipe
+            # passes the ACL of its path (ZooKeeperConnection.acl).
             auth_data=list(self.auth.auth_data) or None,
             default_acl=list(self.auth.default_acl),
         )

@@ -150,13 +150,14 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                 client = self.zk.client
                 assert client is not None
                 await self._remove_leftovers_of_this_session(client)
+                await self.zk.call(self.zk.ensure_path, self.latch_path)
                 self._node = await self.zk.call(
                     client.create,
                     f"{self.latch_path}/{LATCH_PREFIX}",
                     b"",
                     ephemeral=True,
                     sequence=True,
-                    makepath=True,
+                    acl=self.zk.acl(f"{self.latch_path}/{LATCH_PREFIX}"),
                 )
         await self._check()
 
@@ -312,13 +313,15 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         node = self._node
 
         def publish() -> int | None:
-            client.ensure_path(self.epoch_path)
+            self.zk.ensure_path(self.epoch_path)
             for _ in range(3):
                 transaction = client.transaction()
                 transaction.check(node, 0)  # still ours: the latch node was never modified
                 if client.exists(self.info_path) is not None:
                     transaction.delete(self.info_path)
-                transaction.create(self.info_path, data, ephemeral=True)
+                transaction.create(
+                    self.info_path, data, ephemeral=True, acl=self.zk.acl(self.info_path)
+                )
                 transaction.set_data(self.epoch_path, session_id.encode())
                 results = transaction.commit()
                 if not any(isinstance(r, Exception) for r in results):

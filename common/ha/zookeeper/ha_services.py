@@ -6,6 +6,9 @@ ZooKeeper layout under ``<path.root>/<cluster-id>``::
     leader/resource-manager/{latch/, connection_info}
     leader/job-<job id>/{latch/, connection_info}     one election per job among job masters
     jobgraphs/<job id>/locks/<owner>                   the submitted-job-graph store
+    members/<role>/<member id>                         each service's announcement
+
+Who may read and write each of them: :mod:`.acl` (``ROLE_POLICY``) and docs/security.md.
 
 Large data (job graphs, job results) lives in ``high-availability.storageDir``.
 """
@@ -13,11 +16,13 @@ Large data (job graphs, job results) lives in ``high-availability.storageDir``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 
 from sparkmill.common.config import options as opt
 from sparkmill.common.config.configuration import Configuration
@@ -27,7 +32,12 @@ from sparkmill.common.ha.job_stores import JobGraphStore, JobResultStore
 from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo, LeaderRetrievalService
 from sparkmill.common.ha.progress_log import FileJobProgressStore, JobProgressStore
 from sparkmill.common.ha.services import HighAvailabilityServices
-from sparkmill.common.ha.zookeeper.acl import acl_text, zookeeper_auth_from_config
+from sparkmill.common.ha.zookeeper.acl import (
+    STRUCTURE,
+    acl_text,
+    may_read,
+    zookeeper_auth_from_config,
+)
 from sparkmill.common.ha.zookeeper.connection import ZooKeeperConnection
 from sparkmill.common.ha.zookeeper.election import (
     ZooKeeperLeaderElectionService,
@@ -42,7 +52,9 @@ log = logging.getLogger(__name__)
 
 
 class ZooKeeperHaServices(HighAvailabilityServices):
-    def __init__(self, settings: ClusterSettings, config: Configuration) -> None:
+    def __init__(
+        self, settings: ClusterSettings, config: Configuration, role: str = "client"
+    ) -> None:
         root = config.get(opt.HA_ZOOKEEPER_ROOT).rstrip("/")
         cluster = config.get(opt.HA_CLUSTER_ID).strip("/")
         self.connection = ZooKeeperConnection(
@@ -50,7 +62,7 @@ class ZooKeeperHaServices(HighAvailabilityServices):
             f"{root}/{cluster}",
             session_timeout_s=config.get(opt.HA_ZOOKEEPER_SESSION_TIMEOUT),
             connection_timeout_s=config.get(opt.HA_ZOOKEEPER_CONNECTION_TIMEOUT),
-            auth=zookeeper_auth_from_config(config),
+            auth=zookeeper_auth_from_config(config, role),
         )
         self.tolerate_suspended = config.get(opt.HA_ZOOKEEPER_TOLERATE_SUSPENDED_CONNECTIONS)
         self.storage_dir = Path(config.get(opt.HA_STORAGE_DIR))
@@ -142,6 +154,8 @@ class ZooKeeperHaServices(HighAvailabilityServices):
             self.storage_dir,
             owner,
             retry_deadline_s=self.connection.session_timeout_s,
+            acl_of=self.connection.acl,
+            ensure_path=self.connection.ensure_path,
         )
 
     def job_result_store(self) -> JobResultStore:
@@ -170,8 +184,16 @@ class ZooKeeperHaServices(HighAvailabilityServices):
         path = self.connection.path("members", role, member_id)
 
         def create() -> None:
+            parent = path.rsplit("/", 1)[0]
+            if self.connection.auth.role == "task-executor":
+                # Per role, a task executor may not create structure: its members node is made
+                # by the first other service; wait for it rather than fail the announcement.
+                while client.exists(parent) is None and self._announcement is not None:
+                    time.sleep(1.0)
+            else:
+                self.connection.ensure_path(parent)
             try:
-                client.create(path, info, ephemeral=True, makepath=True)
+                client.create(path, info, ephemeral=True, acl=self.connection.acl(path))
             except NodeExistsError:
                 client.set(path, info)
 
@@ -193,10 +215,14 @@ class ZooKeeperHaServices(HighAvailabilityServices):
             except NoNodeError:
                 return found
             for role in roles:
-                for member in client.get_children(f"{root}/{role}"):
+                try:
+                    names = client.get_children(f"{root}/{role}")
+                except NoAuthError:
+                    continue  # per role: a client sees the dispatchers and resource managers
+                for member in names:
                     try:
                         data, _ = client.get(f"{root}/{role}/{member}")
-                    except NoNodeError:
+                    except (NoNodeError, NoAuthError):
                         continue
                     found.setdefault(role, []).append(data)
             return found
@@ -211,39 +237,74 @@ class ZooKeeperHaServices(HighAvailabilityServices):
         return await self.connection.call(self._foreign_acls)
 
     def _foreign_acls(self) -> str | None:
-        """The cluster's root and its first level must carry exactly this cluster's ACL.
+        """The cluster's structural nodes must carry exactly the ACL this cluster gives them.
 
         ZooKeeper does not inherit ACLs: a node someone created before the cluster first
         started (a squatted root, or ``leader``) keeps theirs, and whoever may write it can
         delete or plant the election and job nodes beneath. Refusing to run on such a tree
-        is the only safe answer (the operator removes it or picks another root)."""
+        is the only safe answer (the operator removes it or picks another root). Per role,
+        the services that may create structure create all of it here, so that no other role's
+        credential finds a gap to fill first."""
         auth = self.connection.auth
         if not auth.auth_data:
             return None  # open mode: nothing is protected, and the service says so already
         client = self.connection.client
         assert client is not None
         root = self.connection.root
-        client.ensure_path(root)  # created with our ACL when it does not exist yet
-        expected = sorted(acl_text(a) for a in auth.default_acl)
-        try:
-            children = client.get_children(root)
-        except NoNodeError:
-            children = []
-        for path in [root, *(f"{root}/{child}" for child in sorted(children))]:
+        if auth.per_role:
+            paths = [self.connection.path(rel) if rel else root for rel in STRUCTURE]
+            for path in paths:  # parents first: nothing is created under a foreign node
+                problem = self._foreign_acl(path)
+                if problem is not None:
+                    return problem
+                if auth.role != "task-executor" and client.exists(path) is None:
+                    with contextlib.suppress(NoAuthError):  # another role's node: theirs to make
+                        self.connection.ensure_path(path)
+        else:
+            self.connection.ensure_path(root)  # created with our ACL when it does not exist
             try:
-                acls, _ = client.get_acls(path)
+                children = client.get_children(root)
             except NoNodeError:
-                continue
-            found = sorted(acl_text(a) for a in acls)
-            if found != expected:
-                return (
-                    f"ZooKeeper node {path} has the ACL {', '.join(found) or 'none'}, not this "
-                    f"cluster's ({', '.join(expected)}): it was created by someone else (or "
-                    "by a cluster with another security.zookeeper.digest-file). Refusing to "
-                    f"use it: remove it (zkCli: deleteall {path}) or choose another "
-                    "high-availability.zookeeper.path.root / high-availability.cluster-id"
-                )
+                children = []
+            paths = [root, *(f"{root}/{child}" for child in sorted(children))]
+        for path in paths:
+            problem = self._foreign_acl(path)
+            if problem is not None:
+                return problem
         return None
+
+    def _foreign_acl(self, path: str) -> str | None:
+        """Why ``path`` is not this cluster's (its ACL is not the one its path gets), or None."""
+        client = self.connection.client
+        assert client is not None
+        # ZooKeeper shows a digest id as 'user:x' to a caller without ADMIN on the node, so the
+        # ids are compared by user; that this role's own entry is really ours is proven below
+        # by reading the node with our credential.
+        expected = sorted(acl_text(a, masked=True) for a in self.connection.acl(path))
+        ours_to_read = may_read(self.connection.auth.role, self.connection.relative(path))
+        try:
+            acls, _ = client.get_acls(path)
+            if ours_to_read:
+                client.get_children(path)
+        except NoNodeError:
+            return None
+        except NoAuthError:
+            # Hidden from us: when this role should be able to read it, someone else's ACL is
+            # on it; otherwise the roles that read it check it.
+            if not ours_to_read:
+                return None
+            acls = []
+        found = sorted(acl_text(a, masked=True) for a in acls)
+        if found == expected:
+            return None
+        return (
+            f"ZooKeeper node {path} has the ACL {', '.join(found) or '(hidden from us)'}, not "
+            f"this cluster's ({', '.join(expected)}): it was created by someone else, or by "
+            "this cluster with other ZooKeeper credentials (another "
+            "security.zookeeper.digest-file, or before security.zookeeper.identities-file was "
+            f"set). Refusing to use it: remove it (zkCli: deleteall {path}) or choose another "
+            "high-availability.zookeeper.path.root / high-availability.cluster-id"
+        )
 
     async def close(self) -> None:
         await self.connection.close()

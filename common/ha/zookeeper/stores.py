@@ -31,6 +31,7 @@ from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL
 
 from sparkmill.common.core.ids import JobID, is_valid_id
 from sparkmill.common.ha.job_stores import (
@@ -85,8 +86,13 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         owner: str,
         *,
         retry_deadline_s: float = 30.0,
+        acl_of: Callable[[str], list[ACL]] | None = None,
+        ensure_path: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
+        # The ACL of a node by its path (per-role ACLs); None: the client's default ACL.
+        self._acl_of = acl_of
+        self._ensure_path = ensure_path
         # ConnectionLoss only: an expired session (SessionExpiredError) is not retried here.
         self.retry = KazooRetry(
             max_tries=-1, delay=0.1, max_delay=1.0, deadline=retry_deadline_s, ignore_expire=False
@@ -102,9 +108,13 @@ class ZooKeeperJobGraphStore(JobGraphStore):
     def _handle(self, job_id: str) -> Path:
         return self.storage_dir / f"{job_id}.pb"
 
+    def _acl(self, path: str) -> list[ACL] | None:
+        return None if self._acl_of is None else self._acl_of(path)
+
     def _lock(self, job_id: str) -> None:
+        lock = f"{self._node(job_id)}/locks/{self.owner}"
         with contextlib.suppress(NodeExistsError):
-            self.client.create(f"{self._node(job_id)}/locks/{self.owner}", b"", ephemeral=True)
+            self.client.create(lock, b"", ephemeral=True, acl=self._acl(lock))
 
     @_retried
     def put(self, graph: common_pb2.JobGraph) -> None:
@@ -113,11 +123,12 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         handle = self._handle(graph.job_id)
         _atomic_write(handle, graph.SerializeToString())
         node = self._node(graph.job_id)
-        self.client.ensure_path(self.zk_path)
+        (self._ensure_path or self.client.ensure_path)(self.zk_path)
+        locks, lock = f"{node}/locks", f"{node}/locks/{self.owner}"
         transaction = self.client.transaction()
-        transaction.create(node, str(handle).encode())
-        transaction.create(f"{node}/locks", b"")
-        transaction.create(f"{node}/locks/{self.owner}", b"", ephemeral=True)
+        transaction.create(node, str(handle).encode(), acl=self._acl(node))
+        transaction.create(locks, b"", acl=self._acl(locks))
+        transaction.create(lock, b"", ephemeral=True, acl=self._acl(lock))
         results = transaction.commit()
         if not any(isinstance(result, Exception) for result in results):
             return
