@@ -25,7 +25,6 @@ add up to the whole-process gap.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -47,6 +46,8 @@ sys.path.insert(0, str(HERE))
 from bench_vs_pyspark import PLAIN_WORDCOUNT  # noqa: E402
 from bench_wordcount import generate  # noqa: E402
 from spark_event_summary import _lines  # noqa: E402
+
+from sparkmill.local_cluster import process_tree  # noqa: E402
 
 # The plain script with timestamps: its own code, unchanged, between them.
 PLAIN_MAIN = """
@@ -90,28 +91,16 @@ class ProcessPoller(threading.Thread):
             self.done.wait(self.period_s)
 
     def _descendants(self) -> dict[int, str]:
-        parents: dict[int, int] = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    stat = Path(f"/proc/{entry}/stat").read_text()
-                except OSError:
-                    continue
-                parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-        found, todo = {}, [self.root]
-        with contextlib.suppress(OSError):  # the process itself (the CLI, the plain driver)
-            raw = Path(f"/proc/{self.root}/cmdline").read_bytes()
-            found[self.root] = "main " + raw.replace(b"\0", b" ").decode(errors="replace")
-        while todo:
-            current = todo.pop()
-            for pid, ppid in parents.items():
-                if ppid == current and pid not in found:
-                    try:
-                        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    except OSError:
-                        continue
-                    found[pid] = raw.replace(b"\0", b" ").decode(errors="replace")
-                    todo.append(pid)
+        """The command line of the root (marked ``main``: the CLI, the plain driver) and of
+        each of its descendants still there."""
+        found = {}
+        for pid in process_tree(self.root):
+            try:
+                raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            command = raw.replace(b"\0", b" ").decode(errors="replace")
+            found[pid] = f"main {command}" if pid == self.root else command
         return found
 
 

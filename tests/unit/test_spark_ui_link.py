@@ -16,18 +16,20 @@ from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.service_base import ServiceIdentity, http_url
-from sparkmill.common.runtime.settings import ClusterSettings, settings_from_config
-from sparkmill.common.runtime.timers import AsyncioTimerService, ManualTimerService
+from sparkmill.common.runtime.settings import settings_from_config
+from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import common_pb2, envelope_pb2, resource_manager_pb2
 from sparkmill.services.dispatcher import rest_json
-from sparkmill.services.resourcemanager.resource_manager import ResourceManager
-from sparkmill.services.resourcemanager.slot_manager import SlotManager
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
 from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
 from sparkmill.services.taskexecutor.table_actions import TableActions
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
+from tests.unit.resource_manager_harness import (
+    call_context,
+    leading_resource_manager,
+    registration_request,
+)
 from tests.unit.test_task_executor_job_takeover import NoLeaderRetrieval
-from tests.unit.test_task_executor_registration import _request, _UnusedElection
 
 UI = "http://127.0.0.1:4040"
 
@@ -90,18 +92,9 @@ def test_the_task_executor_reports_its_sessions_ui_with_its_heartbeat_answers() 
 
 def test_the_resource_manager_keeps_the_latest_reported_ui_and_drops_unsafe_ones() -> None:
     async def scenario() -> None:
-        clients = RpcClientPool("test")
-        rm = ResourceManager(
-            ClusterSettings(),
-            ServiceRuntime("rm-test"),
-            _UnusedElection(),  # type: ignore[arg-type]
-            clients,
-            ServiceIdentity("resource-manager", "rm-1"),
-        )
-        rm.session_id = "leader-session"
-        rm.slot_manager = SlotManager(ManualTimerService(), rm, 30.0, 60.0)
-        context = CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0)
-        reply = await rm.register_task_executor(_request(), context)
+        rm = leading_resource_manager()
+        context = call_context()
+        reply = await rm.register_task_executor(registration_request(), context)
 
         async def report(url: str) -> str:
             await rm.send_slot_report(
@@ -124,7 +117,7 @@ def test_the_resource_manager_keeps_the_latest_reported_ui_and_drops_unsafe_ones
         assert await report(UI) == UI
         assert await report("") == ""  # the session stopped
         rm.te_heartbeats.unmonitor(ResourceID("worker-1"))
-        await clients.close()
+        await rm.clients.close()
 
     asyncio.run(scenario())
 

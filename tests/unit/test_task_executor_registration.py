@@ -11,36 +11,22 @@ import pytest
 from sparkmill.common.core.errors import InvalidArgumentError
 from sparkmill.common.core.ids import JobID, ResourceID, new_job_id
 from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
-from sparkmill.common.rpc.client import RpcClientPool
-from sparkmill.common.rpc.server import CallContext
-from sparkmill.common.runtime.actor import ServiceRuntime
-from sparkmill.common.runtime.service_base import ServiceIdentity
-from sparkmill.common.runtime.settings import ClusterSettings
-from sparkmill.common.runtime.timers import ManualTimerService
-from sparkmill.common.v1 import common_pb2, envelope_pb2, resource_manager_pb2
-from sparkmill.services.resourcemanager.resource_manager import ResourceManager
-from sparkmill.services.resourcemanager.slot_manager import SlotManager
+from sparkmill.common.v1 import common_pb2, resource_manager_pb2
 from sparkmill.services.resourcemanager.task_executor_registration import (
     TaskExecutorRegistration,
     no_slot_large_enough,
+)
+from tests.unit.resource_manager_harness import (
+    call_context,
+    leading_resource_manager,
+    registration_request,
 )
 
 SLOT = ResourceProfile(2.0, 2048)
 
 
-def _request(resource_id: str = "worker-1") -> resource_manager_pb2.RegisterTaskExecutorRequest:
-    return resource_manager_pb2.RegisterTaskExecutorRequest(
-        resource_id=resource_id,
-        address="tcp://127.0.0.1:1",
-        total_resources=common_pb2.ResourceProfile(cpu_cores=8.0, memory_mb=8192),
-        default_slot_profile=common_pb2.ResourceProfile(cpu_cores=2.0, memory_mb=2048),
-        number_slots=4,
-        info=common_pb2.ServiceInfo(role="task-executor", id=resource_id),
-    )
-
-
 def test_the_request_is_decoded_into_typed_values() -> None:
-    registration = TaskExecutorRegistration.from_proto(_request())
+    registration = TaskExecutorRegistration.from_proto(registration_request())
     assert registration.resource_id == ResourceID("worker-1")
     assert registration.address == "tcp://127.0.0.1:1"
     assert registration.number_slots == 4
@@ -51,7 +37,7 @@ def test_the_request_is_decoded_into_typed_values() -> None:
 
 @pytest.mark.parametrize("field", ["total_resources", "default_slot_profile"])
 def test_a_bad_profile_is_refused_naming_its_field(field: str) -> None:
-    request = _request()
+    request = registration_request()
     getattr(request, field).cpu_cores = -1.0
     with pytest.raises(InvalidArgumentError, match=field):
         TaskExecutorRegistration.from_proto(request)
@@ -61,7 +47,7 @@ def test_a_bad_profile_is_refused_naming_its_field(field: str) -> None:
 
 
 def test_the_diagnostic_reads_the_registered_profiles() -> None:
-    registration = TaskExecutorRegistration.from_proto(_request())
+    registration = TaskExecutorRegistration.from_proto(registration_request())
     job: JobID = new_job_id()
     assert no_slot_large_enough(job, SLOT, [registration]) == ""
     assert no_slot_large_enough(job, UNKNOWN_PROFILE, [registration]) == ""
@@ -71,33 +57,20 @@ def test_the_diagnostic_reads_the_registered_profiles() -> None:
     assert "4 x " in message and "1 task executors registered" in message
 
 
-class _UnusedElection:
-    """The test grants no leadership through an election: it is never called."""
-
-
-def test_the_resource_manager_keeps_the_decoded_registration_not_the_request() -> None:
+def test_the_resource_manager_keeps_the_decoded_registration_not_theregistration_request() -> None:
     """Slots reported with an unknown profile get the default slot profile the task executor
     registered with, read from the decoded record: the request message the task executor sent
     is not consulted again (here it is cleared after registering, which would turn every
     profile read from it into UNKNOWN)."""
 
     async def scenario() -> None:
-        clients = RpcClientPool("test")
-        rm = ResourceManager(
-            ClusterSettings(),
-            ServiceRuntime("rm-test"),
-            _UnusedElection(),  # type: ignore[arg-type]
-            clients,
-            ServiceIdentity("resource-manager", "rm-1"),
-        )
-        rm.session_id = "leader-session"
-        rm.slot_manager = SlotManager(ManualTimerService(), rm, 30.0, 60.0)
-        context = CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0)
-        request = _request()
+        rm = leading_resource_manager()
+        context = call_context()
+        request = registration_request()
         reply = await rm.register_task_executor(request, context)
         request.Clear()
         worker = rm.task_executors[ResourceID("worker-1")]
-        assert worker.registration == TaskExecutorRegistration.from_proto(_request())
+        assert worker.registration == TaskExecutorRegistration.from_proto(registration_request())
 
         report = common_pb2.SlotReport(slots=[common_pb2.SlotStatus(slot_index=0)])
         await rm.send_slot_report(
@@ -106,6 +79,7 @@ def test_the_resource_manager_keeps_the_decoded_registration_not_the_request() -
             ),
             context,
         )
+        assert rm.slot_manager is not None
         [slot] = rm.slot_manager.task_executor_slots(worker.instance_id)
         assert slot.resource_profile == SLOT
         status = await rm.get_cluster_status(
@@ -113,6 +87,6 @@ def test_the_resource_manager_keeps_the_decoded_registration_not_the_request() -
         )
         assert status.task_executors[0].total_resources.memory_mb == 8192
         rm.te_heartbeats.unmonitor("worker-1")
-        await clients.close()
+        await rm.clients.close()
 
     asyncio.run(scenario())

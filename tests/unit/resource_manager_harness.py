@@ -1,0 +1,50 @@
+"""A leading ResourceManager for unit tests, with no election and no task executor to call."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.server import CallContext
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.service_base import ServiceIdentity
+from sparkmill.common.runtime.settings import ClusterSettings
+from sparkmill.common.runtime.timers import ManualTimerService
+from sparkmill.common.v1 import common_pb2, envelope_pb2, resource_manager_pb2
+from sparkmill.services.resourcemanager.resource_manager import ResourceManager
+from sparkmill.services.resourcemanager.slot_manager import SlotManager
+
+
+class UnusedElection:
+    """The test grants no leadership through an election: it is never called."""
+
+
+def registration_request(
+    resource_id: str = "worker-1",
+) -> resource_manager_pb2.RegisterTaskExecutorRequest:
+    return resource_manager_pb2.RegisterTaskExecutorRequest(
+        resource_id=resource_id,
+        address="tcp://127.0.0.1:1",
+        total_resources=common_pb2.ResourceProfile(cpu_cores=8.0, memory_mb=8192),
+        default_slot_profile=common_pb2.ResourceProfile(cpu_cores=2.0, memory_mb=2048),
+        number_slots=4,
+        info=common_pb2.ServiceInfo(role="task-executor", id=resource_id),
+    )
+
+
+def leading_resource_manager() -> ResourceManager:
+    """A ResourceManager that leads with session ``leader-session`` (call inside a loop)."""
+    rm = ResourceManager(
+        ClusterSettings(),
+        ServiceRuntime("rm-test"),
+        cast(Any, UnusedElection()),
+        RpcClientPool("test"),
+        ServiceIdentity("resource-manager", "rm-1"),
+    )
+    rm.session_id = "leader-session"
+    rm.slot_manager = SlotManager(ManualTimerService(), rm, 30.0, 60.0)
+    return rm
+
+
+def call_context() -> CallContext:
+    return CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0)
