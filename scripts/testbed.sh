@@ -155,6 +155,13 @@ Address=$addr/24
 LinkLocalAddressing=no
 IPv6AcceptRA=no
 EOF
+  # systemd in a container sometimes fails to attach a freshly started unit to its cgroup
+  # ("Failed at step CGROUP ... No such file or directory"), seen with networkd-wait-online
+  # when the play's first sparkmill unit pulls in network-online.target: the host would stay
+  # "degraded" for a transient of the container, not of anything deployed. Retry it.
+  mkdir -p "$d/root/etc/systemd/system/systemd-networkd-wait-online.service.d"
+  printf '%s\n' '[Unit]' 'StartLimitIntervalSec=0' '' '[Service]' 'Restart=on-failure' 'RestartSec=1' \
+    >"$d/root/etc/systemd/system/systemd-networkd-wait-online.service.d/testbed-retry.conf"
   install -d -m 0700 "$d/root/root/.ssh"
   install -m 0600 "$STATE/id_ed25519.pub" "$d/root/root/.ssh/authorized_keys"
 }
@@ -249,7 +256,6 @@ sparkmill_task_executor_stable_ids: true
 sparkmill_heartbeat_interval: 2 s
 sparkmill_heartbeat_timeout: 10 s
 sparkmill_restart_sec: 2
-sparkmill_restart_settle_seconds: 15
 sparkmill_config_extra:
   # Sessions of a few seconds: a killed leader is replaced quickly (zookeeper_tick_time 1000).
   high-availability.zookeeper.client.session-timeout: 6 s
