@@ -11,23 +11,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import NotFoundError
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID
 from sparkmill.common.core.states import ExecutionState
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import MethodSpec
-from sparkmill.common.runtime.actor import ServiceRuntime
-from sparkmill.common.runtime.service_base import ServiceIdentity
-from sparkmill.common.runtime.settings import settings_from_config
-from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import common_pb2, job_master_pb2, task_executor_pb2
 from sparkmill.common.v1.gateways import TASKEXECUTORGATEWAY_METHODS
 from sparkmill.services.taskexecutor.job_connection import JobConnection
-from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
-from sparkmill.services.taskexecutor.table_actions import TableActions
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
-from tests.unit.test_task_executor_job_takeover import NoLeaderRetrieval
+from tests.unit.task_executor_harness import task_executor_with_slots
 
 JOB = JobID("a" * 32)
 SESSION = "1" * 32
@@ -89,18 +82,7 @@ def _heartbeat_spec() -> MethodSpec:
 async def _task_executor(
     clients: RpcClientPool,
 ) -> tuple[NoOfferTaskExecutor, AcknowledgingJobMaster]:
-    config = Configuration.from_mapping({"taskmanager.numberOfTaskSlots": "1"})
-    te = NoOfferTaskExecutor(
-        settings_from_config(config),
-        ServiceRuntime("te-test"),
-        NoLeaderRetrieval(),
-        clients,
-        ServiceIdentity("task-executor", "te-1", address="tcp://127.0.0.1:9"),
-    )
-    te.slot_table = TaskSlotTable(
-        1, te.total_resources, te.default_slot_profile, AsyncioTimerService()
-    )
-    te.slot_table.start(TableActions(te))
+    te = task_executor_with_slots(NoOfferTaskExecutor, 1, clients)
     await te.request_slot(
         task_executor_pb2.TaskExecutorRequestSlotRequest(
             slot_index=0,

@@ -10,26 +10,20 @@ import asyncio
 import pytest
 
 from sparkmill.cli.output import service_json as cli_service_json
-from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.ids import ResourceID
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext
-from sparkmill.common.runtime.actor import ServiceRuntime
-from sparkmill.common.runtime.service_base import ServiceIdentity, http_url
-from sparkmill.common.runtime.settings import settings_from_config
-from sparkmill.common.runtime.timers import AsyncioTimerService
+from sparkmill.common.runtime.service_base import http_url
 from sparkmill.common.v1 import common_pb2, envelope_pb2, resource_manager_pb2
 from sparkmill.services.dispatcher import rest_json
-from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
 from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
-from sparkmill.services.taskexecutor.table_actions import TableActions
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 from tests.unit.resource_manager_harness import (
     call_context,
     leading_resource_manager,
     registration_request,
 )
-from tests.unit.test_task_executor_job_takeover import NoLeaderRetrieval
+from tests.unit.task_executor_harness import task_executor_with_slots
 
 UI = "http://127.0.0.1:4040"
 
@@ -59,19 +53,8 @@ def test_anything_else_is_dropped(url: object) -> None:
 
 def test_the_task_executor_reports_its_sessions_ui_with_its_heartbeat_answers() -> None:
     async def scenario() -> None:
-        config = Configuration.from_mapping({"taskmanager.numberOfTaskSlots": "1"})
         clients = RpcClientPool("test")
-        te = TaskExecutor(
-            settings_from_config(config),
-            ServiceRuntime("te-test"),
-            NoLeaderRetrieval(),
-            clients,
-            ServiceIdentity("task-executor", "te-1", address="tcp://127.0.0.1:9"),
-        )
-        te.slot_table = TaskSlotTable(
-            1, te.total_resources, te.default_slot_profile, AsyncioTimerService()
-        )
-        te.slot_table.start(TableActions(te))
+        te = task_executor_with_slots(TaskExecutor, 1, clients)
         context = CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0)
         heartbeat = common_pb2.HeartbeatRequest(sender_id="rm")
         # No Spark session manager (a task executor without the data plane), then one whose

@@ -11,36 +11,16 @@ from __future__ import annotations
 
 import asyncio
 
-from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.ids import AllocationID, JobID
-from sparkmill.common.ha.leader import LeaderInfo, LeaderListener, LeaderRetrievalService
 from sparkmill.common.rpc.client import RpcClientPool
-from sparkmill.common.runtime.actor import ServiceRuntime
-from sparkmill.common.runtime.service_base import ServiceIdentity
-from sparkmill.common.runtime.settings import settings_from_config
-from sparkmill.common.runtime.timers import AsyncioTimerService
 from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.services.taskexecutor.job_connection import JobConnection
-from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
-from sparkmill.services.taskexecutor.table_actions import TableActions
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
+from tests.unit.task_executor_harness import task_executor_with_slots
 
 JOB = JobID("a" * 32)
 OLD_SESSION, NEW_SESSION = "1" * 32, "2" * 32
 OLD_JM, NEW_JM = "tcp://127.0.0.1:7", "tcp://127.0.0.1:8"
-
-
-class NoLeaderRetrieval(LeaderRetrievalService):
-    __test__ = False
-
-    async def start(self, listener: LeaderListener) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    def current(self) -> LeaderInfo | None:
-        return None
 
 
 class OfferRecordingTaskExecutor(TaskExecutor):
@@ -67,20 +47,9 @@ def _request(allocation: str, session: str, address: str, index: int) -> object:
 
 def test_a_new_job_masters_slot_request_frees_the_old_slots_and_keeps_the_new_one() -> None:
     async def main() -> None:
-        config = Configuration.from_mapping({"taskmanager.numberOfTaskSlots": "2"})
         clients = RpcClientPool("test")
-        te = OfferRecordingTaskExecutor(
-            settings_from_config(config),
-            ServiceRuntime("te-test"),
-            NoLeaderRetrieval(),
-            clients,
-            ServiceIdentity("task-executor", "te-1", address="tcp://127.0.0.1:9"),
-        )
+        te = task_executor_with_slots(OfferRecordingTaskExecutor, 2, clients)
         te.offered = []
-        te.slot_table = TaskSlotTable(
-            2, te.total_resources, te.default_slot_profile, AsyncioTimerService()
-        )
-        te.slot_table.start(TableActions(te))
         old, new = AllocationID("b" * 32), AllocationID("c" * 32)
         try:
             await te.request_slot(_request(old, OLD_SESSION, OLD_JM, 0), None)  # type: ignore[arg-type]
@@ -90,6 +59,7 @@ def test_a_new_job_masters_slot_request_frees_the_old_slots_and_keeps_the_new_on
             await te.request_slot(_request(new, NEW_SESSION, NEW_JM, 1), None)  # type: ignore[arg-type]
             await asyncio.sleep(0.01)
 
+            assert te.slot_table is not None
             assert te.slot_table.slot_info(old) is None, "the deposed JobMaster's slot is void"
             assert te.slot_table.slot_info(new) is not None, "the new JobMaster's slot was freed"
             assert te.jobs[JOB].session_id == NEW_SESSION
