@@ -342,8 +342,18 @@ class Dispatcher(DispatcherServicer):
         job = self.jobs.get(JobID(request.job_id))
         if job is None:
             raise NotFoundError(f"job {short(request.job_id)} is unknown to this dispatcher")
+        # One report of a job at a time, in arrival order: the check below may wait for
+        # ZooKeeper, and a CREATED report finishing its wait after the RUNNING report that
+        # followed it would leave the job CREATED until it ends.
+        async with job.reports:
+            await self._apply_report(job, request, context)
+        return common_pb2.Empty()
+
+    async def _apply_report(
+        self, job: JobRecord, request: dispatcher_pb2.JobStatusReport, context: CallContext
+    ) -> None:
         if job.result is not None:
-            return common_pb2.Empty()  # a late or repeated report; the result is final
+            return  # a late or repeated report; the result is final
         await check_reporter(job, request, context, self.processes, self._job_leader)
         job.session_id = request.job_master_session_id
         if request.job_master_process_id:
@@ -366,7 +376,7 @@ class Dispatcher(DispatcherServicer):
                 job.move_to(JobPlacement.WAITING)
             job.status = JobStatus.INITIALIZING
             self._schedule_waiting_jobs()
-            return common_pb2.Empty()
+            return
         if job.status.is_globally_terminal:
             job.ended_at = time.time()
             result = jobs_pb2.JobResult()
@@ -381,7 +391,6 @@ class Dispatcher(DispatcherServicer):
             await self.runtime.run_blocking(self.result_store.create_dirty, result)
             await self._clean_up(job.job_id)
             log.info("job %s ('%s') ended %s", short(job.job_id), job.name, job.status.name)
-        return common_pb2.Empty()
 
     # -- job-master processes --------------------------------------------------------------------
 

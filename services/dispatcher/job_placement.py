@@ -104,6 +104,8 @@ class JobRecord:
     placement: JobPlacement = JobPlacement.WAITING
     # Set once the result is recorded: wakes the GetJobResult calls that wait for the end.
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    # Held while one status report of the job is checked and applied (reports in order).
+    reports: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def terminal(self) -> bool:

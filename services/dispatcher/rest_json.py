@@ -17,6 +17,7 @@ from sparkmill.common.core.states import (
     execution_state_name,
     job_status_name,
 )
+from sparkmill.common.runtime.service_base import http_url
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
 
 Json = dict[str, Any]
@@ -59,13 +60,6 @@ def _duration_ms(start: float, end: float, now: float) -> int:
     return round(((end if end > 0 else now) - start) * 1000)
 
 
-def web_url(url: str) -> str:
-    """``url`` when it is an http(s) URL, else "": members announce their own URLs, and the
-    dashboard turns them into links (a ``javascript:`` one would run in its origin)."""
-    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
-    return url if scheme in ("http", "https") and len(url) <= 2048 else ""
-
-
 def service_json(info: common_pb2.ServiceInfo) -> Json:
     return {
         "role": info.role,
@@ -74,8 +68,8 @@ def service_json(info: common_pb2.ServiceInfo) -> Json:
         "host": info.hostname,
         "pid": info.pid,
         "leader": info.is_leader,
-        "metrics-url": web_url(info.metrics_url),
-        "rest-url": web_url(info.rest_url),
+        "metrics-url": http_url(info.metrics_url),
+        "rest-url": http_url(info.rest_url),
         "start-time": millis(info.started_at),
     }
 
@@ -322,9 +316,9 @@ def taskmanagers_json(status: resource_manager_pb2.ClusterStatus, now: float) ->
                 "path": te.address,
                 "host": te.info.hostname,
                 "pid": te.info.pid,
-                "metrics-url": web_url(te.info.metrics_url),
+                "metrics-url": http_url(te.info.metrics_url),
                 # Its Spark UI, once its session is up with spark.ui.enabled (else "").
-                "spark-ui-url": web_url(te.info.spark_ui_url),
+                "spark-ui-url": http_url(te.info.spark_ui_url),
                 "timeSinceLastHeartbeat": _duration_ms(te.last_heartbeat_at, 0.0, now),
                 "registered-time": millis(te.registered_at),
                 "slotsNumber": len(te.slots),

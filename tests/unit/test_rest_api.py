@@ -530,7 +530,8 @@ def test_the_default_bind_host_is_the_dispatchers_own() -> None:
 
 
 def test_members_urls_reach_the_dashboard_only_when_they_are_http() -> None:
-    from sparkmill.services.dispatcher.rest_json import service_json, web_url
+    from sparkmill.common.runtime.service_base import http_url as web_url
+    from sparkmill.services.dispatcher.rest_json import service_json
 
     assert web_url("http://h:9249/metrics") == "http://h:9249/metrics"
     assert web_url("HTTPS://h/") == "HTTPS://h/"
