@@ -33,7 +33,9 @@ class RecoveredJobGraphs:
 
 class JobGraphStore(abc.ABC):
     @abc.abstractmethod
-    def put(self, graph: common_pb2.JobGraph) -> None: ...
+    def put(self, graph: common_pb2.JobGraph, fence: str | None = None) -> None:
+        """Store ``graph``; with a ``fence`` (see ``LeaderElectionService.leadership_fence``)
+        only while that leadership holds, else :class:`NotLeaderError` and nothing stored."""
 
     @abc.abstractmethod
     def remove(self, job_id: JobID) -> None: ...
@@ -100,7 +102,7 @@ class InMemoryJobGraphStore(JobGraphStore):
         self._lock = threading.Lock()  # called from executor threads
         self._graphs: dict[str, bytes] = {}
 
-    def put(self, graph: common_pb2.JobGraph) -> None:
+    def put(self, graph: common_pb2.JobGraph, fence: str | None = None) -> None:
         with self._lock:
             self._graphs[graph.job_id] = graph.SerializeToString()
 

@@ -23,6 +23,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from sparkmill.common.core.errors import NotLeaderError
+from sparkmill.common.core.ids import short
+
 log = logging.getLogger(__name__)
 
 
@@ -65,6 +68,21 @@ class LeaderElectionService(abc.ABC):
 
     @abc.abstractmethod
     def has_leadership(self, session_id: str) -> bool: ...
+
+    def leadership_fence(self, session_id: str) -> str | None:
+        """What a write to the coordination service checks to succeed only under this
+        leadership (the ZooKeeper form: the path of the leader's latch node), or ``None`` when
+        there is nothing to check (no coordination service).
+
+        A leader's process can go on serving for a moment after its session expired (it was
+        paused, or its host partitioned) while a successor already recovered the shared state:
+        a write it makes then must fail, or the successor never sees it. Raises
+        :class:`~sparkmill.common.core.errors.NotLeaderError` when ``session_id`` is no longer
+        this contender's leadership.
+        """
+        if not self.has_leadership(session_id):
+            raise NotLeaderError(f"leader session {short(session_id)} is no longer the leader's")
+        return None
 
 
 class LeaderRetrievalService(abc.ABC):

@@ -32,6 +32,7 @@ from sparkmill.common.core.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    NotLeaderError,
     RpcError,
 )
 from sparkmill.common.core.ids import JobID, short
@@ -237,8 +238,16 @@ class Dispatcher(DispatcherServicer):
             )
         started = time.monotonic()
         # Persist before acknowledging: once the client hears "submitted", no leader change
-        # may lose the job.
-        await self.runtime.run_blocking(self.job_store.put, request.job_graph)
+        # may lose the job. The write is fenced by this leadership: a dispatcher that was
+        # paused or cut off may still be answering after a successor recovered the store, and
+        # a graph it stored then would be known to no leader.
+        session = require_leader(self.session_id, "dispatcher")
+        fence = self.election.leadership_fence(session)
+        await self.runtime.run_blocking(self.job_store.put, request.job_graph, fence)
+        if self.session_id != session:
+            # Stored while this dispatcher still led: the next leader recovers it, and the
+            # client's retry there is told the job exists.
+            raise NotLeaderError("this dispatcher lost its leadership while storing the job")
         self.jobs[job_id] = JobRecord(job_id, graph.name, request.job_graph, time.time())
         self.submitted_total += 1
         log.info(

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from sparkmill.common.core.errors import NotLeaderError
 from sparkmill.common.core.ids import JobID, new_job_id
 from sparkmill.common.ha.zookeeper.server import ZooKeeperServer, zookeeper_available
 from sparkmill.common.ha.zookeeper.stores import ZooKeeperJobGraphStore
@@ -118,3 +119,24 @@ def test_a_node_that_is_not_a_job_id_is_reported_not_followed(
     recovered = store(client, tmp_path, "d1").recover()
     assert recovered.graphs == []
     assert "is not a job id" in recovered.unrecoverable[0].reason
+
+
+def test_a_fenced_put_stores_only_while_the_leaders_latch_node_lives(
+    zookeeper: ZooKeeperServer, client: KazooClient, tmp_path: Path
+) -> None:
+    # The leader's own session holds its latch node; the store writes through another client,
+    # as the dispatcher's store and election share one session in production but need not.
+    leader_session = KazooClient(hosts=zookeeper.address, timeout=10)
+    leader_session.start(timeout=15)
+    latch = leader_session.create(
+        "/sparkmill/test/leader/latch/n_", ephemeral=True, sequence=True, makepath=True
+    )
+    fenced, late = graph("fenced"), graph("late")
+    store(client, tmp_path, "d1").put(fenced, latch)
+    assert client.exists(f"{ROOT}/{fenced.job_id}/locks/d1") is not None
+    leader_session.stop()  # the session ends: the latch node goes, a successor may lead
+    leader_session.close()
+    with pytest.raises(NotLeaderError, match="was not stored"):
+        store(client, tmp_path, "d1").put(late, latch)
+    assert client.exists(f"{ROOT}/{late.job_id}") is None
+    assert [g.name for g in store(client, tmp_path, "d2").recover().graphs] == ["fenced"]

@@ -40,6 +40,7 @@ from typing import Any
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
+from sparkmill.common.core.errors import NotLeaderError
 from sparkmill.common.core.ids import new_leader_session_id, short
 from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
 from sparkmill.common.ha.leader import (
@@ -344,6 +345,14 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
 
     def has_leadership(self, session_id: str) -> bool:
         return self._session_id == session_id and (self.zk.connected or self._grace is not None)
+
+    def leadership_fence(self, session_id: str) -> str | None:
+        # The latch node is ephemeral and never modified: it exists at version 0 exactly as long
+        # as this contender's ZooKeeper session, and no successor leads before it is gone.
+        node = self._node
+        if not self.has_leadership(session_id) or node is None:
+            raise NotLeaderError(f"{self.name}: leader session {short(session_id)} has ended")
+        return node
 
     async def stop(self) -> None:
         self._stopped = True

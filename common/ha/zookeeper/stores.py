@@ -29,10 +29,11 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from google.protobuf.message import DecodeError
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL
 
+from sparkmill.common.core.errors import NotLeaderError
 from sparkmill.common.core.ids import JobID, is_valid_id
 from sparkmill.common.ha.job_stores import (
     JobGraphStore,
@@ -117,7 +118,7 @@ class ZooKeeperJobGraphStore(JobGraphStore):
             self.client.create(lock, b"", ephemeral=True, acl=self._acl(lock))
 
     @_retried
-    def put(self, graph: common_pb2.JobGraph) -> None:
+    def put(self, graph: common_pb2.JobGraph, fence: str | None = None) -> None:
         if not is_valid_id(graph.job_id):
             raise ValueError(f"not a job id: {graph.job_id!r}")
         handle = self._handle(graph.job_id)
@@ -126,12 +127,25 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         (self._ensure_path or self.client.ensure_path)(self.zk_path)
         locks, lock = f"{node}/locks", f"{node}/locks/{self.owner}"
         transaction = self.client.transaction()
+        if fence is not None:
+            # In the same transaction: a leader whose session already ended (a successor may
+            # have recovered the store without this job) stores nothing.
+            transaction.check(fence, 0)
         transaction.create(node, str(handle).encode(), acl=self._acl(node))
         transaction.create(locks, b"", acl=self._acl(locks))
         transaction.create(lock, b"", ephemeral=True, acl=self._acl(lock))
         results = transaction.commit()
         if not any(isinstance(result, Exception) for result in results):
             return
+        if fence is not None:
+            fenced, results = results[0], results[1:]
+            if isinstance(fenced, (NoNodeError, BadVersionError)):
+                # The graph file may stay behind: it is the same path a successor writes for
+                # this job id, so it is not ours to delete.
+                raise NotLeaderError(
+                    f"job {graph.job_id} was not stored: this leader's ZooKeeper session ended "
+                    "before the write (its latch node is gone); submit to the new leader"
+                )
         if not isinstance(results[0], NodeExistsError):
             raise next(r for r in results if isinstance(r, Exception))
         # Put again (a job re-submitted by its own leader after a failed acknowledgement): the

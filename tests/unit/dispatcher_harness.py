@@ -1,0 +1,73 @@
+"""A leading Dispatcher for unit tests: in-memory stores, no job-master process to call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sparkmill.common.core.errors import NotLeaderError
+from sparkmill.common.ha.job_stores import InMemoryJobGraphStore, InMemoryJobResultStore
+from sparkmill.common.ha.leader import StandaloneLeaderElectionService
+from sparkmill.common.rpc.client import RpcClientPool
+from sparkmill.common.rpc.server import CallContext
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.service_base import ServiceIdentity
+from sparkmill.common.runtime.settings import ClusterSettings
+from sparkmill.common.v1 import common_pb2, envelope_pb2
+from sparkmill.services.dispatcher.dispatcher import Dispatcher
+
+LEADER_SESSION = "leader-session"
+
+
+class TestingFencedElection(StandaloneLeaderElectionService):
+    """Leadership fenced by a named node, as in ZooKeeper; ``session_ended`` ends it there."""
+
+    __test__ = False  # a testing double, not a test class
+
+    def __init__(self) -> None:
+        super().__init__(LEADER_SESSION)
+        self.fence = "/leader/dispatcher/latch/n_0000000001"
+        self.session_ended = False
+
+    def leadership_fence(self, session_id: str) -> str | None:
+        if self.session_ended or session_id != LEADER_SESSION:
+            raise NotLeaderError("the testing leader session has ended")
+        return self.fence
+
+
+class RecordingJobGraphStore(InMemoryJobGraphStore):
+    """Records the fence of every put; ``during_put`` runs inside the write (a leader change)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fences: list[str | None] = []
+        self.during_put: Callable[[], None] | None = None
+
+    def put(self, graph: common_pb2.JobGraph, fence: str | None = None) -> None:
+        self.fences.append(fence)
+        super().put(graph, fence)
+        if self.during_put is not None:
+            self.during_put()
+
+    def stored(self) -> list[str]:
+        return [graph.job_id for graph in self.recover().graphs]
+
+
+def leading_dispatcher(
+    election: TestingFencedElection, store: RecordingJobGraphStore
+) -> Dispatcher:
+    """A Dispatcher that leads with :data:`LEADER_SESSION` (call inside a loop)."""
+    dispatcher = Dispatcher(
+        ClusterSettings(),
+        ServiceRuntime("dispatcher-test"),
+        election,
+        store,
+        InMemoryJobResultStore(),
+        RpcClientPool("test"),
+        ServiceIdentity("dispatcher", "dispatcher-1"),
+    )
+    dispatcher.session_id = LEADER_SESSION
+    return dispatcher
+
+
+def call_context() -> CallContext:
+    return CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0)
