@@ -107,6 +107,9 @@ EXTERNAL = {
     "_sum",
     # NFS export options
     "root_squash",
+    # Linux socket options: the sender's credentials on a Unix socket
+    "SO_PASSCRED",
+    "SCM_CREDENTIALS",
     # a placeholder: any RPC of any gateway
     "Gateway.Method",
 }

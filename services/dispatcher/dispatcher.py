@@ -68,6 +68,7 @@ from sparkmill.services.dispatcher.job_reports import (
     check_replacement,
     check_reporter,
     decide_hosted_job,
+    stop_orphan,
 )
 from sparkmill.services.dispatcher.job_views import add_job_summary, job_details
 
@@ -119,7 +120,7 @@ class Dispatcher(DispatcherServicer):
     async def start(self) -> None:
         self.heartbeats.start()
         await self.history.start()
-        self.runtime.spawn(self._expire_jobs_periodically(), "job-expiry")
+        self.runtime.spawn(self.history.expire_periodically(), "job-expiry")
         await self.election.start(self)
 
     async def stop(self) -> None:
@@ -426,7 +427,7 @@ class Dispatcher(DispatcherServicer):
             elif action is HostedJobAction.STOP:
                 # That JobMaster must stop and free its slots.
                 self.runtime.spawn(
-                    self._stop_orphan(process, job.job_id, hosted.job_master_session_id),
+                    stop_orphan(process, job.job_id, hosted.job_master_session_id),
                     "stop-orphan",
                 )
             else:
@@ -447,21 +448,6 @@ class Dispatcher(DispatcherServicer):
         )
         self._schedule_waiting_jobs()
         return dispatcher_pb2.RegisterJobMasterProcessResponse(dispatcher_id=self.identity.id)
-
-    async def _stop_orphan(
-        self, process: JobMasterProcessRecord, job_id: JobID, session: str
-    ) -> None:
-        log.warning(
-            "job %s ended here but job-master process %s still runs it; cancelling it there",
-            short(job_id),
-            short(process.process_id),
-        )
-        try:
-            await process.client.cancel_job(
-                job_master_pb2.JobMasterCancelJobRequest(job_id=job_id), fencing_token=session
-            )
-        except RpcError as exc:
-            log.info("job %s: the orphaned JobMaster was not cancelled: %s", short(job_id), exc)
 
     def _lose_process(self, process_id: str, reason: str) -> None:
         process = self.processes.remove(process_id)
@@ -600,15 +586,3 @@ class Dispatcher(DispatcherServicer):
         self, request: common_pb2.GetLeaderSessionRequest, context: CallContext
     ) -> common_pb2.LeaderSession:
         return leader_session(self.session_id, "dispatcher", self.identity.address)
-
-    async def _expire_jobs_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(min(60.0, max(1.0, self.settings.job_store_expiration_s / 10)))
-            horizon = time.time() - self.settings.job_store_expiration_s
-            for job_id in [
-                j.job_id
-                for j in self.jobs.values()
-                if j.terminal and j.ended_at < horizon and not self.history.keeps(j.job_id)
-            ]:
-                del self.jobs[job_id]
-            await self.history.expire()

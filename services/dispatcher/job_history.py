@@ -2,16 +2,19 @@
 archive's limits; and the attempt logs the task executors keep (see :mod:`.job_archive` and
 :mod:`.attempt_logs`).
 
-The :class:`~.dispatcher.Dispatcher` calls four hooks: :meth:`JobHistory.recover` when it takes
-the lead (after its job table is rebuilt from the HA stores), :meth:`JobHistory.job_ended` once
-an ended job is cleaned up, :meth:`JobHistory.keeps` / :meth:`JobHistory.expire` from its expiry
-loop. Writing an archive runs in the background: it asks the task executors for the job's log
-index first (bounded by a short deadline), and a job's outcome never waits for it.
+The :class:`~.dispatcher.Dispatcher` calls :meth:`JobHistory.recover` when it takes the lead
+(after its job table is rebuilt from the HA stores) and :meth:`JobHistory.job_ended` once an
+ended job is cleaned up, and runs :meth:`JobHistory.expire_periodically`, which forgets ended
+jobs after ``jobstore.expiration-time`` unless the archive keeps them. Writing an archive runs
+in the background: it asks the task executors for the job's log index first (bounded by a
+short deadline), and a job's outcome never waits for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Protocol
 
 from sparkmill.common.core.errors import NotFoundError, RpcError, UnavailableError
@@ -130,6 +133,22 @@ class JobHistory:
     def keeps(self, job_id: JobID) -> bool:
         """Whether the archive, not jobstore.expiration-time, decides when ``job_id`` goes."""
         return job_id in self._archived
+
+    async def expire_periodically(self) -> None:
+        """Forget ended jobs after jobstore.expiration-time (unless the archive keeps them),
+        and expire the archive by its limits; runs until the dispatcher stops."""
+        expiration_s = self._settings.job_store_expiration_s
+        while True:
+            await asyncio.sleep(min(60.0, max(1.0, expiration_s / 10)))
+            horizon = time.time() - expiration_s
+            jobs = self._dispatcher.jobs
+            for job_id in [
+                j.job_id
+                for j in jobs.values()
+                if j.terminal and j.ended_at < horizon and not self.keeps(j.job_id)
+            ]:
+                del jobs[job_id]
+            await self.expire()
 
     async def expire(self) -> None:
         if not self.archive.enabled:

@@ -10,20 +10,24 @@ or (a takeover with ZooKeeper) the one ZooKeeper names as the job's leader, read
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Awaitable, Callable
 
 from sparkmill.common.core.errors import (
     FailedPreconditionError,
     PermissionDeniedError,
+    RpcError,
     UnavailableError,
 )
 from sparkmill.common.core.ids import JobID, short
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.ha.leader import LeaderInfo
 from sparkmill.common.rpc.server import CallContext
-from sparkmill.common.v1 import dispatcher_pb2, jobs_pb2
+from sparkmill.common.v1 import dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.services.dispatcher.job_master_processes import JobMasterProcesses
 from sparkmill.services.dispatcher.job_placement import JobMasterProcessRecord, JobRecord
+
+log = logging.getLogger(__name__)
 
 JobLeaderLookup = Callable[[JobID], Awaitable[LeaderInfo | None]]
 """The JobMaster session and address the HA services name as a job's leader, read afresh."""
@@ -105,3 +109,18 @@ def check_replacement(previous: JobMasterProcessRecord, context: CallContext) ->
             f"{previous.peer or 'an unauthenticated key'}; "
             f"{context.peer or 'an unauthenticated caller'} may not replace it"
         )
+
+
+async def stop_orphan(process: JobMasterProcessRecord, job_id: JobID, session: str) -> None:
+    """Cancel ``job_id`` in a job-master process that still runs it although it ended here."""
+    log.warning(
+        "job %s ended here but job-master process %s still runs it; cancelling it there",
+        short(job_id),
+        short(process.process_id),
+    )
+    try:
+        await process.client.cancel_job(
+            job_master_pb2.JobMasterCancelJobRequest(job_id=job_id), fencing_token=session
+        )
+    except RpcError as exc:
+        log.info("job %s: the orphaned JobMaster was not cancelled: %s", short(job_id), exc)

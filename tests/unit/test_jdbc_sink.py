@@ -14,7 +14,7 @@ from sparkmill._compile import COMMIT_VERTEX_NAME, compile_pipeline
 from sparkmill.common.core.errors import DatabaseAccessError, PipelineError
 from sparkmill.common.exchange import layout
 from sparkmill.common.pipeline import plan as S
-from sparkmill.services.taskexecutor.spark import jdbc
+from sparkmill.services.taskexecutor.spark import jdbc, jdbc_access
 from sparkmill.services.taskexecutor.spark.session import jdbc_driver_conf
 
 URL = "jdbc:postgresql://db.example:5432/shop"
@@ -151,18 +151,18 @@ def test_credentials_come_from_a_private_file(tmp_path: Path) -> None:
     secret = tmp_path / "db.credentials"
     secret.write_text("# the reporting user\nuser = report\npassword=s3cr=t\n")
     secret.chmod(0o600)
-    credentials = jdbc.load_credentials(str(secret), "reading table t")
+    credentials = jdbc_access.load_credentials(str(secret), "reading table t")
     assert (credentials.user, credentials.password) == ("report", "s3cr=t")
     assert "s3cr" not in repr(credentials)
-    props = jdbc.properties(URL, credentials, {"fetchsize": "100"})
+    props = jdbc_access.properties(URL, credentials, {"fetchsize": "100"})
     assert props == {
         "fetchsize": "100",
         "driver": "org.postgresql.Driver",
         "user": "report",
         "password": "s3cr=t",
     }
-    assert jdbc.scrub("login with s3cr=t failed", credentials) == "login with *** failed"
-    assert jdbc.load_credentials("", "x") == jdbc.Credentials()
+    assert jdbc_access.scrub("login with s3cr=t failed", credentials) == "login with *** failed"
+    assert jdbc_access.load_credentials("", "x") == jdbc_access.Credentials()
 
 
 def test_a_readable_or_malformed_credentials_file_is_refused_without_echoing_it(
@@ -172,15 +172,15 @@ def test_a_readable_or_malformed_credentials_file_is_refused_without_echoing_it(
     secret.write_text("user=report\npassword=topsecret\n")
     secret.chmod(0o644)
     with pytest.raises(DatabaseAccessError, match=r"reading table t: .*chmod 600") as refused:
-        jdbc.load_credentials(str(secret), "reading table t")
+        jdbc_access.load_credentials(str(secret), "reading table t")
     assert "topsecret" not in str(refused.value)
     secret.write_text("topsecret\n")
     secret.chmod(0o600)
     with pytest.raises(DatabaseAccessError, match="line 1 of the credentials file") as bad:
-        jdbc.load_credentials(str(secret), "reading table t")
+        jdbc_access.load_credentials(str(secret), "reading table t")
     assert "topsecret" not in str(bad.value)
     with pytest.raises(DatabaseAccessError, match="cannot read"):
-        jdbc.load_credentials(str(tmp_path / "missing"), "reading table t")
+        jdbc_access.load_credentials(str(tmp_path / "missing"), "reading table t")
 
 
 class _JavaSQLException:
@@ -212,9 +212,9 @@ class _Py4JJavaError(Exception):
 def test_failures_name_the_table_and_say_whether_a_restart_can_help(
     state: str, permanent: bool
 ) -> None:
-    credentials = jdbc.Credentials("u", "pw-123456")
+    credentials = jdbc_access.Credentials("u", "pw-123456")
     exc = _Py4JJavaError("boom pw-123456", _JavaSQLException("", _JavaSQLException(state)))
-    error = jdbc.failure("reading table public.orders from " + URL, exc, credentials)
+    error = jdbc_access.failure("reading table public.orders from " + URL, exc, credentials)
     assert isinstance(error, DatabaseAccessError) is permanent
     assert "public.orders" in str(error)
     assert f"SQLSTATE {state}" in str(error)
@@ -224,10 +224,10 @@ def test_failures_name_the_table_and_say_whether_a_restart_can_help(
 
 
 def test_no_driver_for_the_url_is_permanent() -> None:
-    error = jdbc.failure(
+    error = jdbc_access.failure(
         "reading table t",
         RuntimeError("java.sql.SQLException: No suitable driver"),
-        jdbc.Credentials(),
+        jdbc_access.Credentials(),
     )
     assert isinstance(error, DatabaseAccessError)
 
