@@ -5,9 +5,11 @@ it writes to ``sys.stdout`` / ``sys.stderr`` is kept in that attempt's log, besi
 it went before (the task executor's own log). The capture is by *thread*: the task's thread
 is bound to its attempt for as long as it runs (:meth:`AttemptLogStore.bind`). So it captures
 the pipeline's ``transform`` functions and what builds the DataFrames, and the task's lifecycle
-lines; it does **not** capture threads the user's code starts itself, nor Spark's Python
-worker processes (UDFs run there: their output goes to the Spark executor's stderr, i.e. the
-task executor's own log, unattributed).
+lines; it does **not** capture threads the user's code starts itself. UDFs run in Spark's Python
+worker processes: with a local Spark master their printed and logged lines arrive tagged with
+their attempt (:mod:`.spark.python_daemon`) and are added with
+:meth:`AttemptLogStore.write_attempt_line`; with a remote master they stay in Spark's executor
+logs.
 
 Each attempt's log is capped (``taskmanager.log.attempt.max-size``): past the cap the oldest
 lines are dropped and the reader is told how many bytes were dropped. Offsets count every byte
@@ -21,6 +23,7 @@ job's logs are removed ``taskmanager.log.attempt.retention`` after their last li
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import logging
@@ -29,7 +32,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -155,6 +158,17 @@ class AttemptLogStore:
                 entry.partial[stream] = rest
             else:
                 entry.partial.pop(stream, None)
+            return True
+
+    def write_attempt_line(self, attempt_id: str, stream: str, line: str) -> bool:
+        """A line ``stream`` of a Spark Python worker printed for attempt ``attempt_id``;
+        False (dropped) when that attempt does not run here now."""
+        with self._lock:
+            entry = next((e for e in self._bound.values() if e.key.attempt_id == attempt_id), None)
+            if entry is None:
+                return False
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            self._append_locked(entry, f"{stamp} {stream} (python worker): {line}")
             return True
 
     def _open(self, key: AttemptKey) -> _Live:
@@ -345,17 +359,19 @@ class _AttemptHandler(logging.Handler):
             self.handleError(record)
 
 
-class _TeeStream(io.TextIOBase):
-    """sys.stdout / sys.stderr: a bound task thread's writes also go to its attempt's log."""
+class CopyingStream(io.TextIOBase):
+    """A text stream (``sys.stdout``/``sys.stderr``) whose writes go to ``inner`` as before and
+    are handed to ``copy`` too; the copy never makes the user's write fail."""
 
-    def __init__(self, inner: TextIO, store: AttemptLogStore, name: str) -> None:
+    def __init__(self, inner: TextIO, copy: Callable[[str], object]) -> None:
         self._inner = inner
-        self._store = store
-        self._name = name
+        self._copy = copy
 
     def write(self, text: str) -> int:
-        self._store.write_stream(self._name, text)
-        return self._inner.write(text)
+        written = self._inner.write(text)
+        with contextlib.suppress(Exception):
+            self._copy(text)
+        return written
 
     def flush(self) -> None:
         self._inner.flush()
@@ -369,6 +385,13 @@ class _TeeStream(io.TextIOBase):
     @property
     def encoding(self) -> str:  # type: ignore[override]
         return getattr(self._inner, "encoding", "utf-8")
+
+
+class _TeeStream(CopyingStream):
+    """sys.stdout / sys.stderr: a bound task thread's writes also go to its attempt's log."""
+
+    def __init__(self, inner: TextIO, store: AttemptLogStore, name: str) -> None:
+        super().__init__(inner, functools.partial(store.write_stream, name))
 
 
 _installed: AttemptLogStore | None = None
@@ -402,6 +425,7 @@ def directory_for(configured: str, fallback_root: str) -> Path:
 __all__ = [
     "AttemptKey",
     "AttemptLogStore",
+    "CopyingStream",
     "LogChunk",
     "directory_for",
     "install",

@@ -1,7 +1,8 @@
 """Attempt logs and the job history as a data engineer uses them (real processes, real Spark).
 
 A pipeline whose ``transform`` logs, prints and then fails: ``sparkmill jobs logs`` shows its
-lines and lifecycle, ``jobs status`` shows its last lines under the root cause, the REST API
+lines and lifecycle (and, for the one that works, what its UDF printed and logged in Spark's
+Python workers), ``jobs status`` shows its last lines under the root cause, the REST API
 serves the attempt's log with the viewer token, and links the task executor's Spark UI
 (``spark.ui.enabled``); the FAIR pools' allocation file is not left behind. Then the whole
 cluster stops and starts again in the same directory: the ended jobs are still listed, with
@@ -37,7 +38,14 @@ def _noisy(fail: bool) -> Callable[[Any], Any]:
         print("transform says hello")
         if fail:
             raise ValueError("the input has no 'word' column")
-        return df
+        from pyspark.sql import functions as F
+
+        def shout(value: int) -> int:  # runs in Spark's Python worker processes
+            print(f"udf says hello to {value}")
+            logging.getLogger("my_udf").warning("udf warns about %d", value)
+            return value
+
+        return df.withColumn("id", F.udf(shout, "long")(F.col("id")))
 
     return noisy
 
@@ -91,6 +99,18 @@ def test_logs_of_a_failed_attempt_and_history_after_a_cluster_restart(
                 pipeline("noisy-works", tmp_path / "b", fail=False).build_job_graph()
             )
             assert client.wait(ok, timeout=300).status == common_pb2.FINISHED
+
+            # What the UDF printed and logged in Spark's Python workers is in its attempt's log
+            # (the rows are split among the workers: each line once, none of the failed job).
+            [works] = [r for r in client.attempt_logs(ok).logs if "noisy" in r.vertex_name]
+            udf_log = client.attempt_log(
+                jobs_pb2.GetAttemptLogRequest(
+                    job_id=ok, vertex=works.vertex_name, attempt_number=-1
+                )
+            ).text
+            for value in range(10):
+                assert udf_log.count(f"stdout (python worker): udf says hello to {value}\n") == 1
+                assert udf_log.count(f"stderr (python worker): udf warns about {value}\n") == 1
 
             index = client.attempt_logs(failed)
             noisy = [r for r in index.logs if "noisy" in r.vertex_name]

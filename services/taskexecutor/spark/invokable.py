@@ -17,6 +17,10 @@ from sparkmill.common.core.errors import TaskCancelledError
 from sparkmill.common.pipeline import plan as S
 from sparkmill.common.pipeline.expressions import set_live
 from sparkmill.services.taskexecutor.context import TaskContext, TaskOutcome
+from sparkmill.services.taskexecutor.spark.python_worker_logs import (
+    ADDRESS_PROPERTY,
+    JOB_GROUP_PREFIX,
+)
 from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
 
 log = logging.getLogger(__name__)
@@ -48,7 +52,7 @@ class SparkInvokable:
             return run_commit(spec, context, spark)  # database sinks: the JVM's JDBC drivers
         set_live(True)  # sparkmill.functions inside user functions: real Columns here
         sc = spark.sparkContext
-        tag = f"sparkmill-{context.attempt_id}"
+        tag = f"{JOB_GROUP_PREFIX}{context.attempt_id}"
         slot = getattr(context, "slot_index", None)
         with manager.pool(slot if isinstance(slot, int) else None) as pool:
             sc.setLocalProperty("spark.scheduler.pool", pool)
@@ -59,6 +63,9 @@ class SparkInvokable:
                 interruptOnCancel=True,
             )
             sc.addJobTag(tag)
+            # Where this attempt's UDFs send what they print (Spark passes local properties to
+            # its Python workers with each task).
+            sc.setLocalProperty(ADDRESS_PROPERTY, manager.python_worker_log_address or None)
             with self._lock:
                 self._spark_context, self._tag = sc, tag
                 self._running.set()
@@ -74,6 +81,7 @@ class SparkInvokable:
                 try:
                     sc.removeJobTag(tag)
                     sc.setLocalProperty("spark.scheduler.pool", None)
+                    sc.setLocalProperty(ADDRESS_PROPERTY, None)
                 except Exception:
                     log.debug("resetting the task thread's Spark properties failed", exc_info=True)
 

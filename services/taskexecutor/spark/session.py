@@ -31,8 +31,14 @@ from typing import Any
 
 from sparkmill.common.core.errors import SparkSessionUnavailableError, TaskCancelledError
 from sparkmill.common.runtime.service_base import http_url
+from sparkmill.services.taskexecutor import attempt_logs
+from sparkmill.services.taskexecutor.spark.python_worker_logs import PythonWorkerLogReceiver
 
 log = logging.getLogger(__name__)
+
+PYTHON_DAEMON_MODULE = "spark.python.daemon.module"
+# Spark's daemon, sending what UDFs print to the attempt logs (see python_daemon).
+_DAEMON_MODULE = "sparkmill.services.taskexecutor.spark.python_daemon"
 
 SERVICE_KEY = "spark"
 """Key of the manager in ``TaskContext.services``."""
@@ -108,6 +114,7 @@ class SparkSessionManager:
         # The session's Spark UI (spark.ui.enabled), read once on the starting thread: the task
         # executor reports it with its heartbeats and must not call into the JVM from its loop.
         self.ui_url = ""
+        self._python_logs: PythonWorkerLogReceiver | None = None
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -146,6 +153,7 @@ class SparkSessionManager:
 
             builder = SparkSession.builder
             conf = dict(self.conf)
+            self._receive_python_worker_logs(conf)
             pools_file = ""
             if self.slots > 0 and "spark.scheduler.allocation.file" not in conf:
                 pools_file = fair_pools_file(self.slots)
@@ -185,6 +193,25 @@ class SparkSessionManager:
         finally:
             self.startup_s = time.monotonic() - self.started_at
             log.info("Spark session up and warm in %.1fs", self.startup_s)
+
+    def _receive_python_worker_logs(self, conf: dict[str, str]) -> None:
+        """Have the Python workers send what UDFs print to the attempts' logs (a local master
+        only: a remote Spark's workers run on other hosts, where the receiver is not)."""
+        store = attempt_logs.installed()
+        if store is None or not self.master.startswith("local"):
+            return
+        if conf.setdefault(PYTHON_DAEMON_MODULE, _DAEMON_MODULE) != _DAEMON_MODULE:
+            return  # the operator runs a daemon of their own
+        try:
+            self._python_logs = PythonWorkerLogReceiver(store)
+        except OSError as exc:
+            conf.pop(PYTHON_DAEMON_MODULE)
+            log.warning("UDF output will not reach the attempt logs: %s", exc)
+
+    @property
+    def python_worker_log_address(self) -> str:
+        """Where Python workers send their lines ("" when they do not)."""
+        return self._python_logs.address if self._python_logs is not None else ""
 
     def session(self, cancelled: threading.Event | None = None, timeout_s: float = 300.0) -> Any:
         """The SparkSession, waiting for it to come up (starts it if it is lazy)."""
@@ -235,12 +262,15 @@ class SparkSessionManager:
             thread.join(timeout_s)
         session, self._session = self._session, None
         self.ui_url = ""
+        receiver, self._python_logs = self._python_logs, None
         if session is not None:
             try:
                 session.stop()
                 log.info("Spark session stopped")
             except Exception:
                 log.exception("stopping the Spark session failed")
+        if receiver is not None:
+            receiver.stop()
 
 
 def fair_pools_file(slots: int) -> str:
