@@ -14,6 +14,7 @@ from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, envelope_pb2
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
+from sparkmill.services.dispatcher.job_reports import JobLeaderLookup
 
 LEADER_SESSION = "leader-session"
 
@@ -53,21 +54,24 @@ class RecordingJobGraphStore(InMemoryJobGraphStore):
 
 
 def leading_dispatcher(
-    election: TestingFencedElection, store: RecordingJobGraphStore
+    election: TestingFencedElection | None = None,
+    store: RecordingJobGraphStore | None = None,
+    job_leader: JobLeaderLookup | None = None,
 ) -> Dispatcher:
     """A Dispatcher that leads with :data:`LEADER_SESSION` (call inside a loop)."""
     dispatcher = Dispatcher(
         ClusterSettings(),
         ServiceRuntime("dispatcher-test"),
-        election,
-        store,
+        election or TestingFencedElection(),
+        store or RecordingJobGraphStore(),
         InMemoryJobResultStore(),
         RpcClientPool("test"),
         ServiceIdentity("dispatcher", "dispatcher-1"),
+        job_leader=job_leader,
     )
     dispatcher.session_id = LEADER_SESSION
     return dispatcher
 
 
-def call_context() -> CallContext:
-    return CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0)
+def call_context(peer: str = "") -> CallContext:
+    return CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0, peer=peer)

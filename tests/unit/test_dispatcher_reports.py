@@ -1,0 +1,76 @@
+"""A job's status reports are applied one at a time, in the order they arrived.
+
+The check of a report from a JobMaster that took a job over asks ZooKeeper who leads the job,
+which takes a while; a CREATED report still waiting for that answer must not be applied after
+the RUNNING report that followed it, or the job would show CREATED until it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sparkmill.common.core.ids import JobID, new_job_id
+from sparkmill.common.core.states import JobStatus
+from sparkmill.common.ha.leader import LeaderInfo
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2
+from sparkmill.services.dispatcher.job_placement import JobPlacement, JobRecord
+from tests.unit.dispatcher_harness import call_context, leading_dispatcher
+
+PEER = "job-master:jm-host-2"
+TAKEOVER_SESSION = "jm-session-2"
+
+
+def report(job_id: str, status: int) -> dispatcher_pb2.JobStatusReport:
+    return dispatcher_pb2.JobStatusReport(
+        job_id=job_id,
+        status=status,
+        job_master_session_id=TAKEOVER_SESSION,
+        job_master_process_id="process-2",
+        job_master_address="tcp://127.0.0.1:2",
+    )
+
+
+def test_a_report_waiting_for_zookeeper_is_not_overtaken_by_the_next_one() -> None:
+    async def scenario() -> None:
+        first_lookup_may_answer = asyncio.Event()
+        lookups = 0
+
+        async def job_leader(job_id: JobID) -> LeaderInfo | None:
+            nonlocal lookups
+            lookups += 1
+            if lookups == 1:  # the CREATED report's check: ZooKeeper is slow to answer
+                await first_lookup_may_answer.wait()
+            return LeaderInfo("tcp://127.0.0.1:2", TAKEOVER_SESSION)
+
+        dispatcher = leading_dispatcher(job_leader=job_leader)
+        job_id = JobID(new_job_id())
+        dispatcher.jobs[job_id] = JobRecord(
+            job_id,
+            "taken-over",
+            common_pb2.JobGraph(job_id=job_id),
+            0.0,
+            placement=JobPlacement.RECOVERED,
+        )
+        dispatcher.processes.add(
+            "process-2", "tcp://127.0.0.1:2", common_pb2.ServiceInfo(), peer=PEER
+        )
+        try:
+            created = asyncio.create_task(
+                dispatcher.report_job_status(report(job_id, common_pb2.CREATED), call_context(PEER))
+            )
+            await asyncio.sleep(0.01)  # the CREATED report now waits for its lookup
+            running = asyncio.create_task(
+                dispatcher.report_job_status(report(job_id, common_pb2.RUNNING), call_context(PEER))
+            )
+            await asyncio.sleep(0.01)
+            assert not running.done()  # queued behind the CREATED report, not applied first
+            first_lookup_may_answer.set()
+            await asyncio.gather(created, running)
+            job = dispatcher.jobs[job_id]
+            assert job.status is JobStatus.RUNNING
+            assert job.session_id == TAKEOVER_SESSION
+            assert job.placement is JobPlacement.ASSIGNED
+        finally:
+            dispatcher.processes.clear()
+
+    asyncio.run(scenario())
