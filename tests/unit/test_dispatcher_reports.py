@@ -20,7 +20,7 @@ PEER = "job-master:jm-host-2"
 TAKEOVER_SESSION = "jm-session-2"
 
 
-def report(job_id: str, status: common_pb2.JobStatus.ValueType) -> dispatcher_pb2.JobStatusReport:
+def report(job_id: str, status: common_pb2.JobStatus) -> dispatcher_pb2.JobStatusReport:
     return dispatcher_pb2.JobStatusReport(
         job_id=job_id,
         status=status,
