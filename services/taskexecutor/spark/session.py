@@ -200,6 +200,8 @@ class SparkSessionManager:
         store = attempt_logs.installed()
         if store is None or not self.master.startswith("local"):
             return
+        if conf.get("spark.pyspark.python", sys.executable) != sys.executable:
+            return  # another interpreter runs the workers: it may not have sparkmill
         if conf.setdefault(PYTHON_DAEMON_MODULE, _DAEMON_MODULE) != _DAEMON_MODULE:
             return  # the operator runs a daemon of their own
         try:
