@@ -2,6 +2,7 @@
 # A test bed of Debian 12 hosts booted with systemd (systemd-nspawn) for ansible/site.yml:
 #
 #   scripts/testbed.sh up [N]     # start N hosts (default 5), print where the inventory is
+#   scripts/testbed.sh prepare    # only build the cached root and wheelhouse `up` needs
 #   scripts/testbed.sh status     # hosts, addresses and whether systemd runs in them
 #   scripts/testbed.sh down       # remove every container, mount and the bridge `up` made
 #
@@ -116,6 +117,31 @@ build_wheels() {
   echo "$key" >"$WHEELS.building/.key"
   rm -rf "$WHEELS"
   mv "$WHEELS.building" "$WHEELS"
+}
+
+# The cached root and the wheelhouse, built at the same time: debootstrap mostly waits for the
+# mirror and the disk, pip for the disk, so on a fresh machine the two take about as long as
+# the root alone. Prints the root's path.
+prepare() {
+  local wheels_pid rc=0 lower
+  build_wheels &
+  wheels_pid=$!
+  lower="$(build_root)" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    kill "$wheels_pid" 2>/dev/null || true
+    wait "$wheels_pid" 2>/dev/null || true
+    exit "$rc"
+  fi
+  wait "$wheels_pid" || die "the wheelhouse could not be built (log: $CACHE/wheels.log)"
+  echo "$lower"
+}
+
+cmd_prepare() {
+  preflight
+  [ -x "$VENV/bin/python" ] || cannot "no virtualenv at $VENV (run scripts/bootstrap.sh)"
+  local started=$SECONDS
+  prepare >/dev/null
+  log "prepare: root and wheelhouse ready in $((SECONDS - started)) s"
 }
 
 # -- hosts ------------------------------------------------------------------------------------------
@@ -484,8 +510,7 @@ cmd_up() {
   cmd_down
   UP_DONE=0
   trap 'if [ "$UP_DONE" != 1 ]; then log "up failed: removing what it made"; cmd_down; fi' EXIT
-  lower="$(build_root)"
-  build_wheels
+  lower="$(prepare)"
   mkdir -p "$STATE/hosts" "$SHARED/work"
   chmod 1777 "$SHARED/work"
   ssh-keygen -q -t ed25519 -N '' -C sparkmill-testbed -f "$STATE/id_ed25519"
@@ -518,6 +543,7 @@ cmd_status() {
 
 case "${1:-}" in
   up) shift; cmd_up "$@" ;;
+  prepare) cmd_prepare ;;
   down) [ "$(id -u)" -eq 0 ] || cannot "needs root"; cmd_down; log "down" ;;
   status) cmd_status ;;
   poweroff | poweron | partition | heal | pause | resume | zk-stop | zk-start)
@@ -526,5 +552,5 @@ case "${1:-}" in
     cmd="cmd_${1//-/_}"; shift; "$cmd" "$@" ;;
   faults) cmd_faults ;;
   heal-all) [ "$(id -u)" -eq 0 ] || cannot "needs root"; cmd_heal_all ;;
-  *) echo "usage: $0 up [N] | down | status | poweroff|poweron|partition|heal|pause|resume|zk-stop|zk-start hN [S] | faults | heal-all" >&2; exit 2 ;;
+  *) echo "usage: $0 up [N] | prepare | down | status | poweroff|poweron|partition|heal|pause|resume|zk-stop|zk-start hN [S] | faults | heal-all" >&2; exit 2 ;;
 esac

@@ -309,6 +309,44 @@ def script(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     )
 
 
+class _Prepare:
+    """``scripts/testbed.sh prepare`` (the cached Debian root and the wheelhouse) started early in
+    the background, so that on a fresh machine debootstrap runs while the cheaper tiers do (it
+    mostly waits for the mirror and the disk) instead of in front of the test bed."""
+
+    process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def start(cls) -> None:
+        if cls.process is not None:
+            return
+        CACHE.mkdir(parents=True, exist_ok=True)
+        with open(CACHE / "prepare.log", "wb") as log:
+            cls.process = subprocess.Popen(
+                ["bash", str(SCRIPT), "prepare"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, SPARKMILL_VENV=sys.prefix),
+            )
+
+    @classmethod
+    def wait(cls, timeout: float) -> None:
+        """Waits for a prepare started earlier. Its outcome does not matter: ``up`` builds what
+        is missing and reports what went wrong itself."""
+        if cls.process is None:
+            return
+        try:
+            cls.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            cls.process.kill()
+            cls.process.wait()
+
+
+def prepare_in_background() -> None:
+    """Starts building what ``up`` needs (see ``_Prepare``); ``running_bed`` waits for it."""
+    _Prepare.start()
+
+
 def existing_bed() -> TestBed:
     """The bed that ``scripts/testbed.sh up`` left up (its inventory in the state directory)."""
     addresses, groups = parse_inventory(STATE / "inventory.ini")
@@ -322,6 +360,7 @@ def running_bed(*, second_converge: bool) -> Iterator[TestBed]:
     (``TestBed.settle`` waits for it). Raises CannotRun when this machine cannot have one."""
     started = time.monotonic()
     try:
+        _Prepare.wait(timeout=900)
         up = script("up", timeout=900)
         if up.returncode == EXIT_CANNOT_RUN:
             reason = next(

@@ -22,8 +22,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import FAILED_KEY
-from tests.testbed.bed import VENV_BIN, CannotRun, TestBed, existing_bed, running_bed
+from tests.conftest import FAILED_KEY, tier_of
+from tests.testbed.bed import (
+    VENV_BIN,
+    CannotRun,
+    TestBed,
+    existing_bed,
+    prepare_in_background,
+    running_bed,
+)
 
 ANSIBLE_REQUIREMENT = "ansible-core>=2.17,<2.20"
 
@@ -40,6 +47,18 @@ def _ensure_ansible() -> None:
     )
     if result.returncode != 0:
         pytest.skip(f"ansible-core cannot be installed: {result.stderr.strip()[-300:]}")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When the test bed runs after other tiers, its Debian root and wheelhouse are built while
+    those run (on a fresh machine about a minute and a half, mostly waiting for the mirror)."""
+    if session.config.option.collectonly or os.geteuid() != 0:
+        return
+    if os.environ.get("SPARKMILL_TESTBED_REUSE") == "1":
+        return
+    tiers = {tier_of(item.path) for item in session.items}
+    if "testbed" in tiers and len(tiers) > 1:
+        prepare_in_background()
 
 
 @pytest.fixture(scope="session")
