@@ -70,7 +70,10 @@ fi
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/sparkmill-check-deploy.XXXXXX")"
 cleanup() {
-  if [ -n "${SMOKE_PID:-}" ]; then kill "$SMOKE_PID" 2>/dev/null || true; fi
+  local pid
+  for pid in "${SMOKE_PID:-}" "${LINT_PID:-}" "${HA_PID:-}"; do
+    if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  done
   if [ "${CHECK_DEPLOY_KEEP:-0}" = 1 ]; then echo "check_deploy: kept $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
@@ -151,10 +154,6 @@ step "ansible-playbook --syntax-check"
   { cat "$WORK/syntax.log"; fail "ansible-playbook --syntax-check"; }
 note "ok: ansible/site.yml, ansible/rolling-restart.yml"
 
-step "ansible-lint (profile production)"
-(cd "$ROOT" && "$VENV/bin/ansible-lint" -c ansible/.ansible-lint ansible/ tests/deploy/render_units.yml) \
-  >"$WORK/lint.log" 2>&1 || { cat "$WORK/lint.log"; fail "ansible-lint"; }
-note "$(grep -E 'Passed|passed' "$WORK/lint.log" | tail -1)"
 
 # -- local converge ------------------------------------------------------------------------------
 # A frozen copy of the checkout is the package source: the tree may change while this runs, and
@@ -217,6 +216,44 @@ sparkmill_slots_per_task_executor: 3
 sparkmill_environment:
   SPARK_LOCAL_IP: 127.0.0.1
 EOF
+# -- high availability: the zookeeper group turns it on ------------------------------------------
+# Runs beside the local converge (its own configuration, data and secrets directories: nothing
+# the converge writes), as does ansible-lint: each is one process on one core.
+ha_rendering() {
+  step "HA rendering: a zookeeper group gives high-availability.mode zookeeper and its quorum"
+  cat "$WORK/converge.ini" - > "$WORK/converge-ha.ini" <<'EOF2'
+[zookeeper]
+zk-1.invalid
+zk-2.invalid sparkmill_host_address=192.0.2.12
+EOF2
+  mkdir -p "$WORK/ha-etc"
+  "$PLAYBOOK" -i "$WORK/converge-ha.ini" -e "@$WORK/converge-vars.yml" --tags sparkmill_checks,sparkmill_config \
+    -e "sparkmill_config_dir=$WORK/ha-etc" -e "sparkmill_data_dir=$WORK/ha-data" \
+    -e "sparkmill_secrets_dir=$WORK/ha-secrets" -e sparkmill_zookeeper_port=2281 "$ROOT/ansible/site.yml" \
+    >"$WORK/ha.log" 2>&1 || { tail -30 "$WORK/ha.log"; fail "the HA configuration run failed"; }
+  grep -qx 'high-availability.mode: zookeeper' "$WORK/ha-etc/sparkmill.yaml" || fail "HA mode not rendered"
+  grep -qx 'high-availability.zookeeper.quorum: zk-1.invalid:2281,192.0.2.12:2281' "$WORK/ha-etc/sparkmill.yaml" ||
+    { cat "$WORK/ha-etc/sparkmill.yaml"; fail "the ZooKeeper quorum was not rendered from the zookeeper group"; }
+  grep -qx "security.zookeeper.digest-file: $WORK/ha-etc/keys/private/zookeeper-{role}.digest" "$WORK/ha-etc/sparkmill.yaml" &&
+    grep -qx "security.zookeeper.identities-file: $WORK/ha-etc/keys/public/zookeeper.identities" "$WORK/ha-etc/sparkmill.yaml" ||
+    { cat "$WORK/ha-etc/sparkmill.yaml"; fail "the per-role ZooKeeper identities were not rendered"; }
+  (cd "$ROOT" && "$PY" -c "from sparkmill.common.config.configuration import Configuration; Configuration.load('$WORK/ha-etc/sparkmill.yaml')") ||
+    fail "the HA configuration does not load"
+  note "$(grep -E '^high-availability' "$WORK/ha-etc/sparkmill.yaml" | tr '\n' ' ')"
+}
+
+lint() {
+  step "ansible-lint (profile production)"
+  (cd "$ROOT" && "$VENV/bin/ansible-lint" -c ansible/.ansible-lint ansible/ tests/deploy/render_units.yml) \
+    >"$WORK/lint.log" 2>&1 || { cat "$WORK/lint.log"; fail "ansible-lint"; }
+  note "$(grep -E 'Passed|passed' "$WORK/lint.log" | tail -1)"
+}
+
+ha_rendering >"$WORK/ha-step.out" 2>&1 &
+HA_PID=$!
+lint >"$WORK/lint-step.out" 2>&1 &
+LINT_PID=$!
+
 converge() {  # NAME [ansible-playbook args...]: run site.yml, log to $WORK/NAME.log
   local name="$1"; shift
   local started=$SECONDS
@@ -320,27 +357,6 @@ grep -q "heartbeat.timeout" "$WORK/bad-value.log" || { tail -20 "$WORK/bad-value
 [ "$before" = "$(sha256sum "$R/etc/sparkmill/sparkmill.yaml")" ] || fail "the bad configuration replaced the file"
 note "refused, naming heartbeat.timeout; sparkmill.yaml left as it was"
 
-# -- high availability: the zookeeper group turns it on ------------------------------------------
-step "HA rendering: a zookeeper group gives high-availability.mode zookeeper and its quorum"
-cat "$WORK/converge.ini" - > "$WORK/converge-ha.ini" <<'EOF'
-[zookeeper]
-zk-1.invalid
-zk-2.invalid sparkmill_host_address=192.0.2.12
-EOF
-mkdir -p "$WORK/ha-etc"
-"$PLAYBOOK" -i "$WORK/converge-ha.ini" -e "@$WORK/converge-vars.yml" --tags sparkmill_checks,sparkmill_config \
-  -e "sparkmill_config_dir=$WORK/ha-etc" -e sparkmill_zookeeper_port=2281 "$ROOT/ansible/site.yml" \
-  >"$WORK/ha.log" 2>&1 || { tail -30 "$WORK/ha.log"; fail "the HA configuration run failed"; }
-grep -qx 'high-availability.mode: zookeeper' "$WORK/ha-etc/sparkmill.yaml" || fail "HA mode not rendered"
-grep -qx 'high-availability.zookeeper.quorum: zk-1.invalid:2281,192.0.2.12:2281' "$WORK/ha-etc/sparkmill.yaml" ||
-  { cat "$WORK/ha-etc/sparkmill.yaml"; fail "the ZooKeeper quorum was not rendered from the zookeeper group"; }
-grep -qx "security.zookeeper.digest-file: $WORK/ha-etc/keys/private/zookeeper-{role}.digest" "$WORK/ha-etc/sparkmill.yaml" &&
-  grep -qx "security.zookeeper.identities-file: $WORK/ha-etc/keys/public/zookeeper.identities" "$WORK/ha-etc/sparkmill.yaml" ||
-  { cat "$WORK/ha-etc/sparkmill.yaml"; fail "the per-role ZooKeeper identities were not rendered"; }
-(cd "$ROOT" && "$PY" -c "from sparkmill.common.config.configuration import Configuration; Configuration.load('$WORK/ha-etc/sparkmill.yaml')") ||
-  fail "the HA configuration does not load"
-note "$(grep -E '^high-availability' "$WORK/ha-etc/sparkmill.yaml" | tr '\n' ' ')"
-
 # -- fewer task executors: the surplus instance's configuration goes ------------------------------
 step "sparkmill_task_executors_per_host 2 -> 1 removes task-executor-2.yaml"
 "$PLAYBOOK" -i "$WORK/converge.ini" -e "@$WORK/converge-vars.yml" --tags sparkmill_config \
@@ -349,5 +365,17 @@ step "sparkmill_task_executors_per_host 2 -> 1 removes task-executor-2.yaml"
 [ -f "$R/etc/sparkmill/task-executor-1.yaml" ] || fail "task-executor-1.yaml was removed"
 [ ! -e "$R/etc/sparkmill/task-executor-2.yaml" ] || fail "task-executor-2.yaml is still there"
 note "ok (with sparkmill_manage_services the instance is also stopped and disabled)"
+
+# -- the steps that ran beside the converge ---------------------------------------------------------
+background_step() {  # PID NAME OUT: its output, and its failure as this script's
+  local rc=0
+  wait "$1" || rc=$?
+  cat "$3"
+  [ "$rc" -eq 0 ] || fail "$2 (above)"
+}
+background_step "$LINT_PID" "ansible-lint" "$WORK/lint-step.out"
+LINT_PID=""
+background_step "$HA_PID" "the HA rendering" "$WORK/ha-step.out"
+HA_PID=""
 
 printf '\ncheck_deploy: all deployment checks passed\n'
