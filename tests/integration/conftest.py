@@ -61,10 +61,11 @@ def client(cluster: LocalCluster) -> Iterator[ClusterClient]:
         yield c
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    """The reference: one plain PySpark session in the test process (module-scoped, so it
-    starts after the module's cluster and does not compete with its Spark sessions)."""
+def reference_session() -> Any:
+    """The reference: one plain PySpark session in the test process, started on first use and
+    kept for the whole run (``held_pipeline.output_rows`` reads results with it too). Each
+    start is a JVM's start-up and its first job's class loading, 10-15 s of CPU on this kind of
+    machine; idle in between, it costs nothing but memory."""
     from pyspark.sql import SparkSession
 
     session = (
@@ -75,8 +76,21 @@ def spark() -> Iterator[Any]:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="session")
+def _reference_spark() -> Iterator[Any]:
+    session = reference_session()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(_reference_spark: Any) -> Any:
+    """The reference session (``reference_session``). Requested by a module's tests after the
+    module's cluster fixture, so on first use it starts after that cluster's Spark sessions."""
+    return _reference_spark
 
 
 @pytest.fixture(scope="module")

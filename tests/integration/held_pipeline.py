@@ -90,14 +90,9 @@ def expected_rows() -> list[tuple[int, int, int]]:
 
 
 def output_rows(out: Path) -> list[tuple[int, int, int]]:
-    from pyspark.sql import SparkSession
+    from tests.integration.conftest import reference_session
 
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("check")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
+    spark = reference_session()
     return sorted((r["k"], r["n"], r["total"]) for r in spark.read.parquet(str(out)).collect())
 
 
