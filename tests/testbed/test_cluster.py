@@ -193,13 +193,25 @@ def test_a_client_without_an_admitted_key_is_refused(
     config["security.curve.secret-key-file"] = str(made[1])
     stranger = tmp_path / "stranger.yaml"
     stranger.write_text(yaml.safe_dump(config))
+    output = bed.shared / "work" / "wordcount-stranger"
+    # Both calls only wait for an answer that never comes (the CLI's contact timeout): side by
+    # side they wait once.
+    tried: dict[str, subprocess.CompletedProcess[str]] = {}
+    submitting = threading.Thread(
+        target=lambda: tried.setdefault(
+            "submit", _submit(bed, output, timeout=180, config=stranger)
+        ),
+        daemon=True,
+    )
+    submitting.start()
     listing = bed.sparkmill("jobs", "list", "--json", timeout=120, config=stranger)
+    submitting.join(timeout=200)
     assert listing.returncode != 0, listing.stdout
     said = listing.stdout + listing.stderr  # with --json the error is a JSON document on stdout
     print(f"\nstranger's jobs list: exit {listing.returncode}: {said.strip()[-400:]}")
     assert "key" in said and "admitted" in said, said
-    output = bed.shared / "work" / "wordcount-stranger"
-    submitted = _submit(bed, output, timeout=180, config=stranger)
+    assert "submit" in tried, "the stranger's submit did not return"
+    submitted = tried["submit"]
     assert submitted.returncode != 0, submitted.stdout
     assert "admitted" in submitted.stdout + submitted.stderr, submitted.stderr
     assert not output.exists()
