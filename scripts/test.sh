@@ -2,8 +2,8 @@
 # The whole check, exactly as CI runs it: set-up, lint, types, generated-code freshness, tests.
 #   ./scripts/test.sh                 # everything: every tier (unit, integration, deploy, testbed)
 #   ./scripts/test.sh --fast          # the same checks, then the unit tier only (a few minutes)
-# (mypy runs beside pytest, on the second core; its failure fails the run all the same)
 #   ./scripts/test.sh -k rpc          # extra arguments go to pytest (after --fast, too)
+# mypy runs beside pytest, on the second core; a type error fails the run all the same.
 set -euo pipefail
 FAST=0
 if [ "${1:-}" = "--fast" ]; then
