@@ -1,9 +1,12 @@
 """Word counts the plain-PySpark way, and the rows of Parquet outputs, as JSON on stdout.
 
     python -m tests.testbed.reference INPUT_GLOB OUTPUT_DIR...
+    python -m tests.testbed.reference INPUT_GLOB -     # the outputs on stdin, one per line
 
 Runs in a process of its own (a local Spark session on loopback) so the test process stays
-small; one session serves every output to compare.
+small; one session serves every output to compare. With ``-`` the session starts at once and
+the input and outputs are read when stdin ends: a test starts it beside the jobs it checks, and
+the JVM's start-up is not added to the test's time.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ def main(argv: list[str]) -> None:
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
+    if outputs == ["-"]:
+        outputs = [line.strip() for line in sys.stdin if line.strip()]
     try:
         reference = (
             spark.read.text(source)

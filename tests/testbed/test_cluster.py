@@ -68,21 +68,41 @@ def _submit(
     )
 
 
-def _rows(bed: TestBed, outputs: list[Path]) -> tuple[list[Any], dict[str, list[Any]]]:
-    """(plain PySpark's word counts of the shared input, the rows of each output)."""
-    source = str(bed.shared / "work" / "wordcount" / "wordcount-input" / "*.txt")
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.testbed.reference", source, *map(str, outputs)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    data = json.loads(result.stdout)
-    return data["reference"], data["outputs"]
+class _Reference:
+    """tests/testbed/reference.py started ahead (its Spark session comes up beside the jobs it
+    will check); ``rows`` hands it the outputs: (plain PySpark's word counts of the shared
+    input, the rows of each output)."""
+
+    def __init__(self, bed: TestBed) -> None:
+        source = str(bed.shared / "work" / "wordcount" / "wordcount-input" / "*.txt")
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.testbed.reference", source, "-"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"),
+        )
+
+    def rows(self, outputs: list[Path]) -> tuple[list[Any], dict[str, list[Any]]]:
+        try:
+            stdout, stderr = self._process.communicate(
+                "".join(f"{output}\n" for output in outputs), timeout=300
+            )
+        finally:
+            if self._process.poll() is None:
+                self._process.kill()
+                self._process.wait()
+        assert self._process.returncode == 0, stderr[-4000:]
+        data = json.loads(stdout)
+        return data["reference"], data["outputs"]
+
+    def close(self) -> None:
+        """Stops it when the test ends without asking (a failed job)."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.communicate()
 
 
 def _unit_state(bed: TestBed, host: str, unit: str) -> dict[str, str]:
@@ -143,11 +163,15 @@ def test_a_job_submitted_from_the_controller_gives_plain_pysparks_rows(
     bed = bed_converging
     output = bed.shared / "work" / "wordcount-submit"
     started = time.monotonic()
-    result = _submit(bed, output)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    assert json.loads(result.stdout)["status"] == "FINISHED"
-    bed.timings["submit"] = time.monotonic() - started
-    reference, outputs = _rows(bed, [output])
+    checker = _Reference(bed)
+    try:
+        result = _submit(bed, output)
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+        assert json.loads(result.stdout)["status"] == "FINISHED"
+        bed.timings["submit"] = time.monotonic() - started
+        reference, outputs = checker.rows([output])
+    finally:
+        checker.close()
     assert len(reference) > 20
     assert outputs[str(output)] == reference
 
@@ -403,26 +427,43 @@ def test_rolling_restart_while_jobs_run_gives_exact_output(bed: TestBed) -> None
         daemon=True,
     )
     thread.start()
-    # Jobs one after the other for as long as the restart goes on: each runs across some
-    # restarts (task executors, job masters, then the leaders).
-    outputs: list[Path] = []
-    failures: list[str] = []
-    while thread.is_alive() or not outputs:
-        output = bed.shared / "work" / f"wordcount-rolling-{len(outputs)}"
-        result = _submit(bed, output)
-        outputs.append(output)
-        print(f"{output.name}: exit {result.returncode} {result.stdout[-300:]!r}")
-        if result.returncode != 0:
-            failures.append(
-                f"{output.name}: exit {result.returncode}\n{result.stdout[-3000:]}"
-                f"{result.stderr[-3000:]}"
-            )
-    thread.join(timeout=900)
-    bed.timings["rolling-restart"] = time.monotonic() - began
-    played = restart["result"]
-    assert played.returncode == 0, played.stdout[-8000:] + played.stderr[-2000:]
-    assert recap(played.stdout), played.stdout[-2000:]
-    assert not failures, "\n".join(failures)
-    reference, rows = _rows(bed, outputs)
-    for output in outputs:
-        assert rows[str(output)] == reference, output
+    # The reference's Spark session starts once the restarts are done, while the last job
+    # still runs (not beside the restarts, whose task executors start their own JVMs).
+    checkers: list[_Reference] = []
+
+    def start_reference() -> None:
+        thread.join()
+        checkers.append(_Reference(bed))
+
+    starter = threading.Thread(target=start_reference, daemon=True)
+    starter.start()
+    try:
+        # Jobs one after the other for as long as the restart goes on: each runs across some
+        # restarts (task executors, job masters, then the leaders).
+        outputs: list[Path] = []
+        failures: list[str] = []
+        while thread.is_alive() or not outputs:
+            output = bed.shared / "work" / f"wordcount-rolling-{len(outputs)}"
+            result = _submit(bed, output)
+            outputs.append(output)
+            print(f"{output.name}: exit {result.returncode} {result.stdout[-300:]!r}")
+            if result.returncode != 0:
+                failures.append(
+                    f"{output.name}: exit {result.returncode}\n{result.stdout[-3000:]}"
+                    f"{result.stderr[-3000:]}"
+                )
+        thread.join(timeout=900)
+        bed.timings["rolling-restart"] = time.monotonic() - began
+        played = restart["result"]
+        assert played.returncode == 0, played.stdout[-8000:] + played.stderr[-2000:]
+        assert recap(played.stdout), played.stdout[-2000:]
+        assert not failures, "\n".join(failures)
+        starter.join(timeout=60)
+        assert checkers, "the reference did not start"
+        reference, rows = checkers[0].rows(outputs)
+        for output in outputs:
+            assert rows[str(output)] == reference, output
+    finally:
+        starter.join(timeout=60)
+        for checker in checkers:
+            checker.close()
