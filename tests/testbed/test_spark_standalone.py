@@ -14,7 +14,8 @@ import json
 import shlex
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -51,6 +52,13 @@ def _spark_unit(bed: TestBed, host: str, unit: str, args: str, env: dict[str, st
         f"systemctl reset-failed {unit} 2>/dev/null; systemd-run --unit={unit} --uid=sparkmill"
         f" --gid=sparkmill --property=Restart=no {setenv} {SPARK_CLASS} {args}",
     )
+
+
+def _on_each(hosts: list[str], action: Callable[[str], object]) -> None:
+    """``action(host)`` for every host at once; the first failure is raised after all ended."""
+    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+        for future in [pool.submit(action, host) for host in hosts]:
+            future.result()
 
 
 def _te_config(bed: TestBed, host: str, extra: dict[str, str]) -> None:
@@ -99,7 +107,8 @@ def standalone(bed: TestBed) -> Iterator[str]:
             lambda: _master_state(bed).get("aliveworkers") == len(WORKER_HOSTS),
             timeout=120,
         )
-        for host in executors:
+
+        def use_the_master(host: str) -> None:
             # One core per task executor's application (three of them share the workers' cores),
             # and a lost executor is noticed in seconds.
             _te_config(
@@ -117,16 +126,21 @@ def standalone(bed: TestBed) -> Iterator[str]:
                 },
             )
             bed.ssh(host, f"systemctl restart {TE_UNIT}")
+
+        # The hosts one per thread: each restart waits for its old task executor to stop.
+        _on_each(executors, use_the_master)
         wait_cluster(bed)
         yield url
     finally:
-        for host in executors:
-            bed.ssh(
+        _on_each(
+            executors,
+            lambda host: bed.ssh(
                 host,
                 f"test ! -e {TE_CONFIG}.orig || mv {TE_CONFIG}.orig {TE_CONFIG};"
                 f" systemctl restart {TE_UNIT}",
                 check=False,
-            )
+            ),
+        )
         for host in {MASTER_HOST, *WORKER_HOSTS}:
             bed.ssh(host, "systemctl stop spark-worker spark-master", check=False)
         wait_cluster(bed)
