@@ -5,11 +5,13 @@ Every address used here is one of the test bed's (a /24 of 198.18.0.0/15) or loo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -327,6 +329,7 @@ class _Prepare:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=dict(os.environ, SPARKMILL_VENV=sys.prefix),
+                start_new_session=True,  # its own process group: ``stop`` ends debootstrap too
             )
 
     @classmethod
@@ -338,8 +341,27 @@ class _Prepare:
         try:
             cls.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            cls.process.kill()
-            cls.process.wait()
+            cls.stop()
+
+    @classmethod
+    def stop(cls) -> None:
+        """Ends a prepare still running (a run that stopped before the test bed's tests): what
+        it left half-built is rebuilt by the next ``up``."""
+        if cls.process is None or cls.process.poll() is not None:
+            return
+        for sig, grace in ((signal.SIGTERM, 30.0), (signal.SIGKILL, None)):
+            with contextlib.suppress(ProcessLookupError):  # the group is gone already
+                os.killpg(cls.process.pid, sig)
+            try:
+                cls.process.wait(timeout=grace)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def stop_preparing() -> None:
+    """Ends a background prepare that no test waited for (see ``_Prepare.stop``)."""
+    _Prepare.stop()
 
 
 def prepare_in_background() -> None:

@@ -30,6 +30,7 @@ from tests.testbed.bed import (
     existing_bed,
     prepare_in_background,
     running_bed,
+    stop_preparing,
 )
 
 ANSIBLE_REQUIREMENT = "ansible-core>=2.17,<2.20"
@@ -59,6 +60,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     tiers = {tier_of(item.path) for item in session.items}
     if "testbed" in tiers and len(tiers) > 1:
         prepare_in_background()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    stop_preparing()
 
 
 @pytest.fixture(scope="session")
