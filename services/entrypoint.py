@@ -40,6 +40,7 @@ from sparkmill.services.dispatcher.rest_service import RestEndpoint, start_rest_
 from sparkmill.services.jobmaster import metrics as job_master_metrics
 from sparkmill.services.jobmaster.service import JobMasterProcess
 from sparkmill.services.resourcemanager import metrics as resource_manager_metrics
+from sparkmill.services.resourcemanager.drivers import create_worker_driver
 from sparkmill.services.resourcemanager.resource_manager import ResourceManager
 from sparkmill.services.taskexecutor import metrics as task_executor_metrics
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
@@ -128,6 +129,7 @@ def _build(
             clients,
             identity,
             ha.job_leader_retrieval_factory(),
+            create_worker_driver(settings, runtime, config),
         )
     if role == "job-master":
         return JobMasterProcess(settings, config, runtime, ha, clients, identity)

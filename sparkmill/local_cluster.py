@@ -11,6 +11,11 @@ the server key, one ZooKeeper digest per service role and the REST API's bearer 
 ``DIR/keys`` unless they exist, and the configuration names them (see docs/security.md).
 ``extra_config`` may turn security off for a lab.
 
+With ``elastic`` (``local-cluster up --elastic``) no task executor is started up front: the
+resource manager runs the ``local`` worker driver and starts task executors itself when slot
+requests wait, up to ``max_task_executors``, and stops them when they have been idle for
+``resourcemanager.taskmanager-timeout`` (each under ``DIR/workers/<resource id>/``).
+
 The same class is what ``sparkmill run`` and the integration tests use.
 """
 
@@ -22,7 +27,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,11 +46,18 @@ from sparkmill.common.rpc.keys import (
 )
 from sparkmill.common.rpc.security import TransportSecurity, security_from_config
 from sparkmill.common.runtime.service_base import ROLES
+from sparkmill.common.runtime.service_process import (
+    is_alive,
+    kill_tree,
+    process_tree,
+    spawn_service,
+)
 
 CONFIG_FILE = "cluster.yaml"
 # How long stop() lets the task executors stop alone before it stops the other services.
 EXECUTORS_FIRST_STOP_S = 5.0
 PROCESSES_FILE = "processes.json"
+WORKERS_DIR = "workers"
 KEYS_DIR = "keys"
 
 # Short heartbeats and timeouts: a local cluster should notice a dead process in seconds.
@@ -89,6 +100,10 @@ class LocalCluster:
     extra_config: dict[str, Any] = field(default_factory=dict)
     ha: bool = False  # high-availability.mode: zookeeper with a local ZooKeeper server
     standbys: int = 0  # extra dispatchers, resource managers and job-master processes
+    # The resource manager starts task executors on demand (resourcemanager.driver: local), at
+    # most max_task_executors of them; task_executors is then ignored (none starts up front).
+    elastic: bool = False
+    max_task_executors: int = 4
     processes: list[ServiceProcess] = field(default_factory=list)
     _popen: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     zookeeper: Any = field(default=None, repr=False)
@@ -118,6 +133,17 @@ class LocalCluster:
             "jobmanager.archive.fs.dir": str(self.directory / "completed-jobs"),
             **LOCAL_DEFAULTS,
         }
+        if self.elastic:
+            config.update(
+                {
+                    "resourcemanager.driver": "local",
+                    "resourcemanager.local.worker-dir": str(self.worker_dir),
+                    "slotmanager.number-of-slots.max": self.max_task_executors * self.slots,
+                    # A local task executor registers within seconds; one that does not is
+                    # broken, and five minutes (Flink's default) is long to wait for that here.
+                    "resourcemanager.taskmanager-registration.timeout": "60 s",
+                }
+            )
         if zookeeper_address:
             config.update(
                 {
@@ -143,6 +169,11 @@ class LocalCluster:
         config.update(self.extra_config)
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=True))
         return config
+
+    @property
+    def worker_dir(self) -> Path:
+        """Where the resource manager's ``local`` driver puts its task executors' files."""
+        return self.directory / WORKERS_DIR
 
     @property
     def keys_dir(self) -> Path:
@@ -177,16 +208,7 @@ class LocalCluster:
 
     def _spawn(self, role: str, index: int, extra_env: dict[str, str] | None = None) -> None:
         log_file = self.log_dir / f"{role}-{index}.log"
-        env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", **(extra_env or {})}
-        with open(log_file, "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "sparkmill", role, "--config", str(self.config_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # a Ctrl-C in the user's terminal is not sent to us
-            )
+        proc = spawn_service(role, self.config_path, log_file, extra_env=extra_env)
         self._popen[proc.pid] = proc
         self.processes.append(ServiceProcess(role, index, proc.pid, str(log_file)))
 
@@ -209,7 +231,7 @@ class LocalCluster:
             self._spawn("resource-manager", index)
             self._spawn("dispatcher", index)
             self._spawn("job-master", index)
-        for index in range(self.task_executors):
+        for index in range(0 if self.elastic else self.task_executors):
             self._spawn("task-executor", index)
         self._save()
         self.wait_until_ready(wait_timeout_s)
@@ -321,7 +343,7 @@ class LocalCluster:
         # At most half the grace period: the others need their share of it.
         executors_by = time.monotonic() + min(EXECUTORS_FIRST_STOP_S, grace_s / 2)
         while time.monotonic() < executors_by and any(
-            _alive(p.pid, self._popen.get(p.pid)) for p in executors
+            is_alive(p.pid, self._popen.get(p.pid)) for p in executors
         ):
             time.sleep(0.05)
         for proc in reversed(services):
@@ -329,24 +351,27 @@ class LocalCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGTERM)
         for proc in services:
-            while _alive(proc.pid, self._popen.get(proc.pid)) and time.monotonic() < deadline:
+            while is_alive(proc.pid, self._popen.get(proc.pid)) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if _alive(proc.pid, self._popen.get(proc.pid)):
+            if is_alive(proc.pid, self._popen.get(proc.pid)):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
         for popen in self._popen.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=5)
+        for proc in services:
+            if proc.role == "resource-manager":
+                _kill_group_leftovers(proc.pid)
         if self.zookeeper is not None:
             self.zookeeper.stop()
         for proc in self.processes:
-            if proc.role == "zookeeper" and _alive(proc.pid, None):
+            if proc.role == "zookeeper" and is_alive(proc.pid, None):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGTERM)
                 stop_by = time.monotonic() + 10
-                while _alive(proc.pid, None) and time.monotonic() < stop_by:
+                while is_alive(proc.pid, None) and time.monotonic() < stop_by:
                     time.sleep(0.05)
-                if _alive(proc.pid, None):
+                if is_alive(proc.pid, None):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(proc.pid, signal.SIGKILL)
         path = self.directory / PROCESSES_FILE
@@ -366,46 +391,12 @@ class LocalCluster:
         return "\n".join(parts)
 
 
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants, from the parent links in /proc/*/stat."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            # The command name (in parentheses) may hold spaces: the fields follow its end.
-            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-    tree, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        tree.append(current)
-        todo.extend(children.get(current, []))
-    return tree
+def _kill_group_leftovers(leader: int) -> None:
+    """SIGKILL what is left of the process group ``leader`` led (each service leads its own):
+    the task executors a resource manager started (and their Spark JVMs) stay in its group, and
+    must not outlive the cluster if the resource manager could not stop them itself."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, signal.SIGKILL)
 
 
-def kill_tree(pid: int) -> int:
-    """SIGKILL ``pid`` and its descendants at once; how many processes there were."""
-    pids = process_tree(pid)
-    for victim in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(victim, signal.SIGKILL)
-    return len(pids)
-
-
-def _alive(pid: int, popen: subprocess.Popen[bytes] | None) -> bool:
-    if popen is not None:
-        return popen.poll() is None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie of a process we did not start is reaped by init; treat it as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except OSError:
-        return False
+__all__ = ["LocalCluster", "ServiceProcess", "free_port", "kill_tree", "process_tree"]

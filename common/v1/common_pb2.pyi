@@ -151,14 +151,16 @@ class SlotStatus(_message.Message):
     def __init__(self, slot_index: _Optional[int] = ..., resource_profile: _Optional[_Union[ResourceProfile, _Mapping]] = ..., allocation_id: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
 
 class SlotReport(_message.Message):
-    __slots__ = ("resource_id", "slots", "spark_ui_url")
+    __slots__ = ("resource_id", "slots", "spark_ui_url", "holds_result_partitions")
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     SPARK_UI_URL_FIELD_NUMBER: _ClassVar[int]
+    HOLDS_RESULT_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     resource_id: str
     slots: _containers.RepeatedCompositeFieldContainer[SlotStatus]
     spark_ui_url: str
-    def __init__(self, resource_id: _Optional[str] = ..., slots: _Optional[_Iterable[_Union[SlotStatus, _Mapping]]] = ..., spark_ui_url: _Optional[str] = ...) -> None: ...
+    holds_result_partitions: bool
+    def __init__(self, resource_id: _Optional[str] = ..., slots: _Optional[_Iterable[_Union[SlotStatus, _Mapping]]] = ..., spark_ui_url: _Optional[str] = ..., holds_result_partitions: _Optional[bool] = ...) -> None: ...
 
 class ServiceInfo(_message.Message):
     __slots__ = ("role", "id", "address", "pid", "hostname", "is_leader", "leader_session_id", "metrics_url", "started_at", "rest_url", "spark_ui_url")

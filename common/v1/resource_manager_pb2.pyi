@@ -163,7 +163,7 @@ class TaskExecutorStatus(_message.Message):
     def __init__(self, resource_id: _Optional[str] = ..., instance_id: _Optional[str] = ..., address: _Optional[str] = ..., total_resources: _Optional[_Union[_common_pb2.ResourceProfile, _Mapping]] = ..., slots: _Optional[_Iterable[_Union[_common_pb2.SlotStatus, _Mapping]]] = ..., info: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., registered_at: _Optional[float] = ..., last_heartbeat_at: _Optional[float] = ...) -> None: ...
 
 class ClusterStatus(_message.Message):
-    __slots__ = ("resource_manager", "task_executors", "slots_total", "slots_free", "slots_allocated", "slots_pending", "pending_slot_requests", "registered_jobs")
+    __slots__ = ("resource_manager", "task_executors", "slots_total", "slots_free", "slots_allocated", "slots_pending", "pending_slot_requests", "registered_jobs", "workers")
     RESOURCE_MANAGER_FIELD_NUMBER: _ClassVar[int]
     TASK_EXECUTORS_FIELD_NUMBER: _ClassVar[int]
     SLOTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,7 @@ class ClusterStatus(_message.Message):
     SLOTS_PENDING_FIELD_NUMBER: _ClassVar[int]
     PENDING_SLOT_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
     resource_manager: _common_pb2.ServiceInfo
     task_executors: _containers.RepeatedCompositeFieldContainer[TaskExecutorStatus]
     slots_total: int
@@ -180,4 +181,25 @@ class ClusterStatus(_message.Message):
     slots_pending: int
     pending_slot_requests: int
     registered_jobs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, resource_manager: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., task_executors: _Optional[_Iterable[_Union[TaskExecutorStatus, _Mapping]]] = ..., slots_total: _Optional[int] = ..., slots_free: _Optional[int] = ..., slots_allocated: _Optional[int] = ..., slots_pending: _Optional[int] = ..., pending_slot_requests: _Optional[int] = ..., registered_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+    workers: WorkerStats
+    def __init__(self, resource_manager: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., task_executors: _Optional[_Iterable[_Union[TaskExecutorStatus, _Mapping]]] = ..., slots_total: _Optional[int] = ..., slots_free: _Optional[int] = ..., slots_allocated: _Optional[int] = ..., slots_pending: _Optional[int] = ..., pending_slot_requests: _Optional[int] = ..., registered_jobs: _Optional[_Iterable[str]] = ..., workers: _Optional[_Union[WorkerStats, _Mapping]] = ...) -> None: ...
+
+class WorkerStats(_message.Message):
+    __slots__ = ("driver", "pending", "registered", "releasing", "started_total", "failed_total", "released_total", "max_slots")
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    RELEASING_FIELD_NUMBER: _ClassVar[int]
+    STARTED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FAILED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    driver: str
+    pending: int
+    registered: int
+    releasing: int
+    started_total: int
+    failed_total: int
+    released_total: int
+    max_slots: int
+    def __init__(self, driver: _Optional[str] = ..., pending: _Optional[int] = ..., registered: _Optional[int] = ..., releasing: _Optional[int] = ..., started_total: _Optional[int] = ..., failed_total: _Optional[int] = ..., released_total: _Optional[int] = ..., max_slots: _Optional[int] = ...) -> None: ...

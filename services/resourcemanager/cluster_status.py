@@ -11,6 +11,7 @@ from sparkmill.common.core.ids import JobID, ResourceID
 from sparkmill.common.core.proto_convert import profile_to_proto, slot_status_to_proto
 from sparkmill.common.core.slots import SlotStatus
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
+from sparkmill.services.resourcemanager.active_workers import ActiveWorkers
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotState
 from sparkmill.services.resourcemanager.task_executor_registration import WorkerRegistration
 
@@ -18,9 +19,10 @@ from sparkmill.services.resourcemanager.task_executor_registration import Worker
 def cluster_status(
     resource_manager: common_pb2.ServiceInfo,
     slots: SlotManager,
-    workers: Iterable[WorkerRegistration],
+    registrations: Iterable[WorkerRegistration],
     job_ids: Iterable[JobID],
     last_heartbeat_at: Callable[[ResourceID], float] | None = None,
+    active: ActiveWorkers | None = None,
 ) -> resource_manager_pb2.ClusterStatus:
     """``last_heartbeat_at``: when a task executor last answered a heartbeat (epoch seconds,
     0 if never), for the views' "time since last heartbeat"."""
@@ -34,7 +36,21 @@ def cluster_status(
     status.slots_pending = counts.get(SlotState.PENDING, 0)
     status.slots_allocated = counts.get(SlotState.ALLOCATED, 0)
     status.slots_total = status.slots_free + status.slots_pending + status.slots_allocated
-    for worker in workers:
+    if active is not None:
+        worker_counts = active.counts()
+        status.workers.CopyFrom(
+            resource_manager_pb2.WorkerStats(
+                driver=active.driver.name,
+                pending=worker_counts.pending,
+                registered=worker_counts.registered,
+                releasing=worker_counts.releasing,
+                started_total=worker_counts.requested_total,
+                failed_total=worker_counts.failed_total,
+                released_total=worker_counts.released_total,
+                max_slots=active.settings.max_slots,
+            )
+        )
+    for worker in registrations:
         te = status.task_executors.add(
             resource_id=worker.resource_id,
             instance_id=worker.instance_id,

@@ -51,6 +51,7 @@ class ResourceManagerCollector:
         timeouts.add_metric(["task-executor"], rm.te_heartbeats.timeouts_total)
         timeouts.add_metric(["job-master"], rm.jm_heartbeats.timeouts_total)
         yield from (leader, executors, job_masters, timeouts)
+        yield from _worker_metrics(rm)
         slots = rm.slot_manager
         if slots is None:
             return
@@ -69,6 +70,40 @@ class ResourceManagerCollector:
         )
         pending.add_metric([], float(slots.number_pending_requests()))
         yield from (by_state, pending)
+
+
+def _worker_metrics(rm: ResourceManager) -> Iterator[Metric]:
+    """The task executors the leader starts itself (resourcemanager.driver); none without a
+    driver or while it does not lead."""
+    workers = rm.active_workers
+    if workers is None:
+        return
+    counts = workers.counts()
+    by_state = gauge(
+        "resource_manager_workers",
+        "Task executors started by the resource manager's driver, by state: pending (requested "
+        "or starting, not registered yet), registered, or releasing (being stopped).",
+        ["state"],
+    )
+    by_state.add_metric(["pending"], float(counts.pending))
+    by_state.add_metric(["registered"], float(counts.registered))
+    by_state.add_metric(["releasing"], float(counts.releasing))
+    started = counter(
+        "resource_manager_workers_started",
+        "Task executors the resource manager asked its driver to start since it leads.",
+    )
+    started.add_metric([], float(counts.requested_total))
+    failed = counter(
+        "resource_manager_workers_failed",
+        "Task executors that failed to start, did not register in time or ended unexpectedly.",
+    )
+    failed.add_metric([], float(counts.failed_total))
+    released = counter(
+        "resource_manager_workers_released",
+        "Task executors the resource manager stopped because they were idle.",
+    )
+    released.add_metric([], float(counts.released_total))
+    yield from (by_state, started, failed, released)
 
 
 def register(rm: ResourceManager, metrics: ProcessMetrics) -> None:

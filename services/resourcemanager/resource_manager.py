@@ -69,6 +69,7 @@ from sparkmill.common.v1.gateways import (
     ResourceManagerServicer,
     TaskExecutorClient,
 )
+from sparkmill.services.resourcemanager.active_workers import ActiveWorkers, ActiveWorkerSettings
 from sparkmill.services.resourcemanager.cluster_status import cluster_status
 from sparkmill.services.resourcemanager.job_master_registration import JobMasterRegistration
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest
@@ -77,6 +78,7 @@ from sparkmill.services.resourcemanager.task_executor_registration import (
     WorkerRegistration,
     no_slot_large_enough,
 )
+from sparkmill.services.resourcemanager.worker_driver import WorkerDriver, WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ class ResourceManager(ResourceManagerServicer):
         clients: RpcClientPool,
         identity: ServiceIdentity,
         job_leader_retrieval: JobLeaderRetrievalFactory | None = None,
+        worker_driver: WorkerDriver | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -107,6 +110,10 @@ class ResourceManager(ResourceManagerServicer):
         self.te_heartbeats = self._heartbeats("rm->te", self._on_task_executor_timeout)
         self.jm_heartbeats = self._heartbeats("rm->jm", self._on_job_master_timeout)
         self.slot_request_served: Callable[[float], None] | None = None  # set by the metrics
+        # With an active driver (resourcemanager.driver), the leader starts and stops task
+        # executors itself (Flink's ActiveResourceManager); None: it only uses those it is given.
+        self.worker_driver = worker_driver
+        self.active_workers: ActiveWorkers | None = None
 
     def _heartbeats(self, name: str, on_timeout: TimeoutListener) -> HeartbeatManager:
         return HeartbeatManager(
@@ -126,6 +133,7 @@ class ResourceManager(ResourceManagerServicer):
         await self.election.start(self)
 
     async def stop(self) -> None:
+        await self._close_active_workers()
         await self.election.stop()
         await self.job_leaders.close()
         await self.te_heartbeats.stop()
@@ -145,6 +153,11 @@ class ResourceManager(ResourceManagerServicer):
             on_request_served=self.slot_request_served,
         )
         self.session_id = session_id
+        if self.worker_driver is not None:
+            self.active_workers = ActiveWorkers(
+                self.worker_driver, self._timers, self, self._active_worker_settings()
+            )
+            self.active_workers.start()
         log.info(
             "resource manager %s leads with session %s", short(self.identity.id), short(session_id)
         )
@@ -153,6 +166,8 @@ class ResourceManager(ResourceManagerServicer):
     async def revoke_leadership(self) -> None:
         log.warning("resource manager %s lost leadership", short(self.identity.id))
         self.session_id = None
+        # A new leader cannot adopt this process's children: they go with its leadership.
+        await self._close_active_workers()
         if self.slot_manager is not None:
             self.slot_manager.suspend()
         self.slot_manager = None
@@ -165,6 +180,26 @@ class ResourceManager(ResourceManagerServicer):
 
     def expected_fencing_token(self, spec: MethodSpec, request: object) -> str:
         return require_leader(self.session_id, "resource manager")
+
+    def _active_worker_settings(self) -> ActiveWorkerSettings:
+        settings = self.settings
+        return ActiveWorkerSettings(
+            spec=WorkerSpec(
+                settings.number_of_slots,
+                settings.task_executor_cpu_cores,
+                settings.task_executor_memory_mb,
+            ),
+            min_slots=settings.min_slots,
+            max_slots=settings.max_slots,
+            registration_timeout_s=settings.worker_registration_timeout_s,
+            start_retry_interval_s=settings.start_worker_retry_interval_s,
+            wait_result_consumed=settings.release_wait_result_consumed,
+        )
+
+    async def _close_active_workers(self) -> None:
+        workers, self.active_workers = self.active_workers, None
+        if workers is not None:
+            await workers.close()
 
     def _slots(self) -> SlotManager:
         if self.slot_manager is None:
@@ -240,8 +275,12 @@ class ResourceManager(ResourceManagerServicer):
         if not record.slot_manager_registered:
             slots.register_task_executor(record.instance_id, record.registration, report)
             record.slot_manager_registered = True
+            if self.active_workers is not None:
+                self.active_workers.on_worker_registered(record.resource_id)
         else:
             slots.report_slot_status(record.instance_id, report)
+        if self.active_workers is not None:
+            self.active_workers.on_slot_report(record.resource_id, message.holds_result_partitions)
 
     def _task_executor_by_instance(self, instance_id: InstanceID) -> WorkerRegistration:
         resource_id = self._by_instance.get(instance_id)
@@ -292,6 +331,8 @@ class ResourceManager(ResourceManagerServicer):
         self._close_task_executor(
             ResourceID(resource_id), f"heartbeat timeout: {reason}", notify=True
         )
+        if self.active_workers is not None:
+            self.active_workers.on_task_executor_lost(ResourceID(resource_id), reason)
 
     def _close_task_executor(self, resource_id: ResourceID, cause: str, *, notify: bool) -> None:
         record = self.task_executors.pop(resource_id, None)
@@ -422,6 +463,8 @@ class ResourceManager(ResourceManagerServicer):
                 timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
             )
         )
+        if self.active_workers is not None:
+            self.active_workers.check_resource_needs()
         return common_pb2.Empty()
 
     async def cancel_slot_request(
@@ -503,9 +546,30 @@ class ResourceManager(ResourceManagerServicer):
 
     def notify_idle_task_executor(self, instance_id: InstanceID) -> None:
         resource_id = self._by_instance.get(instance_id)
-        if resource_id is not None:
-            # Standalone clusters keep idle task executors: there is nobody to start new ones.
+        if resource_id is None:
+            return
+        if self.active_workers is not None:
+            self.active_workers.on_idle(resource_id)
+        else:
+            # Without a driver idle task executors stay: there is nobody to start new ones.
             log.debug("task executor %s is idle", short(resource_id))
+
+    # SlotDemand (read by the ActiveWorkers, on the loop) -----------------------------------------
+
+    def waiting_slot_requests(self) -> int:
+        return self.slot_manager.number_pending_requests() if self.slot_manager else 0
+
+    def registered_slots(self) -> int:
+        return sum(self.slot_manager.slot_counts().values()) if self.slot_manager else 0
+
+    def is_idle(self, resource_id: ResourceID) -> bool:
+        record = self.task_executors.get(resource_id)
+        if record is None or not record.slot_manager_registered or self.slot_manager is None:
+            return False
+        return self.slot_manager.is_idle(record.instance_id)
+
+    def close_task_executor(self, resource_id: ResourceID, cause: str) -> None:
+        self._close_task_executor(resource_id, cause, notify=False)
 
     # -- queries ---------------------------------------------------------------------------------
 
@@ -525,6 +589,7 @@ class ResourceManager(ResourceManagerServicer):
             self.task_executors.values(),
             self.job_masters,
             last_heartbeat_at,
+            self.active_workers,
         )
 
     async def get_service_info(

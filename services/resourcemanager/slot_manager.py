@@ -290,6 +290,11 @@ class SlotManager:
     def number_registered_task_executors(self) -> int:
         return len(self._tes)
 
+    def is_idle(self, instance_id: InstanceID) -> bool:
+        """Whether the task executor is registered with none of its slots in use."""
+        te = self._tes.get(instance_id)
+        return te is not None and te.used == 0
+
     def slot_counts(self) -> dict[SlotState, int]:
         return dict(self._counts)
 

@@ -212,6 +212,9 @@ class TaskExecutor(TaskExecutorServicer):
             self.resource_id, self._table().create_slot_report(self.resource_id)
         )
         report.spark_ui_url = self._spark_ui_url()
+        # The resource manager keeps an idle task executor that still holds results a
+        # connected job may read (it asks here, as Flink's asks TaskExecutor.canBeReleased).
+        report.holds_result_partitions = any(c.holds_results() for c in self.jobs.values())
         return report
 
     def _spark_ui_url(self) -> str:

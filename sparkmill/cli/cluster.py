@@ -13,6 +13,7 @@ from sparkmill.cli.options import SubParsers, add_config_options
 from sparkmill.cli.output import service_json
 from sparkmill.common.rpc.security import INSECURE_WARNING
 from sparkmill.common.runtime.service_base import http_url
+from sparkmill.common.v1 import resource_manager_pb2
 
 if TYPE_CHECKING:
     from sparkmill.client import ClusterClient
@@ -73,6 +74,7 @@ def cluster_status(client: ClusterClient, *, as_json: bool) -> int:
             },
             "pending_slot_requests": rm.pending_slot_requests,
             "jobs_with_job_master": list(rm.registered_jobs),
+            "workers": _workers_json(rm.workers) if rm.HasField("workers") else None,
             "security": {"curve": secure},
         }
         print(json.dumps(document, indent=2))
@@ -91,6 +93,13 @@ def cluster_status(client: ClusterClient, *, as_json: bool) -> int:
         f"\nslots: {rm.slots_total} total, {rm.slots_free} free, {rm.slots_allocated} "
         f"allocated, {rm.slots_pending} pending; {rm.pending_slot_requests} requests waiting"
     )
+    if rm.HasField("workers"):
+        w = rm.workers
+        print(
+            f"workers ({w.driver} driver): {w.pending} pending, {w.registered} registered, "
+            f"{w.releasing} releasing; {w.started_total} started, {w.failed_total} failed, "
+            f"{w.released_total} released since it leads"
+        )
     for te in executors:
         print(
             f"  task executor {te['resource_id'][:8]} {te['address']}: "
@@ -99,6 +108,20 @@ def cluster_status(client: ClusterClient, *, as_json: bool) -> int:
         )
     print("\nsecurity: CurveZMQ on" if secure else "\nsecurity: OFF (see docs/security.md)")
     return EXIT_OK
+
+
+def _workers_json(w: resource_manager_pb2.WorkerStats) -> dict[str, Any]:
+    """The task executors the resource manager starts itself (resourcemanager.driver)."""
+    return {
+        "driver": w.driver,
+        "pending": w.pending,
+        "registered": w.registered,
+        "releasing": w.releasing,
+        "started_total": w.started_total,
+        "failed_total": w.failed_total,
+        "released_total": w.released_total,
+        "max_slots": w.max_slots,
+    }
 
 
 __all__ = ["add_parser", "cluster_status"]

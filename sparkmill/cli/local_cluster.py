@@ -27,6 +27,18 @@ def add_parser(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     up.add_argument("--slots", type=positive, default=2, help="slots per task executor")
     up.add_argument(
+        "--elastic",
+        action="store_true",
+        help="start no task executor up front: the resource manager starts them when jobs "
+        "need slots and stops them once idle (resourcemanager.taskmanager-timeout)",
+    )
+    up.add_argument(
+        "--max-task-executors",
+        type=positive,
+        default=4,
+        help="with --elastic: at most this many task executors at once (default 4)",
+    )
+    up.add_argument(
         "--ha",
         choices=("none", "zookeeper"),
         default="none",
@@ -58,6 +70,8 @@ def local_cluster(args: argparse.Namespace) -> int:
             slots=args.slots,
             ha=args.ha == "zookeeper",
             standbys=args.standbys,
+            elastic=args.elastic,
+            max_task_executors=args.max_task_executors,
         )
         try:
             cluster.start()
@@ -65,10 +79,12 @@ def local_cluster(args: argparse.Namespace) -> int:
             cluster.stop()
             print(f"sparkmill: the local cluster did not come up: {exc}", file=sys.stderr)
             return EXIT_UNREACHABLE
-        print(
-            f"local cluster up: {len(cluster.processes)} processes, "
-            f"{args.task_executors} x {args.slots} slots"
+        executors = (
+            f"task executors on demand, up to {args.max_task_executors} x {args.slots} slots"
+            if args.elastic
+            else f"{args.task_executors} x {args.slots} slots"
         )
+        print(f"local cluster up: {len(cluster.processes)} processes, {executors}")
         print(f"client config: {cluster.config_path}")
         print(f"logs:          {cluster.log_dir}")
         print(f"dashboard:     {cluster.rest_url() or '(rest.enabled is false)'}")

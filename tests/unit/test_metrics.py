@@ -282,6 +282,7 @@ def test_resource_manager_collector_reads_slot_counts_and_leadership() -> None:
         te_heartbeats=SimpleNamespace(timeouts_total=3),
         jm_heartbeats=SimpleNamespace(timeouts_total=0),
         slot_manager=slots,
+        active_workers=None,  # resourcemanager.driver: none
     )
     collector = ResourceManagerCollector(cast(Any, rm))
     assert value(collector, "sparkmill_leader") == 1

@@ -32,6 +32,7 @@ _DOCS_ORDER = (
     "Task executor",
     "Heartbeats and registration",
     "Slots",
+    "Active resource management",
     "Jobs, failover and restarts",
     "High availability",
     "Metrics",

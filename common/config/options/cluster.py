@@ -157,3 +157,67 @@ CLUSTER_EVENLY_SPREAD_OUT_SLOTS = option(
     "Prefer free slots on the least loaded task executor instead of filling one executor "
     "first. The default is true in sparkmill (Flink's default is false).",
 )
+
+# --------------------------------------------------------------------------------------------
+group(
+    "Active resource management",
+    "Task executors the resource manager starts and stops itself (Flink's "
+    "ActiveResourceManager): started when slot requests cannot be served, released when idle.",
+)
+RESOURCE_MANAGER_DRIVER = option(
+    "resourcemanager.driver",
+    STRING,
+    "none",
+    "How the resource manager gets task executors. 'none': it only uses the task executors "
+    "someone else started. 'local': it starts task executor processes on its own host when "
+    "slots are missing and stops them when idle.",
+    choices=("none", "local"),
+)
+SLOT_MANAGER_NUMBER_OF_SLOTS_MIN = option(
+    "slotmanager.number-of-slots.min",
+    INT,
+    0,
+    "Slots the resource manager keeps available with an active driver, idle or not: it starts "
+    "task executors up to this many slots and does not release idle ones below it.",
+    min=0,
+)
+SLOT_MANAGER_NUMBER_OF_SLOTS_MAX = option(
+    "slotmanager.number-of-slots.max",
+    INT,
+    2**31 - 1,
+    "Upper bound of the slots of all registered and starting task executors; with an active "
+    "driver, no task executor is started beyond it (slot requests then wait).",
+    min=1,
+    default_text="unbounded",
+)
+RESOURCE_MANAGER_WORKER_REGISTRATION_TIMEOUT = option(
+    "resourcemanager.taskmanager-registration.timeout",
+    DURATION,
+    300.0,
+    "A task executor started by the resource manager that has not registered within this "
+    "time is stopped and counts as a failed start.",
+    min=MS,
+)
+RESOURCE_MANAGER_START_WORKER_RETRY_INTERVAL = option(
+    "resourcemanager.start-worker.retry-interval",
+    DURATION,
+    3.0,
+    "After a task executor failed to start (or ended before it registered), the resource "
+    "manager starts no other one for this long.",
+    min=0,
+)
+RESOURCE_MANAGER_RELEASE_WAIT_RESULT_CONSUMED = option(
+    "resourcemanager.taskmanager-release.wait.result.consumed",
+    BOOL,
+    True,
+    "Keep an idle task executor while it still holds finished results of a job that is "
+    "connected to it (its consumers may still read them).",
+)
+RESOURCE_MANAGER_LOCAL_WORKER_DIR = option(
+    "resourcemanager.local.worker-dir",
+    STRING,
+    "",
+    "Where the 'local' driver keeps each task executor's configuration, log and scratch "
+    "directories (one sub-directory per task executor); empty means a 'workers' directory "
+    "next to the resource manager's configuration file.",
+)

@@ -1,0 +1,339 @@
+"""The accounting of the task executors the resource manager starts itself (Flink's
+``ActiveResourceManager`` with the worker bookkeeping of its ``SlotManager``).
+
+:class:`ActiveWorkers` is pure, single-threaded state owned by the resource manager's event loop,
+like the :class:`~.slot_manager.SlotManager`: it does no I/O. It asks a
+:class:`~.worker_driver.WorkerDriver` to start and stop workers, learns the answers through
+:class:`~.worker_driver.WorkerEvents`, and reads the slot demand from the resource manager
+(:class:`SlotDemand`). Its rules:
+
+* **Start on demand.** Slot requests that wait for a slot, minus the slots of the workers
+  still starting, are the slots missing; enough workers of :attr:`ActiveWorkerSettings.spec`
+  are requested to cover them, and enough to keep ``slotmanager.number-of-slots.min`` slots.
+* **Bounded.** The slots of registered task executors plus those of starting workers never
+  exceed ``slotmanager.number-of-slots.max``: beyond it requests wait (and time out).
+* **Registration timeout.** A worker not registered within
+  ``resourcemanager.taskmanager-registration.timeout`` of its request is stopped; it counts as a
+  failed start, and a replacement is requested if its slots are still missing.
+* **Cool-down.** After a failed start (the driver could not start it, it ended before it
+  registered, or it timed out) no worker is requested for
+  ``resourcemanager.start-worker.retry-interval``: a broken installation must not become a fork
+  loop. Flink pauses only once a failure rate is exceeded; one pause per failure is simpler and
+  starts a healthy cluster just as fast.
+* **Idle release.** A worker whose slots have all been free for
+  ``resourcemanager.taskmanager-timeout`` (the slot manager says so) is stopped, unless it still
+  holds results a connected job may read (its heartbeat's slot report says so, with
+  ``resourcemanager.taskmanager-release.wait.result.consumed``) or its slots are needed to keep
+  the minimum. It is released later, at a report that says it holds nothing any more.
+
+Task executors someone else started are never stopped: only this class's workers are.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sparkmill.common.core.ids import ResourceID, new_resource_id, short
+from sparkmill.common.runtime.timers import TimerService
+from sparkmill.services.resourcemanager.worker_driver import (
+    WORKER_STATE_TRANSITIONS,
+    WorkerDriver,
+    WorkerSpec,
+    WorkerState,
+)
+
+log = logging.getLogger(__name__)
+
+_STARTING = (WorkerState.REQUESTED, WorkerState.STARTED)
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveWorkerSettings:
+    spec: WorkerSpec
+    min_slots: int = 0
+    max_slots: int = 2**31 - 1
+    registration_timeout_s: float = 300.0
+    start_retry_interval_s: float = 3.0
+    wait_result_consumed: bool = True
+
+
+class SlotDemand(Protocol):
+    """What the accounting reads from (and asks of) the resource manager."""
+
+    def waiting_slot_requests(self) -> int:
+        """Slot requests that wait because no free slot serves them."""
+        ...
+
+    def registered_slots(self) -> int:
+        """Slots of every task executor registered with the slot manager."""
+        ...
+
+    def is_idle(self, resource_id: ResourceID) -> bool:
+        """Whether the task executor is registered with all its slots free."""
+        ...
+
+    def close_task_executor(self, resource_id: ResourceID, cause: str) -> None:
+        """Forget the task executor's registration (no slot goes to it any more)."""
+        ...
+
+
+@dataclass(eq=False, slots=True)
+class Worker:
+    resource_id: ResourceID
+    spec: WorkerSpec
+    state: WorkerState = WorkerState.REQUESTED
+    holds_results: bool = False  # from its last slot report
+    idle: bool = False  # the slot manager said it is idle; not released yet
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerCounts:
+    pending: int  # requested or started, not registered
+    registered: int
+    releasing: int
+    requested_total: int
+    failed_total: int
+    released_total: int
+
+
+class ActiveWorkers:
+    def __init__(
+        self,
+        driver: WorkerDriver,
+        timers: TimerService,
+        demand: SlotDemand,
+        settings: ActiveWorkerSettings,
+    ) -> None:
+        self.driver = driver
+        self.settings = settings
+        self._timers = timers
+        self._demand = demand
+        self._workers: dict[ResourceID, Worker] = {}
+        self._timer_owner = object()
+        self._cool_down_until = -math.inf
+        self._closed = False
+        self._at_max_logged = False
+        self.requested_total = 0
+        self.failed_total = 0
+        self.released_total = 0
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self.driver.start(self)
+        self.check_resource_needs()
+
+    async def close(self) -> None:
+        """Stop every worker (the resource manager stops or lost its leadership)."""
+        self._closed = True
+        for worker in self._workers.values():
+            self._timers.cancel(self._key("registration", worker.resource_id))
+        self._timers.cancel(self._key("cool-down", None))
+        self._workers.clear()
+        await self.driver.close()
+
+    # ---------------------------------------------------------------- demand
+
+    def check_resource_needs(self) -> int:
+        """Request the workers the waiting slot requests and the minimum need, within the
+        maximum and outside a cool-down; how many were requested."""
+        if self._closed:
+            return 0
+        slots_per_worker = self.settings.spec.slots
+        pending = sum(w.spec.slots for w in self._workers.values() if w.state in _STARTING)
+        registered = self._demand.registered_slots()
+        missing = max(
+            self._demand.waiting_slot_requests() - pending,
+            self.settings.min_slots - registered - pending,
+            0,
+        )
+        if missing == 0:
+            self._at_max_logged = False
+            return 0
+        wanted = math.ceil(missing / slots_per_worker)
+        room = max(0, (self.settings.max_slots - registered - pending) // slots_per_worker)
+        if wanted > room and not self._at_max_logged:
+            log.warning(
+                "%d slot(s) missing but only %d more worker(s) of %d slots fit under "
+                "slotmanager.number-of-slots.max (%d): slot requests wait",
+                missing,
+                room,
+                slots_per_worker,
+                self.settings.max_slots,
+            )
+            self._at_max_logged = True
+        count = min(wanted, room)
+        if count and self._timers.now() < self._cool_down_until:
+            return 0  # the cool-down's timer checks again
+        for _ in range(count):
+            self._request_worker()
+        return count
+
+    def _request_worker(self) -> None:
+        resource_id = new_resource_id()
+        worker = Worker(resource_id, self.settings.spec)
+        self._workers[resource_id] = worker
+        self.requested_total += 1
+        self._timers.schedule(
+            self._key("registration", resource_id),
+            self.settings.registration_timeout_s,
+            lambda: self._on_registration_timeout(worker),
+        )
+        log.info(
+            "requesting worker %s (%d slots) from the %s driver",
+            short(resource_id),
+            worker.spec.slots,
+            self.driver.name,
+        )
+        self.driver.request_worker(resource_id, worker.spec)
+
+    # ---------------------------------------------------------------- driver events
+
+    def on_worker_started(self, resource_id: ResourceID) -> None:
+        worker = self._workers.get(resource_id)
+        if worker is not None and worker.state is WorkerState.REQUESTED:
+            self._set_state(worker, WorkerState.STARTED)
+
+    def on_worker_start_failed(self, resource_id: ResourceID, cause: str) -> None:
+        worker = self._workers.get(resource_id)
+        if worker is None or worker.state not in _STARTING:
+            return
+        log.warning("worker %s could not be started: %s", short(resource_id), cause)
+        self._terminated(worker, failed=True)
+        self.check_resource_needs()
+
+    def on_worker_terminated(self, resource_id: ResourceID, diagnostics: str) -> None:
+        worker = self._workers.get(resource_id)
+        if worker is None:
+            return
+        expected = worker.state is WorkerState.RELEASING
+        if not expected:
+            log.warning("worker %s ended: %s", short(resource_id), diagnostics)
+        self._demand.close_task_executor(resource_id, f"its process ended: {diagnostics}")
+        self._terminated(worker, failed=not expected)
+        self.check_resource_needs()
+
+    # ---------------------------------------------------------------- resource manager events
+
+    def is_worker(self, resource_id: ResourceID) -> bool:
+        return resource_id in self._workers
+
+    def on_worker_registered(self, resource_id: ResourceID) -> None:
+        """The task executor registered its slots with the slot manager."""
+        worker = self._workers.get(resource_id)
+        if worker is None or worker.state not in _STARTING:
+            return
+        if worker.state is WorkerState.REQUESTED:  # its start's answer is still on its way
+            self._set_state(worker, WorkerState.STARTED)
+        self._set_state(worker, WorkerState.REGISTERED)
+        self._timers.cancel(self._key("registration", resource_id))
+
+    def on_slot_report(self, resource_id: ResourceID, holds_results: bool) -> None:
+        worker = self._workers.get(resource_id)
+        if worker is None:
+            return
+        worker.holds_results = holds_results
+        if worker.idle and worker.state is WorkerState.REGISTERED:
+            self._try_release_idle(worker)
+
+    def on_idle(self, resource_id: ResourceID) -> None:
+        """The slot manager found the task executor idle for the task manager timeout."""
+        worker = self._workers.get(resource_id)
+        if worker is None or worker.state is not WorkerState.REGISTERED:
+            return
+        worker.idle = True
+        self._try_release_idle(worker)
+
+    def on_task_executor_lost(self, resource_id: ResourceID, cause: str) -> None:
+        """Its heartbeats stopped: the process may hang, so it is stopped (and replaced if its
+        slots are still needed)."""
+        worker = self._workers.get(resource_id)
+        if worker is None or worker.state is not WorkerState.REGISTERED:
+            return
+        self.failed_total += 1
+        self._release(worker, f"the task executor was lost: {cause}")
+        self.check_resource_needs()
+
+    # ---------------------------------------------------------------- queries
+
+    def counts(self) -> WorkerCounts:
+        states = [w.state for w in self._workers.values()]
+        return WorkerCounts(
+            pending=sum(1 for s in states if s in _STARTING),
+            registered=states.count(WorkerState.REGISTERED),
+            releasing=states.count(WorkerState.RELEASING),
+            requested_total=self.requested_total,
+            failed_total=self.failed_total,
+            released_total=self.released_total,
+        )
+
+    def workers(self) -> dict[ResourceID, WorkerState]:
+        return {rid: w.state for rid, w in self._workers.items()}
+
+    # ---------------------------------------------------------------- internals
+
+    def _on_registration_timeout(self, worker: Worker) -> None:
+        if self._workers.get(worker.resource_id) is not worker or worker.state not in _STARTING:
+            return
+        cause = (
+            "it did not register within resourcemanager.taskmanager-registration.timeout "
+            f"({self.settings.registration_timeout_s:g}s)"
+        )
+        log.warning("stopping worker %s: %s", short(worker.resource_id), cause)
+        self.failed_total += 1
+        self._start_cool_down()
+        self._release(worker, cause)
+        self.check_resource_needs()
+
+    def _try_release_idle(self, worker: Worker) -> None:
+        if not self._demand.is_idle(worker.resource_id):
+            worker.idle = False  # used again: the slot manager reports its next idle time
+            return
+        if self.settings.wait_result_consumed and worker.holds_results:
+            log.debug("idle worker %s still holds results", short(worker.resource_id))
+            return
+        if self._demand.registered_slots() - worker.spec.slots < self.settings.min_slots:
+            return  # needed for slotmanager.number-of-slots.min
+        self.released_total += 1
+        self._release(worker, "it was idle for resourcemanager.taskmanager-timeout")
+
+    def _release(self, worker: Worker, cause: str) -> None:
+        log.info("releasing worker %s: %s", short(worker.resource_id), cause)
+        self._timers.cancel(self._key("registration", worker.resource_id))
+        self._set_state(worker, WorkerState.RELEASING)
+        # Forgotten first, so that no slot is allocated on a task executor being stopped.
+        self._demand.close_task_executor(worker.resource_id, f"released: {cause}")
+        self.driver.release_worker(worker.resource_id)
+
+    def _terminated(self, worker: Worker, *, failed: bool) -> None:
+        if failed:
+            self.failed_total += 1
+            if worker.state in _STARTING:
+                self._start_cool_down()
+        self._timers.cancel(self._key("registration", worker.resource_id))
+        self._set_state(worker, WorkerState.TERMINATED)
+        del self._workers[worker.resource_id]
+
+    def _start_cool_down(self) -> None:
+        interval = self.settings.start_retry_interval_s
+        self._cool_down_until = self._timers.now() + interval
+        self._timers.schedule(
+            self._key("cool-down", None), interval, lambda: self._after_cool_down()
+        )
+
+    def _after_cool_down(self) -> None:
+        self.check_resource_needs()
+
+    def _set_state(self, worker: Worker, target: WorkerState) -> None:
+        WORKER_STATE_TRANSITIONS.check(worker.state, target, short(worker.resource_id))
+        worker.state = target
+
+    def _key(self, kind: str, subject: Hashable) -> Hashable:
+        return (self._timer_owner, kind, subject)
+
+
+__all__ = ["ActiveWorkerSettings", "ActiveWorkers", "SlotDemand", "WorkerCounts"]

@@ -1,0 +1,123 @@
+"""How the resource manager starts and stops task executors itself (Flink's
+``ResourceManagerDriver`` and ``ResourceEventHandler``), and a worker's lifecycle.
+
+A *worker* is a task executor process the resource manager asked a driver for. The accounting
+(how many to start, when to stop one) is :class:`~.active_workers.ActiveWorkers`; a driver only
+knows how to start and stop a process on its kind of infrastructure:
+
+* ``local`` (:mod:`.local_worker_driver`): child processes on the resource manager's host;
+* ``systemd`` (not built yet): template units on a list of hosts, through ``systemctl``. It plugs
+  in as another :class:`WorkerDriver`; nothing in the accounting depends on which driver runs.
+
+Like the slot manager's ``ResourceActions``, a driver's calls return at once and answer later,
+on the resource manager's event loop, through the :class:`WorkerEvents` it was given: the
+accounting stays single-threaded, pure state that unit tests drive by hand.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from sparkmill.common.core.ids import ResourceID
+from sparkmill.common.core.state_machine import TransitionTable
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """What one worker offers (Flink's ``WorkerResourceSpec``): its slots and the resources
+    it announces (``taskmanager.numberOfTaskSlots``, ``taskmanager.cpu.cores``,
+    ``taskmanager.memory.process.size``)."""
+
+    slots: int
+    cpu_cores: float
+    memory_mb: int
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ValueError(f"a worker needs at least one slot, not {self.slots}")
+
+
+class WorkerState(enum.Enum):
+    """A worker's life as the resource manager sees it."""
+
+    REQUESTED = "REQUESTED"  # the driver was asked to start it
+    STARTED = "STARTED"  # its process runs; its slots are not registered yet
+    REGISTERED = "REGISTERED"  # it registered and reported its slots
+    RELEASING = "RELEASING"  # the driver was asked to stop it
+    TERMINATED = "TERMINATED"  # gone (start failed, exited, or stopped)
+
+
+WORKER_STATE_TRANSITIONS: TransitionTable[WorkerState] = TransitionTable(
+    "worker",
+    {
+        WorkerState.REQUESTED: {
+            WorkerState.STARTED,
+            WorkerState.RELEASING,
+            WorkerState.TERMINATED,
+        },
+        WorkerState.STARTED: {
+            WorkerState.REGISTERED,
+            WorkerState.RELEASING,
+            WorkerState.TERMINATED,
+        },
+        WorkerState.REGISTERED: {WorkerState.RELEASING, WorkerState.TERMINATED},
+        WorkerState.RELEASING: {WorkerState.TERMINATED},
+        WorkerState.TERMINATED: set(),
+    },
+)
+
+
+class WorkerEvents(Protocol):
+    """What a driver reports, always on the resource manager's event loop and never from
+    inside one of the driver's own calls (Flink's ``ResourceEventHandler``)."""
+
+    def on_worker_started(self, resource_id: ResourceID) -> None:
+        """The worker's process runs (it has yet to register)."""
+        ...
+
+    def on_worker_start_failed(self, resource_id: ResourceID, cause: str) -> None:
+        """The driver could not start the worker."""
+        ...
+
+    def on_worker_terminated(self, resource_id: ResourceID, diagnostics: str) -> None:
+        """The worker's process ended, whoever stopped it."""
+        ...
+
+
+class WorkerDriver(Protocol):
+    """Starts and stops workers on one kind of infrastructure (Flink's
+    ``ResourceManagerDriver``). The resource manager chooses each worker's resource id; the
+    worker registers under it (``taskmanager.resource-id``)."""
+
+    @property
+    def name(self) -> str:
+        """The ``resourcemanager.driver`` value it implements."""
+        ...
+
+    def start(self, events: WorkerEvents) -> None:
+        """Begin: later answers go to ``events``."""
+        ...
+
+    def request_worker(self, resource_id: ResourceID, spec: WorkerSpec) -> None:
+        """Start a worker; answer with ``on_worker_started`` or ``on_worker_start_failed``."""
+        ...
+
+    def release_worker(self, resource_id: ResourceID) -> None:
+        """Stop a worker (gracefully, then by force after a bound); its end is reported with
+        ``on_worker_terminated``."""
+        ...
+
+    async def close(self) -> None:
+        """Stop every worker this driver started and wait until they are gone."""
+        ...
+
+
+__all__ = [
+    "WORKER_STATE_TRANSITIONS",
+    "WorkerDriver",
+    "WorkerEvents",
+    "WorkerSpec",
+    "WorkerState",
+]

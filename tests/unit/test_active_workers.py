@@ -1,0 +1,352 @@
+"""The resource manager's accounting of the task executors it starts itself (ActiveWorkers),
+driven by hand through a testing driver, a hand-written slot demand and manual time."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from prometheus_client.core import Metric
+
+from sparkmill.common.core.errors import IllegalStateBug
+from sparkmill.common.core.ids import ResourceID
+from sparkmill.common.runtime.timers import ManualTimerService
+from sparkmill.services.resourcemanager.active_workers import (
+    ActiveWorkers,
+    ActiveWorkerSettings,
+)
+from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
+from sparkmill.services.resourcemanager.worker_driver import (
+    WORKER_STATE_TRANSITIONS,
+    WorkerEvents,
+    WorkerSpec,
+    WorkerState,
+)
+
+SPEC = WorkerSpec(slots=2, cpu_cores=2.0, memory_mb=1024)
+
+
+class TestingWorkerDriver:
+    """Records what it is asked; the test answers in its place (as a driver would, later)."""
+
+    __test__ = False  # a test helper, not a test class
+
+    def __init__(self) -> None:
+        self.events: WorkerEvents | None = None
+        self.requested: list[ResourceID] = []
+        self.released: list[ResourceID] = []
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return "testing"
+
+    def start(self, events: WorkerEvents) -> None:
+        self.events = events
+
+    def request_worker(self, resource_id: ResourceID, spec: WorkerSpec) -> None:
+        assert spec == SPEC
+        self.requested.append(resource_id)
+
+    def release_worker(self, resource_id: ResourceID) -> None:
+        self.released.append(resource_id)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class FakeSlotDemand:
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.registered = 0
+        self.idle: set[ResourceID] = set()
+        self.closed: list[ResourceID] = []
+
+    def waiting_slot_requests(self) -> int:
+        return self.waiting
+
+    def registered_slots(self) -> int:
+        return self.registered
+
+    def is_idle(self, resource_id: ResourceID) -> bool:
+        return resource_id in self.idle
+
+    def close_task_executor(self, resource_id: ResourceID, cause: str) -> None:
+        self.closed.append(resource_id)
+
+
+class Harness:
+    def __init__(self, **settings: float | int | bool) -> None:
+        self.driver = TestingWorkerDriver()
+        self.timers = ManualTimerService()
+        self.demand = FakeSlotDemand()
+        self.workers = ActiveWorkers(
+            self.driver,
+            self.timers,
+            self.demand,
+            ActiveWorkerSettings(
+                spec=SPEC,
+                min_slots=int(settings.get("min_slots", 0)),
+                max_slots=int(settings.get("max_slots", 100)),
+                registration_timeout_s=float(settings.get("registration_timeout_s", 60.0)),
+                start_retry_interval_s=float(settings.get("start_retry_interval_s", 3.0)),
+                wait_result_consumed=bool(settings.get("wait_result_consumed", True)),
+            ),
+        )
+        self.workers.start()
+
+    def ask(self, waiting: int) -> int:
+        self.demand.waiting = waiting
+        return self.workers.check_resource_needs()
+
+    def register(self, resource_id: ResourceID) -> None:
+        """The driver started the worker, and it registered its slots."""
+        self.workers.on_worker_started(resource_id)
+        self.demand.registered += SPEC.slots
+        self.workers.on_worker_registered(resource_id)
+        self.demand.waiting = max(0, self.demand.waiting - SPEC.slots)
+
+    def registered_worker(self) -> ResourceID:
+        self.ask(1)
+        resource_id = self.driver.requested[-1]
+        self.register(resource_id)
+        return resource_id
+
+
+def test_no_worker_without_demand() -> None:
+    h = Harness()
+    assert h.driver.events is h.workers
+    assert h.ask(0) == 0
+    assert h.driver.requested == []
+
+
+def test_requests_workers_for_the_slots_missing_counting_those_starting() -> None:
+    h = Harness()
+    assert h.ask(3) == 2  # 3 slots missing, 2 slots per worker
+    assert len(h.driver.requested) == 2
+    assert h.workers.counts().pending == 2
+    # Still 3 waiting: the 4 slots of the starting workers cover them.
+    assert h.ask(3) == 0
+    assert h.ask(5) == 1
+    assert h.workers.counts().requested_total == 3
+
+
+def test_registered_workers_stop_counting_as_pending() -> None:
+    h = Harness()
+    h.ask(2)
+    resource_id = h.driver.requested[0]
+    h.register(resource_id)
+    counts = h.workers.counts()
+    assert (counts.pending, counts.registered) == (0, 1)
+    assert h.workers.workers() == {resource_id: WorkerState.REGISTERED}
+
+
+def test_the_maximum_bounds_registered_and_starting_slots() -> None:
+    h = Harness(max_slots=6)
+    h.demand.registered = 2  # a task executor someone else started
+    assert h.ask(10) == 2  # 2 + 2 x 2 = 6 slots: no room for a third
+    assert h.ask(10) == 0
+    assert len(h.driver.requested) == 2
+
+
+def test_the_minimum_is_kept_without_demand() -> None:
+    h = Harness(min_slots=3)
+    assert len(h.driver.requested) == 2  # at start: 3 slots need two workers of 2
+
+
+def test_a_worker_that_does_not_register_is_stopped_and_replaced_after_the_cool_down() -> None:
+    h = Harness(registration_timeout_s=30.0, start_retry_interval_s=3.0)
+    h.ask(2)
+    first = h.driver.requested[0]
+    h.workers.on_worker_started(first)
+    h.timers.advance(29.0)
+    assert h.driver.released == []
+    h.timers.advance(1.0)
+    assert h.driver.released == [first]
+    assert first in h.demand.closed  # forgotten before it is stopped
+    assert h.workers.counts().failed_total == 1
+    assert h.workers.workers() == {first: WorkerState.RELEASING}
+    assert len(h.driver.requested) == 1  # cooling down
+    h.timers.advance(3.0)
+    assert len(h.driver.requested) == 2
+    replacement = h.driver.requested[1]
+    assert replacement != first
+    # The stopped worker's end is expected: not one more failure.
+    h.workers.on_worker_terminated(first, "exit code -15")
+    assert h.workers.counts().failed_total == 1
+    assert h.workers.workers() == {replacement: WorkerState.REQUESTED}
+
+
+def test_registering_cancels_the_registration_timeout() -> None:
+    h = Harness(registration_timeout_s=30.0)
+    resource_id = h.registered_worker()
+    h.timers.advance(60.0)
+    assert h.driver.released == []
+    assert h.workers.workers() == {resource_id: WorkerState.REGISTERED}
+
+
+def test_start_failures_pause_new_requests_for_the_retry_interval() -> None:
+    h = Harness(start_retry_interval_s=5.0)
+    h.ask(2)
+    h.workers.on_worker_start_failed(h.driver.requested[0], "no such file")
+    assert h.workers.counts().failed_total == 1
+    assert h.workers.counts().pending == 0
+    assert h.ask(2) == 0  # still cooling down
+    h.timers.advance(4.9)
+    assert len(h.driver.requested) == 1
+    h.timers.advance(0.1)  # the cool-down's end checks the demand again
+    assert len(h.driver.requested) == 2
+
+
+def test_a_worker_killed_while_starting_is_replaced() -> None:
+    h = Harness(start_retry_interval_s=1.0)
+    h.ask(2)
+    killed = h.driver.requested[0]
+    h.workers.on_worker_started(killed)
+    h.workers.on_worker_terminated(killed, "exit code -9")
+    assert h.workers.counts().failed_total == 1
+    assert h.driver.released == []
+    h.timers.advance(1.0)
+    assert len(h.driver.requested) == 2
+
+
+def test_a_registered_worker_that_ends_is_forgotten_and_replaced_at_once() -> None:
+    h = Harness()
+    h.ask(2)
+    resource_id = h.driver.requested[0]
+    h.register(resource_id)
+    h.demand.registered = 0  # its registration is closed with it
+    h.demand.waiting = 2  # its slots' requests wait again
+    h.workers.on_worker_terminated(resource_id, "exit code 1")
+    assert resource_id in h.demand.closed
+    assert h.workers.counts().failed_total == 1
+    assert len(h.driver.requested) == 2  # no cool-down: it had started fine
+
+
+def test_an_idle_worker_is_released() -> None:
+    h = Harness()
+    resource_id = h.registered_worker()
+    h.demand.idle.add(resource_id)
+    h.workers.on_idle(resource_id)
+    assert h.driver.released == [resource_id]
+    assert resource_id in h.demand.closed
+    assert h.workers.counts().released_total == 1
+    h.workers.on_worker_terminated(resource_id, "exit code 0")
+    assert h.workers.workers() == {}
+    assert h.workers.counts().failed_total == 0
+
+
+def test_an_idle_worker_used_again_is_kept() -> None:
+    h = Harness()
+    resource_id = h.registered_worker()
+    h.workers.on_idle(resource_id)  # the slot manager's news is stale: a slot is in use
+    h.workers.on_slot_report(resource_id, holds_results=False)
+    assert h.driver.released == []
+
+
+def test_no_release_while_the_worker_holds_results() -> None:
+    h = Harness()
+    resource_id = h.registered_worker()
+    h.demand.idle.add(resource_id)
+    h.workers.on_slot_report(resource_id, holds_results=True)
+    h.workers.on_idle(resource_id)
+    h.workers.on_slot_report(resource_id, holds_results=True)
+    assert h.driver.released == []
+    h.workers.on_slot_report(resource_id, holds_results=False)
+    assert h.driver.released == [resource_id]
+
+
+def test_results_do_not_hold_a_worker_when_release_does_not_wait_for_them() -> None:
+    h = Harness(wait_result_consumed=False)
+    resource_id = h.registered_worker()
+    h.demand.idle.add(resource_id)
+    h.workers.on_slot_report(resource_id, holds_results=True)
+    h.workers.on_idle(resource_id)
+    assert h.driver.released == [resource_id]
+
+
+def test_no_idle_release_below_the_minimum() -> None:
+    h = Harness(min_slots=2)
+    resource_id = h.driver.requested[0]
+    h.register(resource_id)
+    h.demand.idle.add(resource_id)
+    h.workers.on_idle(resource_id)
+    assert h.driver.released == []
+
+
+def test_task_executors_started_by_others_are_never_released() -> None:
+    h = Harness()
+    stranger = ResourceID("someone-elses")
+    h.demand.idle.add(stranger)
+    h.workers.on_idle(stranger)
+    h.workers.on_task_executor_lost(stranger, "heartbeat timeout")
+    assert h.driver.released == []
+
+
+def test_a_lost_worker_is_stopped_and_counted_failed() -> None:
+    h = Harness()
+    resource_id = h.registered_worker()
+    h.workers.on_task_executor_lost(resource_id, "heartbeat timeout")
+    assert h.driver.released == [resource_id]
+    assert h.workers.counts().failed_total == 1
+
+
+def test_close_stops_everything_and_requests_nothing_more() -> None:
+    h = Harness()
+    h.ask(2)
+    asyncio.run(h.workers.close())
+    assert h.driver.closed
+    assert h.ask(4) == 0
+    assert h.workers.workers() == {}
+
+
+def test_worker_transitions_are_checked() -> None:
+    assert WORKER_STATE_TRANSITIONS.is_terminal(WorkerState.TERMINATED)
+    assert not WORKER_STATE_TRANSITIONS.can_transition(
+        WorkerState.RELEASING, WorkerState.REGISTERED
+    )
+    with pytest.raises(IllegalStateBug):
+        WORKER_STATE_TRANSITIONS.check(WorkerState.TERMINATED, WorkerState.STARTED)
+
+
+def test_a_worker_spec_needs_a_slot() -> None:
+    with pytest.raises(ValueError, match="at least one slot"):
+        WorkerSpec(slots=0, cpu_cores=1.0, memory_mb=1)
+
+
+def _samples(collector: ResourceManagerCollector) -> dict[tuple[str, str], float]:
+    metrics: list[Metric] = list(collector.collect())
+    return {
+        (sample.name, sample.labels.get("state", "")): sample.value
+        for metric in metrics
+        for sample in metric.samples
+        if "worker" in sample.name
+    }
+
+
+def test_worker_metrics_count_pending_registered_failed_and_released() -> None:
+    h = Harness(start_retry_interval_s=0.0)
+    h.ask(4)
+    first, second = h.driver.requested
+    h.register(first)
+    h.workers.on_worker_start_failed(second, "boom")  # and a replacement is requested
+    h.demand.idle.add(first)
+    h.workers.on_idle(first)
+    rm = SimpleNamespace(
+        session_id="s",
+        task_executors={},
+        job_masters={},
+        te_heartbeats=SimpleNamespace(timeouts_total=0),
+        jm_heartbeats=SimpleNamespace(timeouts_total=0),
+        slot_manager=None,
+        active_workers=h.workers,
+    )
+    samples = _samples(ResourceManagerCollector(cast(Any, rm)))
+    assert samples[("sparkmill_resource_manager_workers", "pending")] == 1
+    assert samples[("sparkmill_resource_manager_workers", "registered")] == 0
+    assert samples[("sparkmill_resource_manager_workers", "releasing")] == 1
+    assert samples[("sparkmill_resource_manager_workers_started_total", "")] == 3
+    assert samples[("sparkmill_resource_manager_workers_failed_total", "")] == 1
+    assert samples[("sparkmill_resource_manager_workers_released_total", "")] == 1
