@@ -43,8 +43,9 @@ CONFIG_FILE = "task-executor.yaml"
 LOG_FILE = "task-executor.log"
 PID_FILE = "pid"
 # A task executor that is told to stop says goodbye to the resource manager and stops its Spark
-# session: seconds, normally. Past this bound its whole process tree is killed.
-STOP_GRACE_S = 10.0
+# session: several seconds, and more than ten on a busy machine when a few stop together (as
+# idle ones do). Past this bound its whole process tree is killed.
+STOP_GRACE_S = 30.0
 POLL_INTERVAL_S = 0.2
 
 
