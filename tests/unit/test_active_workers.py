@@ -11,18 +11,26 @@ import pytest
 from prometheus_client.core import Metric
 
 from sparkmill.common.core.errors import IllegalStateBug
-from sparkmill.common.core.ids import ResourceID
+from sparkmill.common.core.ids import AllocationID, InstanceID, JobID, ResourceID
+from sparkmill.common.core.resources import UNKNOWN_PROFILE
 from sparkmill.common.runtime.timers import ManualTimerService
+from sparkmill.common.v1 import common_pb2, resource_manager_pb2
 from sparkmill.services.resourcemanager.active_workers import (
     ActiveWorkers,
     ActiveWorkerSettings,
 )
 from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
+from sparkmill.services.resourcemanager.slot_requests import SlotRequest
 from sparkmill.services.resourcemanager.worker_driver import (
     WORKER_STATE_TRANSITIONS,
     WorkerEvents,
     WorkerSpec,
     WorkerState,
+)
+from tests.unit.resource_manager_harness import (
+    call_context,
+    leading_resource_manager,
+    registration_request,
 )
 
 SPEC = WorkerSpec(slots=2, cpu_cores=2.0, memory_mb=1024)
@@ -350,3 +358,56 @@ def test_worker_metrics_count_pending_registered_failed_and_released() -> None:
     assert samples[("sparkmill_resource_manager_workers_started_total", "")] == 3
     assert samples[("sparkmill_resource_manager_workers_failed_total", "")] == 1
     assert samples[("sparkmill_resource_manager_workers_released_total", "")] == 1
+
+
+def test_the_resource_manager_feeds_the_accounting_and_releases_through_it() -> None:
+    """Wired into a leading ResourceManager: a waiting slot request asks for a worker, the
+    worker's registration and its heartbeat's holds_result_partitions reach the accounting, and
+    the release forgets the task executor before the driver stops it."""
+
+    async def scenario() -> None:
+        rm = leading_resource_manager()
+        assert rm.slot_manager is not None
+        driver = TestingWorkerDriver()
+        rm.active_workers = ActiveWorkers(
+            driver, ManualTimerService(), rm, ActiveWorkerSettings(spec=SPEC)
+        )
+        rm.active_workers.start()
+        request = SlotRequest(JobID("job-1"), AllocationID("alloc-1"), UNKNOWN_PROFILE, "")
+        rm.slot_manager.register_slot_request(request)
+        assert rm.waiting_slot_requests() == 1
+        rm.active_workers.check_resource_needs()
+        [resource_id] = driver.requested
+        rm.slot_manager.unregister_slot_request(request.allocation_id)
+
+        context = call_context()
+        reply = await rm.register_task_executor(registration_request(resource_id), context)
+
+        async def report(holds_results: bool) -> None:
+            await rm.send_slot_report(
+                resource_manager_pb2.SendSlotReportRequest(
+                    instance_id=reply.instance_id,
+                    slot_report=common_pb2.SlotReport(
+                        slots=[common_pb2.SlotStatus(slot_index=i) for i in range(4)],
+                        holds_result_partitions=holds_results,
+                    ),
+                ),
+                context,
+            )
+
+        await report(holds_results=True)
+        assert rm.active_workers.workers() == {resource_id: WorkerState.REGISTERED}
+        assert rm.registered_slots() == 4 and rm.is_idle(resource_id)
+        rm.notify_idle_task_executor(InstanceID(reply.instance_id))
+        assert driver.released == []  # it holds results
+        await report(holds_results=False)
+        assert driver.released == [resource_id]
+        assert resource_id not in rm.task_executors
+        status = await rm.get_cluster_status(
+            resource_manager_pb2.GetClusterStatusRequest(), context
+        )
+        assert status.workers.driver == "testing"
+        assert (status.workers.releasing, status.workers.released_total) == (1, 1)
+        await rm.clients.close()
+
+    asyncio.run(scenario())
