@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparkmill.common.core.ids import ResourceID, new_resource_id, short
+from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.runtime.timers import TimerService
 from sparkmill.services.resourcemanager.worker_driver import (
     WORKER_STATE_TRANSITIONS,
@@ -59,6 +60,22 @@ class ActiveWorkerSettings:
     registration_timeout_s: float = 300.0
     start_retry_interval_s: float = 3.0
     wait_result_consumed: bool = True
+
+    @classmethod
+    def of(cls, settings: ClusterSettings) -> ActiveWorkerSettings:
+        """The cluster's settings: workers like the configured task executor."""
+        return cls(
+            spec=WorkerSpec(
+                settings.number_of_slots,
+                settings.task_executor_cpu_cores,
+                settings.task_executor_memory_mb,
+            ),
+            min_slots=settings.min_slots,
+            max_slots=settings.max_slots,
+            registration_timeout_s=settings.worker_registration_timeout_s,
+            start_retry_interval_s=settings.start_worker_retry_interval_s,
+            wait_result_consumed=settings.release_wait_result_consumed,
+        )
 
 
 class SlotDemand(Protocol):

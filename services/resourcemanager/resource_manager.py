@@ -78,7 +78,7 @@ from sparkmill.services.resourcemanager.task_executor_registration import (
     WorkerRegistration,
     no_slot_large_enough,
 )
-from sparkmill.services.resourcemanager.worker_driver import WorkerDriver, WorkerSpec
+from sparkmill.services.resourcemanager.worker_driver import WorkerDriver
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class ResourceManager(ResourceManagerServicer):
         self.session_id = session_id
         if self.worker_driver is not None:
             self.active_workers = ActiveWorkers(
-                self.worker_driver, self._timers, self, self._active_worker_settings()
+                self.worker_driver, self._timers, self, ActiveWorkerSettings.of(self.settings)
             )
             self.active_workers.start()
         log.info(
@@ -166,8 +166,11 @@ class ResourceManager(ResourceManagerServicer):
     async def revoke_leadership(self) -> None:
         log.warning("resource manager %s lost leadership", short(self.identity.id))
         self.session_id = None
-        # A new leader cannot adopt this process's children: they go with its leadership.
-        await self._close_active_workers()
+        # A new leader cannot adopt this process's children: they go with its leadership (in the
+        # background: stopping them may take a while, and the rest of the state goes now).
+        workers, self.active_workers = self.active_workers, None
+        if workers is not None:
+            self.runtime.spawn(workers.close(), "close-workers")
         if self.slot_manager is not None:
             self.slot_manager.suspend()
         self.slot_manager = None
@@ -180,21 +183,6 @@ class ResourceManager(ResourceManagerServicer):
 
     def expected_fencing_token(self, spec: MethodSpec, request: object) -> str:
         return require_leader(self.session_id, "resource manager")
-
-    def _active_worker_settings(self) -> ActiveWorkerSettings:
-        settings = self.settings
-        return ActiveWorkerSettings(
-            spec=WorkerSpec(
-                settings.number_of_slots,
-                settings.task_executor_cpu_cores,
-                settings.task_executor_memory_mb,
-            ),
-            min_slots=settings.min_slots,
-            max_slots=settings.max_slots,
-            registration_timeout_s=settings.worker_registration_timeout_s,
-            start_retry_interval_s=settings.start_worker_retry_interval_s,
-            wait_result_consumed=settings.release_wait_result_consumed,
-        )
 
     async def _close_active_workers(self) -> None:
         workers, self.active_workers = self.active_workers, None
