@@ -76,6 +76,7 @@ from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotReq
 from sparkmill.services.resourcemanager.task_executor_registration import (
     TaskExecutorRegistration,
     WorkerRegistration,
+    check_owner,
     no_slot_large_enough,
 )
 from sparkmill.services.resourcemanager.worker_driver import WorkerDriver
@@ -249,7 +250,7 @@ class ResourceManager(ResourceManagerServicer):
         self, request: resource_manager_pb2.SendSlotReportRequest, context: CallContext
     ) -> common_pb2.Empty:
         record = self._task_executor_by_instance(InstanceID(request.instance_id))
-        _check_owner(record, context, "report its slots")
+        check_owner(record, context, "report its slots")
         self._apply_slot_report(record, request.slot_report)
         return common_pb2.Empty()
 
@@ -283,7 +284,7 @@ class ResourceManager(ResourceManagerServicer):
         self, request: resource_manager_pb2.NotifySlotAvailableRequest, context: CallContext
     ) -> common_pb2.Empty:
         record = self._task_executor_by_instance(InstanceID(request.instance_id))
-        _check_owner(record, context, "free its slots")
+        check_owner(record, context, "free its slots")
         self._slots().free_slot(
             SlotID(record.resource_id, request.slot_index), AllocationID(request.allocation_id)
         )
@@ -295,7 +296,7 @@ class ResourceManager(ResourceManagerServicer):
         record = self.task_executors.get(ResourceID(request.resource_id))
         if record is None:
             return common_pb2.Empty()  # gone already: disconnecting is idempotent
-        _check_owner(record, context, "disconnect it")
+        check_owner(record, context, "disconnect it")
         self._close_task_executor(
             ResourceID(request.resource_id),
             f"the task executor disconnected: {request.cause}",
@@ -589,14 +590,3 @@ class ResourceManager(ResourceManagerServicer):
         self, request: common_pb2.GetLeaderSessionRequest, context: CallContext
     ) -> common_pb2.LeaderSession:
         return leader_session(self.session_id, "resource manager", self.identity.address)
-
-
-def _check_owner(record: WorkerRegistration, context: CallContext, action: str) -> None:
-    """A task executor's key acts for its own registration only: the key that registered a
-    resource id is the only one that may report for it, free its slots or disconnect it (with
-    one key per host, one compromised host cannot evict or impersonate another)."""
-    if record.peer and record.peer != context.peer:
-        raise PermissionDeniedError(
-            f"task executor {record.resource_id} was registered by {record.peer}; "
-            f"{context.peer or 'an unauthenticated caller'} may not {action}"
-        )

@@ -15,10 +15,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sparkmill.common.core.errors import RpcError
+from sparkmill.common.core.errors import PermissionDeniedError, RpcError
 from sparkmill.common.core.ids import InstanceID, JobID, ResourceID, short
 from sparkmill.common.core.proto_convert import profile_from_proto
 from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.rpc.server import CallContext
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2, task_executor_pb2
 from sparkmill.common.v1.gateways import TaskExecutorClient
 
@@ -112,4 +113,20 @@ def no_slot_large_enough(
     )
 
 
-__all__ = ["TaskExecutorRegistration", "WorkerRegistration", "no_slot_large_enough"]
+def check_owner(record: WorkerRegistration, context: CallContext, action: str) -> None:
+    """A task executor's key acts for its own registration only: the key that registered a
+    resource id is the only one that may report for it, free its slots or disconnect it (with
+    one key per host, one compromised host cannot evict or impersonate another)."""
+    if record.peer and record.peer != context.peer:
+        raise PermissionDeniedError(
+            f"task executor {record.resource_id} was registered by {record.peer}; "
+            f"{context.peer or 'an unauthenticated caller'} may not {action}"
+        )
+
+
+__all__ = [
+    "TaskExecutorRegistration",
+    "WorkerRegistration",
+    "check_owner",
+    "no_slot_large_enough",
+]

@@ -76,11 +76,13 @@ from sparkmill.services.taskexecutor.resource_manager_link import (
 from sparkmill.services.taskexecutor.resource_manager_link import ResourceManagerLink
 from sparkmill.services.taskexecutor.shared_gates import Resolved, SharedGateCache
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
-from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY as SPARK_SERVICE_KEY
-from sparkmill.services.taskexecutor.spark.session import SparkSessionManager
 from sparkmill.services.taskexecutor.table_actions import TableActions
 from sparkmill.services.taskexecutor.task import StateListener, Task
-from sparkmill.services.taskexecutor.task_services import close_task_services, install_task_services
+from sparkmill.services.taskexecutor.task_services import (
+    close_task_services,
+    install_task_services,
+    spark_ui_url,
+)
 
 log = logging.getLogger(__name__)
 
@@ -204,23 +206,18 @@ class TaskExecutor(TaskExecutorServicer):
             total_resources=profile_to_proto(self.total_resources),
             default_slot_profile=profile_to_proto(self.default_slot_profile),
             number_slots=self.settings.number_of_slots,
-            info=self.identity.info(spark_ui_url=self._spark_ui_url()),
+            info=self.identity.info(spark_ui_url=spark_ui_url(self.task_services)),
         )
 
     def _slot_report(self) -> common_pb2.SlotReport:
         report = slot_report_to_proto(
             self.resource_id, self._table().create_slot_report(self.resource_id)
         )
-        report.spark_ui_url = self._spark_ui_url()
+        report.spark_ui_url = spark_ui_url(self.task_services)
         # The resource manager keeps an idle task executor that still holds results a
         # connected job may read (it asks here, as Flink's asks TaskExecutor.canBeReleased).
         report.holds_result_partitions = any(c.holds_results() for c in self.jobs.values())
         return report
-
-    def _spark_ui_url(self) -> str:
-        """The Spark UI of this process's session, once it is up with its UI on (else "")."""
-        manager = self.task_services.get(SPARK_SERVICE_KEY)
-        return manager.ui_url if isinstance(manager, SparkSessionManager) else ""
 
     async def heartbeat_from_resource_manager(
         self, request: common_pb2.HeartbeatRequest, context: CallContext
@@ -585,7 +582,7 @@ class TaskExecutor(TaskExecutorServicer):
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, context: CallContext
     ) -> common_pb2.ServiceInfo:
-        return self.identity.info(spark_ui_url=self._spark_ui_url())
+        return self.identity.info(spark_ui_url=spark_ui_url(self.task_services))
 
     async def list_attempt_logs(
         self, request: jobs_pb2.ListAttemptLogsRequest, context: CallContext

@@ -40,3 +40,9 @@ async def close_task_services(services: dict[str, object], runtime: ServiceRunti
     manager = services.pop(SERVICE_KEY, None)
     if isinstance(manager, SparkSessionManager):
         await runtime.run_blocking(manager.stop)
+
+
+def spark_ui_url(services: dict[str, object]) -> str:
+    """The Spark UI of this process's session, once it is up with its UI on (else "")."""
+    manager = services.get(SERVICE_KEY)
+    return manager.ui_url if isinstance(manager, SparkSessionManager) else ""
