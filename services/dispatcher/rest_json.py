@@ -349,6 +349,23 @@ def overview_json(
         "jobs-finished": states.count(JobStatus.FINISHED.name),
         "jobs-cancelled": states.count(JobStatus.CANCELED.name),
         "jobs-failed": states.count(JobStatus.FAILED.name),
+        "workers": workers_json(status.workers)
+        if status is not None and status.HasField("workers")
+        else None,
+    }
+
+
+def workers_json(workers: resource_manager_pb2.WorkerStats) -> Json:
+    """The task executors the resource manager starts and stops itself (its driver's)."""
+    return {
+        "driver": workers.driver,
+        "pending": workers.pending,
+        "registered": workers.registered,
+        "releasing": workers.releasing,
+        "started": workers.started_total,
+        "failed": workers.failed_total,
+        "released": workers.released_total,
+        "max-slots": workers.max_slots,
     }
 
 

@@ -144,9 +144,15 @@ class TestingGateway:
 class TestingClusterView:
     __test__ = False
 
-    def __init__(self, leader: bool = True, leader_rest_url: str = "") -> None:
+    def __init__(
+        self,
+        leader: bool = True,
+        leader_rest_url: str = "",
+        workers: resource_manager_pb2.WorkerStats | None = None,
+    ) -> None:
         self.leading = leader
         self.leader_rest_url = leader_rest_url
+        self.workers = workers  # the resource manager's own task executors (a driver runs)
 
     def is_leader(self) -> bool:
         return self.leading
@@ -159,6 +165,8 @@ class TestingClusterView:
         te = status.task_executors.add(resource_id="te1", address="tcp://h:1")
         te.slots.add(slot_index=0, allocation_id="x", job_id=JOB)
         te.slots.add(slot_index=1)
+        if self.workers is not None:
+            status.workers.CopyFrom(self.workers)
         return status
 
     async def members(self) -> list[common_pb2.ServiceInfo]:
@@ -480,10 +488,29 @@ def test_cluster_lists_standbys_and_task_executors() -> None:
         3,
         1,
     )
+    assert overview["workers"] is None  # no driver: nobody starts task executors
     _, tms = _call(api, "GET", "/v1/taskmanagers")
     assert tms["taskmanagers"][0]["freeSlots"] == 1
     response, _ = _call(api, "GET", "/app.js")
     assert response.status == 200 and response.body == b"x"
+
+
+def test_the_overview_counts_the_task_executors_the_resource_manager_starts() -> None:
+    workers = resource_manager_pb2.WorkerStats(
+        driver="local", pending=1, registered=2, started_total=4, failed_total=1, max_slots=8
+    )
+    api, _ = _api(view=TestingClusterView(workers=workers))
+    _, overview = _call(api, "GET", "/v1/overview")
+    assert overview["workers"] == {
+        "driver": "local",
+        "pending": 1,
+        "registered": 2,
+        "releasing": 0,
+        "started": 4,
+        "failed": 1,
+        "released": 0,
+        "max-slots": 8,
+    }
 
 
 # -- JSON and configuration ----------------------------------------------------------------------

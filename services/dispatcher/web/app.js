@@ -185,7 +185,11 @@ async function renderOverview(view) {
       card("finished", overview["jobs-finished"]),
       card("failed", overview["jobs-failed"]),
       card("canceled", overview["jobs-cancelled"]),
-      card("ZooKeeper", cluster.zookeeper, "card-zookeeper")),
+      card("ZooKeeper", cluster.zookeeper, "card-zookeeper"),
+      // Task executors the resource manager starts itself (resourcemanager.driver).
+      overview.workers ? card(`workers (${overview.workers.driver} driver)`,
+        `${overview.workers.registered} up, ${overview.workers.pending} starting`,
+        "card-workers") : null),
     el("h2", {}, "Services"),
     servicesTable(cluster.services),
     el("h2", {}, "Jobs"),
