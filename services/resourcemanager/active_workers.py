@@ -288,6 +288,25 @@ class ActiveWorkers:
             released_total=self.released_total,
         )
 
+    def more_slots_advice(self) -> str:
+        """Why this accounting did not start the task executors a timed-out request needed."""
+        counts = self.counts()
+        slots = (counts.pending + counts.registered) * self.settings.spec.slots
+        advice = (
+            f"The resource manager starts task executors itself (resourcemanager.driver: "
+            f"{self.driver.name}) up to slotmanager.number-of-slots.max = "
+            f"{self.settings.max_slots} slot(s); its workers have {slots} now"
+        )
+        if self.failed_total:
+            advice += (
+                f", and {self.failed_total} start(s) failed (see the resource manager's log "
+                "and the workers' logs)"
+            )
+        return advice + (
+            ". Raise the maximum, give the task executors bigger slots, or lower the job's "
+            "parallelism or slot profile"
+        )
+
     def workers(self) -> dict[ResourceID, WorkerState]:
         return {rid: w.state for rid, w in self._workers.items()}
 

@@ -73,6 +73,7 @@ from sparkmill.services.resourcemanager.active_workers import ActiveWorkers, Act
 from sparkmill.services.resourcemanager.cluster_status import cluster_status
 from sparkmill.services.resourcemanager.job_master_registration import JobMasterRegistration
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest
+from sparkmill.services.resourcemanager.slot_requests import START_MORE_TASK_EXECUTORS
 from sparkmill.services.resourcemanager.task_executor_registration import (
     TaskExecutorRegistration,
     WorkerRegistration,
@@ -544,6 +545,10 @@ class ResourceManager(ResourceManagerServicer):
             log.debug("task executor %s is idle", short(resource_id))
 
     # SlotDemand (read by the ActiveWorkers, on the loop) -----------------------------------------
+
+    def more_slots_advice(self) -> str:
+        workers = self.active_workers
+        return workers.more_slots_advice() if workers is not None else START_MORE_TASK_EXECUTORS
 
     def waiting_slot_requests(self) -> int:
         return self.slot_manager.number_pending_requests() if self.slot_manager else 0

@@ -462,8 +462,7 @@ class SlotManager:
             f"{len(self._tes)} task executor(s) registered, {total} slot(s) in total, "
             f"{self._counts[SlotState.FREE]} free, largest free slot "
             f"{largest if largest is not None else 'none'}, "
-            f"{len(self._waiting)} other request(s) waiting. Start more task executors, give "
-            "them bigger slots, or lower the job's parallelism or slot profile"
+            f"{len(self._waiting)} other request(s) waiting. {self._actions.more_slots_advice()}"
         )
 
     def _on_attempt_timeout(self, slot_id: SlotID, entry: PendingSlotRequest) -> None:

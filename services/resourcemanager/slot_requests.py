@@ -59,5 +59,22 @@ class ResourceActions(Protocol):
         """The task executor has had no slot in use for the idle timeout."""
         ...
 
+    def more_slots_advice(self) -> str:
+        """What a job whose slot request timed out can do to get slots (the end of the
+        failure's message)."""
+        ...
 
-__all__ = ["AllocationInfo", "AllocationStatus", "ResourceActions", "SlotRequest"]
+
+START_MORE_TASK_EXECUTORS = (
+    "Start more task executors, give them bigger slots, or lower the job's parallelism or slot "
+    "profile"
+)
+"""The advice when nothing starts task executors on demand."""
+
+__all__ = [
+    "START_MORE_TASK_EXECUTORS",
+    "AllocationInfo",
+    "AllocationStatus",
+    "ResourceActions",
+    "SlotRequest",
+]

@@ -22,6 +22,7 @@ from sparkmill.common.core.slots import SlotID, SlotReport, SlotStatus
 from sparkmill.common.runtime.timers import ManualTimerService
 from sparkmill.common.v1 import common_pb2
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
+from sparkmill.services.resourcemanager.slot_requests import START_MORE_TASK_EXECUTORS
 from sparkmill.services.resourcemanager.task_executor_registration import TaskExecutorRegistration
 
 SMALL = ResourceProfile(1.0, 1024)
@@ -47,6 +48,9 @@ class RecordingActions:
 
     def notify_idle_task_executor(self, instance_id: InstanceID) -> None:
         self.idle.append(instance_id)
+
+    def more_slots_advice(self) -> str:
+        return START_MORE_TASK_EXECUTORS
 
     def last_slot(self) -> SlotID:
         return self.allocations[-1][1]

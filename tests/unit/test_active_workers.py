@@ -159,6 +159,17 @@ def test_the_maximum_bounds_registered_and_starting_slots() -> None:
     assert len(h.driver.requested) == 2
 
 
+def test_a_timed_out_request_is_told_the_maximum_and_the_failed_starts() -> None:
+    h = Harness(max_slots=4, start_retry_interval_s=1.0)
+    h.ask(6)
+    h.workers.on_worker_start_failed(h.driver.requested[0], "no such file")
+    advice = h.workers.more_slots_advice()
+    assert "resourcemanager.driver: testing" in advice
+    assert "slotmanager.number-of-slots.max = 4 slot(s); its workers have 2 now" in advice
+    assert "1 start(s) failed" in advice
+    assert advice.endswith("or lower the job's parallelism or slot profile")
+
+
 def test_the_minimum_is_kept_without_demand() -> None:
     h = Harness(min_slots=3)
     assert len(h.driver.requested) == 2  # at start: 3 slots need two workers of 2

@@ -160,6 +160,7 @@ def test_pending_timeout_message_helps_the_operator() -> None:
     assert "3 slot(s) in total" in message
     assert "2 free" in message
     assert str(ResourceProfile(2.0, 2048)) in message  # the largest free slot
+    assert message.endswith(h.actions.more_slots_advice())  # the resource manager's advice
 
 
 def test_cancel_waiting_request() -> None:
