@@ -111,6 +111,8 @@ def test_logs_of_a_failed_attempt_and_history_after_a_cluster_restart(
             for value in range(10):
                 assert udf_log.count(f"stdout (python worker): udf says hello to {value}\n") == 1
                 assert udf_log.count(f"stderr (python worker): udf warns about {value}\n") == 1
+            shown = cli(cluster.config_path, "jobs", "logs", ok)  # as a user reads them
+            assert "stdout (python worker): udf says hello to 7" in shown.stdout, shown.stderr
 
             index = client.attempt_logs(failed)
             noisy = [r for r in index.logs if "noisy" in r.vertex_name]

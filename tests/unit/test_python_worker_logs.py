@@ -95,6 +95,18 @@ def test_lines_are_joined_across_writes_and_tagged_with_their_attempt(
     assert len(recording.lines) == 5
 
 
+def test_flush_returns_once_every_line_sent_before_it_is_kept(
+    sink: tuple[RecordingSink, PythonWorkerLogReceiver],
+) -> None:
+    recording, receiver = sink
+    sender = TestingLineSender(receiver.address)
+    for i in range(100):
+        sender.write("stdout", f"line {i}\n")
+    assert receiver.flush()  # no waiting after it: an attempt ends right after its flush
+    assert [line for _, _, line in recording.lines] == [f"line {i}" for i in range(100)]
+    assert receiver.refused == 0  # the marker is not taken for a line
+
+
 def test_a_datagram_that_is_not_a_line_is_refused_and_the_receiver_goes_on(
     sink: tuple[RecordingSink, PythonWorkerLogReceiver],
 ) -> None:

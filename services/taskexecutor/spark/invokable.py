@@ -74,6 +74,8 @@ class SparkInvokable:
                     raise TaskCancelledError("cancelled before it started running")
                 return run_chain(spark, spec, context, tag)
             finally:
+                # Before the attempt ends: what its UDFs printed last is still in flight.
+                manager.flush_python_worker_logs()
                 with self._lock:
                     self._running.clear()
                     self._finished.set()

@@ -12,8 +12,10 @@ as a Spark local property), tagged with the attempt id taken from the task's job
 attempt's log (:mod:`.python_worker_logs`). Python's ``logging`` writes to ``sys.stderr`` (its
 last-resort handler, or a ``StreamHandler`` the UDF creates), so UDF log records come along.
 
-Sending never blocks nor fails a task: the socket is non-blocking, a full buffer or an absent
-receiver drops the line (it is still in the task executor's own log). Only what goes through
+Sending never fails a task and hardly slows it: a line waits at most 0.2 s for room in the
+task executor's queue (it reads as fast as lines come; the queue holds only ten datagrams), after
+such a wait lines are dropped from the attempt log for a few seconds, and an absent receiver
+drops the line at once; every line is still in the task executor's own log. Only what goes through
 ``sys.stdout``/``sys.stderr`` is seen, not writes to the file descriptors by native code.
 
 This module is imported by the daemon *before* it forks its workers: it must start no thread
@@ -25,6 +27,7 @@ from __future__ import annotations
 import functools
 import socket
 import sys
+import time
 from typing import Any, TextIO
 
 import pyspark.daemon as spark_daemon
@@ -38,12 +41,19 @@ from sparkmill.services.taskexecutor.spark.python_worker_logs import (
     socket_address,
 )
 
+# How long one line may wait for room in the task executor's queue, and how long lines are
+# then dropped from the attempt log (never from the executor's log) before trying again.
+SEND_TIMEOUT_S = 0.2
+PAUSE_AFTER_TIMEOUT_S = 5.0
+
 
 class AttemptLineSender:
     """Sends complete lines to the task executor, tagged with the running task's attempt."""
 
     def __init__(self) -> None:
         self._socket: socket.socket | None = None
+        self._address = ""
+        self._paused_until = 0.0
         self._pending: dict[tuple[str, str], str] = {}  # (attempt, stream) -> unfinished line
 
     def _attempt(self) -> tuple[str, str] | None:
@@ -77,13 +87,27 @@ class AttemptLineSender:
             self._pending[key] = rest
 
     def _send(self, address: str, attempt_id: str, stream: str, line: str) -> None:
+        if time.monotonic() < self._paused_until:
+            return  # the task executor did not keep up a moment ago: do not slow the UDF
         try:
-            if self._socket is None:
-                self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                self._socket.setblocking(False)
-            self._socket.sendto(encode_line(attempt_id, stream, line), socket_address(address))
+            if self._socket is None or self._address != address:
+                self._close()
+                # Connected: a send waits (briefly) while the receiver's queue is full, which
+                # a burst of prints fills at once (net.unix.max_dgram_qlen is 10 datagrams).
+                sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                sender.settimeout(SEND_TIMEOUT_S)
+                self._socket, self._address = sender, address
+                sender.connect(socket_address(address))
+            self._socket.send(encode_line(attempt_id, stream, line))
+        except TimeoutError:
+            self._paused_until = time.monotonic() + PAUSE_AFTER_TIMEOUT_S
         except OSError:
-            pass  # full, or the task executor is gone: the line stays in its own log only
+            self._close()  # the task executor is gone: the line stays in its own log only
+
+    def _close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+        self._socket, self._address = None, ""
 
 
 class _AttemptStream(CopyingStream):

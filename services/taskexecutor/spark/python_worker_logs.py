@@ -30,6 +30,7 @@ JOB_GROUP_PREFIX = "sparkmill-"
 MAX_LINE_BYTES = 8192
 MAX_PENDING_CHARS = 65536  # an unfinished line longer than this is sent as it is
 _RECEIVE_BYTES = 16384
+_FLUSH_MARKER = b"\0flush\0"  # never a line: a line's datagram starts with its attempt id
 _CREDENTIALS = struct.Struct("iII")  # struct ucred: pid, uid, gid
 
 
@@ -74,6 +75,8 @@ class PythonWorkerLogReceiver:
         self._uid = os.getuid()
         self.received = 0
         self.refused = 0  # from another user, or not a line of ours
+        self._flushes: dict[bytes, threading.Event] = {}  # marker -> set once it is read
+        self._flushes_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="python-worker-logs", daemon=True)
         self._thread.start()
 
@@ -92,6 +95,12 @@ class PythonWorkerLogReceiver:
                 return
             if not self._from_own_user(ancillary):
                 self.refused += 1
+                continue
+            if data.startswith(_FLUSH_MARKER):
+                with self._flushes_lock:
+                    flushed = self._flushes.get(data)
+                if flushed is not None:
+                    flushed.set()
                 continue
             decoded = decode_line(data)
             if decoded is None:
@@ -113,6 +122,26 @@ class PythonWorkerLogReceiver:
                 uid: int = _CREDENTIALS.unpack_from(payload)[1]
                 return uid == self._uid
         return False
+
+    def flush(self, timeout_s: float = 2.0) -> bool:
+        """Return once every line sent before this call has been handled (False after
+        ``timeout_s``). An attempt calls it as its Spark jobs are done and before it ends: its
+        UDFs sent their last lines before those jobs ended, and one socket's datagrams are read
+        in the order they arrived, so a marker sent now comes after all of them; without it a
+        last line could arrive when the attempt no longer runs, and be dropped."""
+        marker = _FLUSH_MARKER + secrets.token_hex(8).encode()
+        flushed = threading.Event()
+        with self._flushes_lock:
+            self._flushes[marker] = flushed
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+                sender.sendto(marker, socket_address(self.address))
+            return flushed.wait(timeout_s)
+        except OSError:
+            return False
+        finally:
+            with self._flushes_lock:
+                self._flushes.pop(marker, None)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -210,6 +210,12 @@ class SparkSessionManager:
             conf.pop(PYTHON_DAEMON_MODULE)
             log.warning("UDF output will not reach the attempt logs: %s", exc)
 
+    def flush_python_worker_logs(self) -> None:
+        """Wait (briefly) until the Python workers' lines sent so far are in the attempt logs."""
+        receiver = self._python_logs
+        if receiver is not None and not receiver.flush():
+            log.debug("the Python workers' last lines may be missing from an attempt's log")
+
     @property
     def python_worker_log_address(self) -> str:
         """Where Python workers send their lines ("" when they do not)."""
