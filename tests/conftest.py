@@ -16,10 +16,20 @@ whole run, not after the half hour of the heavier tiers.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+
+# Every Spark JVM the tests start (the reference sessions, the task executors of local clusters,
+# `sparkmill run`; the variable is inherited) runs jobs of a few rows and lives for seconds to
+# minutes: the C1 compiler alone, one compiler thread and the serial collector halve the CPU a
+# JVM's start and first jobs take (about 18 s -> 9 s on 2 cores), which the suite, bound by the
+# machine's two cores, gets back as time. Production keeps the JVM's defaults: its JVMs are long
+# lived, and C2's compiled code pays off. Set SPARK_SUBMIT_OPTS to run the tests with others.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 
 TIERS = ("unit", "integration", "deploy", "testbed")
 TESTS_DIR = Path(__file__).resolve().parent

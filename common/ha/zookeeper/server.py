@@ -94,6 +94,10 @@ class ZooKeeperServer:
         return [
             java,
             "-Xmx128m",
+            # A development server of a few znodes: C1 alone and the serial collector start it
+            # with about half the CPU, and nothing it does needs C2's code.
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
             "-cp",
             ":".join(JARS),
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
