@@ -1,6 +1,6 @@
 """HA across hosts, scenario 6: a soak with random faults of every kind (tests/testbed/soak.py).
 
-SPARKMILL_SOAK_MINUTES sets its length: 2 minutes in the suite (a few faults, every job checked
+SPARKMILL_SOAK_MINUTES sets its length: 3 minutes in the suite (a few faults, every job checked
 row by row, the database jobs' rows in PostgreSQL too); the 10-minute soak with its failover
 statistics is a benchmark, ``benchmarks/soak.py``, running the same code.
 """
@@ -17,7 +17,7 @@ from tests.testbed.cluster import skip_when_scenarios_off, wait_cluster
 from tests.testbed.soak import soak
 from tests.testbed.soak_jdbc import available as database_available
 
-MINUTES = float(os.environ.get("SPARKMILL_SOAK_MINUTES", "2"))
+MINUTES = float(os.environ.get("SPARKMILL_SOAK_MINUTES", "3"))
 
 pytestmark = [pytest.mark.timeout(int(MINUTES * 60) + 1800), skip_when_scenarios_off]
 
