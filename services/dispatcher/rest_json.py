@@ -366,6 +366,8 @@ def workers_json(workers: resource_manager_pb2.WorkerStats) -> Json:
         "failed": workers.failed_total,
         "released": workers.released_total,
         "max-slots": workers.max_slots,
+        "recent-failures": workers.recent_failures,
+        "starts-paused": workers.starts_paused,
     }
 
 
