@@ -180,6 +180,7 @@ def job_details_json(
         "job-master": service_json(details.job_master) if details.HasField("job_master") else None,
         "job-master-address": details.job_master_address,
         "failure": error_json(details.failure) if details.HasField("failure") else None,
+        "slot-wait-reason": details.slot_wait_reason or None,
         "vertices": [
             {**vertex_json(v, now), "subtasks": subtasks_json(v, now)} for v in details.vertices
         ],
