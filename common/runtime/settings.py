@@ -160,6 +160,10 @@ class ClusterSettings:
     max_slots: int = _option(opt.SLOT_MANAGER_NUMBER_OF_SLOTS_MAX)
     worker_registration_timeout_s: float = _option(opt.RESOURCE_MANAGER_WORKER_REGISTRATION_TIMEOUT)
     start_worker_retry_interval_s: float = _option(opt.RESOURCE_MANAGER_START_WORKER_RETRY_INTERVAL)
+    # per minute
+    start_worker_max_failure_rate: float = _option(
+        opt.RESOURCE_MANAGER_START_WORKER_MAX_FAILURE_RATE
+    )
     release_wait_result_consumed: bool = _option(opt.RESOURCE_MANAGER_RELEASE_WAIT_RESULT_CONSUMED)
     local_worker_dir: str = _stripped(opt.RESOURCE_MANAGER_LOCAL_WORKER_DIR)
     # jobs

@@ -167,12 +167,14 @@ class DisconnectResourceManagerRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., resource_manager_id: _Optional[str] = ..., cause: _Optional[str] = ...) -> None: ...
 
 class JobMasterHeartbeatRequest(_message.Message):
-    __slots__ = ("job_id", "sender_id")
+    __slots__ = ("job_id", "sender_id", "slot_wait_reason")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SENDER_ID_FIELD_NUMBER: _ClassVar[int]
+    SLOT_WAIT_REASON_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     sender_id: str
-    def __init__(self, job_id: _Optional[str] = ..., sender_id: _Optional[str] = ...) -> None: ...
+    slot_wait_reason: str
+    def __init__(self, job_id: _Optional[str] = ..., sender_id: _Optional[str] = ..., slot_wait_reason: _Optional[str] = ...) -> None: ...
 
 class HostedJobs(_message.Message):
     __slots__ = ("process_id", "jobs")

@@ -61,7 +61,7 @@ class TaskFailure(_message.Message):
     def __init__(self, timestamp: _Optional[float] = ..., vertex_name: _Optional[str] = ..., subtask_index: _Optional[int] = ..., attempt_number: _Optional[int] = ..., task_executor: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ...) -> None: ...
 
 class JobDetails(_message.Message):
-    __slots__ = ("job_id", "name", "status", "submitted_at", "ended_at", "vertices", "failure", "job_master_address", "restarts", "exceptions", "recovered_subtasks", "job_master", "pipeline_args")
+    __slots__ = ("job_id", "name", "status", "submitted_at", "ended_at", "vertices", "failure", "job_master_address", "restarts", "exceptions", "recovered_subtasks", "job_master", "pipeline_args", "slot_wait_reason")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +75,7 @@ class JobDetails(_message.Message):
     RECOVERED_SUBTASKS_FIELD_NUMBER: _ClassVar[int]
     JOB_MASTER_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_ARGS_FIELD_NUMBER: _ClassVar[int]
+    SLOT_WAIT_REASON_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     status: _common_pb2.JobStatus
@@ -88,7 +89,8 @@ class JobDetails(_message.Message):
     recovered_subtasks: int
     job_master: _common_pb2.ServiceInfo
     pipeline_args: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., submitted_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., vertices: _Optional[_Iterable[_Union[VertexDetails, _Mapping]]] = ..., failure: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., job_master_address: _Optional[str] = ..., restarts: _Optional[int] = ..., exceptions: _Optional[_Iterable[_Union[TaskFailure, _Mapping]]] = ..., recovered_subtasks: _Optional[int] = ..., job_master: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., pipeline_args: _Optional[_Iterable[str]] = ...) -> None: ...
+    slot_wait_reason: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., submitted_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., vertices: _Optional[_Iterable[_Union[VertexDetails, _Mapping]]] = ..., failure: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., job_master_address: _Optional[str] = ..., restarts: _Optional[int] = ..., exceptions: _Optional[_Iterable[_Union[TaskFailure, _Mapping]]] = ..., recovered_subtasks: _Optional[int] = ..., job_master: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., pipeline_args: _Optional[_Iterable[str]] = ..., slot_wait_reason: _Optional[str] = ...) -> None: ...
 
 class JobResult(_message.Message):
     __slots__ = ("job_id", "status", "failure", "details", "accumulators")

@@ -185,7 +185,7 @@ class ClusterStatus(_message.Message):
     def __init__(self, resource_manager: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., task_executors: _Optional[_Iterable[_Union[TaskExecutorStatus, _Mapping]]] = ..., slots_total: _Optional[int] = ..., slots_free: _Optional[int] = ..., slots_allocated: _Optional[int] = ..., slots_pending: _Optional[int] = ..., pending_slot_requests: _Optional[int] = ..., registered_jobs: _Optional[_Iterable[str]] = ..., workers: _Optional[_Union[WorkerStats, _Mapping]] = ...) -> None: ...
 
 class WorkerStats(_message.Message):
-    __slots__ = ("driver", "pending", "registered", "releasing", "started_total", "failed_total", "released_total", "max_slots")
+    __slots__ = ("driver", "pending", "registered", "releasing", "started_total", "failed_total", "released_total", "max_slots", "recent_failures", "starts_paused")
     DRIVER_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +194,8 @@ class WorkerStats(_message.Message):
     FAILED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RELEASED_TOTAL_FIELD_NUMBER: _ClassVar[int]
     MAX_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    STARTS_PAUSED_FIELD_NUMBER: _ClassVar[int]
     driver: str
     pending: int
     registered: int
@@ -202,4 +204,6 @@ class WorkerStats(_message.Message):
     failed_total: int
     released_total: int
     max_slots: int
-    def __init__(self, driver: _Optional[str] = ..., pending: _Optional[int] = ..., registered: _Optional[int] = ..., releasing: _Optional[int] = ..., started_total: _Optional[int] = ..., failed_total: _Optional[int] = ..., released_total: _Optional[int] = ..., max_slots: _Optional[int] = ...) -> None: ...
+    recent_failures: int
+    starts_paused: bool
+    def __init__(self, driver: _Optional[str] = ..., pending: _Optional[int] = ..., registered: _Optional[int] = ..., releasing: _Optional[int] = ..., started_total: _Optional[int] = ..., failed_total: _Optional[int] = ..., released_total: _Optional[int] = ..., max_slots: _Optional[int] = ..., recent_failures: _Optional[int] = ..., starts_paused: _Optional[bool] = ...) -> None: ...

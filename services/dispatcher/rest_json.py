@@ -180,6 +180,7 @@ def job_details_json(
         "job-master": service_json(details.job_master) if details.HasField("job_master") else None,
         "job-master-address": details.job_master_address,
         "failure": error_json(details.failure) if details.HasField("failure") else None,
+        "slot-wait-reason": details.slot_wait_reason or None,
         "vertices": [
             {**vertex_json(v, now), "subtasks": subtasks_json(v, now)} for v in details.vertices
         ],
@@ -366,6 +367,8 @@ def workers_json(workers: resource_manager_pb2.WorkerStats) -> Json:
         "failed": workers.failed_total,
         "released": workers.released_total,
         "max-slots": workers.max_slots,
+        "recent-failures": workers.recent_failures,
+        "starts-paused": workers.starts_paused,
     }
 
 

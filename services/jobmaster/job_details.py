@@ -27,6 +27,7 @@ def render_job_details(
     job_master_address: str,
     graph: ExecutionGraph,
     scheduler: DefaultScheduler,
+    slot_wait_reason: str = "",
 ) -> jobs_pb2.JobDetails:
     details = jobs_pb2.JobDetails(
         job_id=graph.job_id,
@@ -39,6 +40,13 @@ def render_job_details(
         recovered_subtasks=scheduler.recovered_subtasks,
     )
     _add_vertices(details, graph, scheduler)
+    # The resource manager's word lags by up to a heartbeat: shown only while a subtask waits.
+    if (
+        slot_wait_reason
+        and not status.is_terminal
+        and any(v.tasks_by_state.get(ExecutionState.SCHEDULED.value) for v in details.vertices)
+    ):
+        details.slot_wait_reason = slot_wait_reason
     if scheduler.failure_cause and status in _SHOWS_FAILURE_CAUSE:
         details.failure.code = common_pb2.INTERNAL
         details.failure.message = scheduler.failure_cause

@@ -18,10 +18,7 @@ from dataclasses import dataclass
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import ErrorCode, RpcError, UnavailableError, error_from_code
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
-from sparkmill.common.core.proto_convert import (
-    profile_from_proto,
-    profile_to_proto,
-)
+from sparkmill.common.core.proto_convert import profile_from_proto, profile_to_proto
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.deployment.state_update import TaskStateUpdate
@@ -441,8 +438,9 @@ class JobMaster:
         self.heartbeats.monitor("rm")
         self.slot_pool.connect_to_resource_manager()
 
-    def heartbeat_from_resource_manager(self) -> None:
+    def heartbeat_from_resource_manager(self, slot_wait_reason: str) -> None:
         self.heartbeats.receive_heartbeat("rm")
+        self.slot_requests.wait_reason = slot_wait_reason
 
     def slot_allocation_failed(self, allocation_id: str, error: common_pb2.ErrorInfo) -> None:
         self.slot_pool.fail_allocation(
@@ -596,4 +594,5 @@ class JobMaster:
             job_master_address=self.host.identity.address,
             graph=self.graph,
             scheduler=self.scheduler,
+            slot_wait_reason=self.slot_requests.wait_reason,
         )

@@ -333,7 +333,7 @@ class JobMasterProcess(JobMasterServicer):
     async def heartbeat_from_resource_manager(
         self, request: job_master_pb2.JobMasterHeartbeatRequest, context: CallContext
     ) -> common_pb2.Empty:
-        self._job_master(request.job_id).heartbeat_from_resource_manager()
+        self._job_master(request.job_id).heartbeat_from_resource_manager(request.slot_wait_reason)
         return common_pb2.Empty()
 
     async def heartbeat_from_dispatcher(

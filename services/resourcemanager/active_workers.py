@@ -20,6 +20,10 @@ like the :class:`~.slot_manager.SlotManager`: it does no I/O. It asks a
   ``resourcemanager.start-worker.retry-interval``: a broken installation must not become a fork
   loop. Flink pauses only once a failure rate is exceeded; one pause per failure is simpler and
   starts a healthy cluster just as fast.
+* **Failure rate.** Once the failures of the last minute (failed starts, and workers that ended
+  or were lost unexpectedly) reach ``resourcemanager.start-worker.max-failure-rate``, no worker
+  is requested until the rate is below it again (:mod:`.start_failure_rate`): a task executor
+  that exits at once is started at most that often a minute, not every retry interval.
 * **Idle release.** A worker whose slots have all been free for
   ``resourcemanager.taskmanager-timeout`` (the slot manager says so) is stopped, unless it still
   holds results a connected job may read (its heartbeat's slot report says so, with
@@ -40,6 +44,7 @@ from typing import Protocol
 from sparkmill.common.core.ids import ResourceID, new_resource_id, short
 from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.runtime.timers import TimerService
+from sparkmill.services.resourcemanager.start_failure_rate import StartFailureRate
 from sparkmill.services.resourcemanager.worker_driver import (
     WORKER_STATE_TRANSITIONS,
     WorkerDriver,
@@ -60,6 +65,7 @@ class ActiveWorkerSettings:
     registration_timeout_s: float = 300.0
     start_retry_interval_s: float = 3.0
     wait_result_consumed: bool = True
+    max_start_failure_rate: float = 10.0  # per minute
 
     @classmethod
     def of(cls, settings: ClusterSettings) -> ActiveWorkerSettings:
@@ -75,6 +81,7 @@ class ActiveWorkerSettings:
             registration_timeout_s=settings.worker_registration_timeout_s,
             start_retry_interval_s=settings.start_worker_retry_interval_s,
             wait_result_consumed=settings.release_wait_result_consumed,
+            max_start_failure_rate=settings.start_worker_max_failure_rate,
         )
 
 
@@ -115,6 +122,8 @@ class WorkerCounts:
     requested_total: int
     failed_total: int
     released_total: int
+    recent_failures: int = 0  # within the last minute
+    starts_paused: bool = False  # the failure rate reached its maximum
 
 
 class ActiveWorkers:
@@ -134,6 +143,8 @@ class ActiveWorkers:
         self._cool_down_until = -math.inf
         self._closed = False
         self._at_max_logged = False
+        self._failures = StartFailureRate(settings.max_start_failure_rate)
+        self._paused_until: float | None = None  # a pause already logged and timed
         self.requested_total = 0
         self.failed_total = 0
         self.released_total = 0
@@ -150,6 +161,7 @@ class ActiveWorkers:
         for worker in self._workers.values():
             self._timers.cancel(self._key("registration", worker.resource_id))
         self._timers.cancel(self._key("cool-down", None))
+        self._timers.cancel(self._key("failure-rate", None))
         self._workers.clear()
         await self.driver.close()
 
@@ -186,6 +198,8 @@ class ActiveWorkers:
         count = min(wanted, room)
         if count and self._timers.now() < self._cool_down_until:
             return 0  # the cool-down's timer checks again
+        if count and self._starts_paused():
+            return 0  # the pause's timer checks again
         for _ in range(count):
             self._request_worker()
         return count
@@ -271,7 +285,7 @@ class ActiveWorkers:
         worker = self._workers.get(resource_id)
         if worker is None or worker.state is not WorkerState.REGISTERED:
             return
-        self.failed_total += 1
+        self._record_failure()
         self._release(worker, f"the task executor was lost: {cause}")
         self.check_resource_needs()
 
@@ -279,6 +293,7 @@ class ActiveWorkers:
 
     def counts(self) -> WorkerCounts:
         states = [w.state for w in self._workers.values()]
+        now = self._timers.now()
         return WorkerCounts(
             pending=sum(1 for s in states if s in _STARTING),
             registered=states.count(WorkerState.REGISTERED),
@@ -286,6 +301,8 @@ class ActiveWorkers:
             requested_total=self.requested_total,
             failed_total=self.failed_total,
             released_total=self.released_total,
+            recent_failures=self._failures.recent(now),
+            starts_paused=self._failures.paused_until(now) is not None,
         )
 
     def more_slots_advice(self) -> str:
@@ -302,10 +319,42 @@ class ActiveWorkers:
                 f", and {self.failed_total} start(s) failed (see the resource manager's log "
                 "and the workers' logs)"
             )
+        paused = self._failure_rate_pause()
+        if paused:
+            advice += f"; {paused}"
         return advice + (
             ". Raise the maximum, give the task executors bigger slots, or lower the job's "
             "parallelism or slot profile"
         )
+
+    def wait_reason(self) -> str:
+        """Why waiting slot requests have no slot yet (shown on the jobs while they wait)."""
+        paused = self._failure_rate_pause()
+        if paused:
+            return paused
+        slots_per_worker = self.settings.spec.slots
+        pending = sum(1 for w in self._workers.values() if w.state in _STARTING)
+        slots = self._demand.registered_slots() + pending * slots_per_worker
+        reasons = []
+        if slots + slots_per_worker > self.settings.max_slots:
+            reasons.append(
+                f"the resource manager is at slotmanager.number-of-slots.max = "
+                f"{self.settings.max_slots} (its task executors have {slots} slot(s), "
+                f"{slots_per_worker} per task executor); raise the maximum or wait for other "
+                "jobs to free slots"
+            )
+        if pending:
+            reasons.append(
+                f"{pending} task executor(s) are starting (resourcemanager.driver: "
+                f"{self.driver.name})"
+            )
+        left = self._cool_down_until - self._timers.now()
+        if left > 0:
+            reasons.append(
+                f"a task executor failed to start: the next one starts in {left:.0f}s "
+                "(resourcemanager.start-worker.retry-interval)"
+            )
+        return "; ".join(reasons)
 
     def workers(self) -> dict[ResourceID, WorkerState]:
         return {rid: w.state for rid, w in self._workers.items()}
@@ -320,7 +369,7 @@ class ActiveWorkers:
             f"({self.settings.registration_timeout_s:g}s)"
         )
         log.warning("stopping worker %s: %s", short(worker.resource_id), cause)
-        self.failed_total += 1
+        self._record_failure()
         self._start_cool_down()
         self._release(worker, cause)
         self.check_resource_needs()
@@ -347,12 +396,51 @@ class ActiveWorkers:
 
     def _terminated(self, worker: Worker, *, failed: bool) -> None:
         if failed:
-            self.failed_total += 1
+            self._record_failure()
             if worker.state in _STARTING:
                 self._start_cool_down()
         self._timers.cancel(self._key("registration", worker.resource_id))
         self._set_state(worker, WorkerState.TERMINATED)
         del self._workers[worker.resource_id]
+
+    def _record_failure(self) -> None:
+        self.failed_total += 1
+        self._failures.record(self._timers.now())
+
+    def _starts_paused(self) -> bool:
+        """Whether the failure rate stops new workers; the first time per pause, says so and
+        sets a timer for its end."""
+        now = self._timers.now()
+        until = self._failures.paused_until(now)
+        if until is None:
+            return False
+        if self._paused_until != until:
+            self._paused_until = until
+            log.warning(
+                "no task executor is started for %.0fs: %d start(s) failed within a minute, "
+                "resourcemanager.start-worker.max-failure-rate is %g per minute (the workers' "
+                "logs say why they failed)",
+                until - now,
+                self._failures.recent(now),
+                self._failures.max_per_minute,
+            )
+            self._timers.schedule(
+                self._key("failure-rate", None), until - now, lambda: self._after_cool_down()
+            )
+        return True
+
+    def _failure_rate_pause(self) -> str:
+        now = self._timers.now()
+        until = self._failures.paused_until(now)
+        if until is None:
+            return ""
+        return (
+            f"starting task executors is paused for {until - now:.0f}s: "
+            f"{self._failures.recent(now)} start(s) failed within a minute, and "
+            "resourcemanager.start-worker.max-failure-rate is "
+            f"{self._failures.max_per_minute:g} per minute (see the workers' logs for why "
+            "they failed)"
+        )
 
     def _start_cool_down(self) -> None:
         interval = self.settings.start_retry_interval_s

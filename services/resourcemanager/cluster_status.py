@@ -48,6 +48,8 @@ def cluster_status(
                 failed_total=worker_counts.failed_total,
                 released_total=worker_counts.released_total,
                 max_slots=active.settings.max_slots,
+                recent_failures=worker_counts.recent_failures,
+                starts_paused=worker_counts.starts_paused,
             )
         )
     for worker in registrations:

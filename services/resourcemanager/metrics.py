@@ -103,7 +103,13 @@ def _worker_metrics(rm: ResourceManager) -> Iterator[Metric]:
         "Task executors the resource manager stopped because they were idle.",
     )
     released.add_metric([], float(counts.released_total))
-    yield from (by_state, started, failed, released)
+    paused = gauge(
+        "resource_manager_worker_starts_paused",
+        "1 while the start failures of the last minute have reached "
+        "resourcemanager.start-worker.max-failure-rate and no task executor is started, else 0.",
+    )
+    paused.add_metric([], 1.0 if counts.starts_paused else 0.0)
+    yield from (by_state, started, failed, released, paused)
 
 
 def register(rm: ResourceManager, metrics: ProcessMetrics) -> None:

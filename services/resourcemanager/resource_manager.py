@@ -5,7 +5,8 @@ retries) and report their slots; JobMasters register and request slots. The book
 :class:`~sparkmill.services.resourcemanager.slot_manager.SlotManager`; this class is its I/O: it
 asks task executors for slots (``TaskExecutor.RequestSlot``), tells JobMasters when a request
 failed, and runs heartbeats to every task executor and JobMaster. A heartbeat reply carries the task
-executor's slot report, from which the SlotManager reconciles its view.
+executor's slot report, from which the SlotManager reconciles its view; a heartbeat to a JobMaster
+says why its job's slot requests wait, if they do (:mod:`.slot_wait`).
 
 A task executor's registration is decoded once, when it arrives, into a
 :class:`~sparkmill.services.resourcemanager.task_executor_registration.TaskExecutorRegistration`
@@ -58,12 +59,7 @@ from sparkmill.common.runtime.service_base import (
 )
 from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.runtime.timers import AsyncioTimerService
-from sparkmill.common.v1 import (
-    common_pb2,
-    job_master_pb2,
-    resource_manager_pb2,
-    task_executor_pb2,
-)
+from sparkmill.common.v1 import common_pb2, job_master_pb2, resource_manager_pb2, task_executor_pb2
 from sparkmill.common.v1.gateways import (
     JobMasterClient,
     ResourceManagerServicer,
@@ -74,6 +70,7 @@ from sparkmill.services.resourcemanager.cluster_status import cluster_status
 from sparkmill.services.resourcemanager.job_master_registration import JobMasterRegistration
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest
 from sparkmill.services.resourcemanager.slot_requests import START_MORE_TASK_EXECUTORS
+from sparkmill.services.resourcemanager.slot_wait import slot_wait_reason
 from sparkmill.services.resourcemanager.task_executor_registration import (
     TaskExecutorRegistration,
     WorkerRegistration,
@@ -395,7 +392,11 @@ class ResourceManager(ResourceManagerServicer):
         if record is None:
             return
         await record.client.heartbeat_from_resource_manager(
-            job_master_pb2.JobMasterHeartbeatRequest(job_id=job_id, sender_id=self.identity.id),
+            job_master_pb2.JobMasterHeartbeatRequest(
+                job_id=job_id,
+                sender_id=self.identity.id,
+                slot_wait_reason=slot_wait_reason(job_id, self.slot_manager, self.active_workers),
+            ),
             timeout=self.settings.heartbeat_interval_s,
             fencing_token=record.session_id,
         )

@@ -100,6 +100,12 @@ def cluster_status(client: ClusterClient, *, as_json: bool) -> int:
             f"{w.releasing} releasing; {w.started_total} started, {w.failed_total} failed, "
             f"{w.released_total} released since it leads"
         )
+        if w.starts_paused:
+            print(
+                f"  starting task executors is PAUSED: {w.recent_failures} failure(s) within a "
+                "minute reached resourcemanager.start-worker.max-failure-rate (see the "
+                "resource manager's log)"
+            )
     for te in executors:
         print(
             f"  task executor {te['resource_id'][:8]} {te['address']}: "
@@ -121,6 +127,8 @@ def _workers_json(w: resource_manager_pb2.WorkerStats) -> dict[str, Any]:
         "failed_total": w.failed_total,
         "released_total": w.released_total,
         "max_slots": w.max_slots,
+        "recent_failures": w.recent_failures,
+        "starts_paused": w.starts_paused,
     }
 
 

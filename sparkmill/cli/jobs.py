@@ -32,6 +32,7 @@ from sparkmill.common.core.states import JobStatus, job_status_name, job_status_
 
 if TYPE_CHECKING:
     from sparkmill.client import ClusterClient
+    from sparkmill.common.jobgraph.model import JobGraph
 
 
 PIPELINE_HELP = "the pipeline file (its own arguments go after `--`: FILE -- --input x)"
@@ -57,10 +58,28 @@ def add_run_parser(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "the cluster: sparkmill run FILE [-- ARGS...]",
     )
     run.add_argument("pipeline", type=Path, metavar="FILE", help=PIPELINE_HELP)
-    # One task executor with every slot: one Spark JVM on the machine instead of several
-    # competing for its cores (each JVM costs seconds of CPU to start and hundreds of MB).
+    # One task executor with every slot by default: one Spark JVM on the machine instead of
+    # several competing for its cores (each JVM costs seconds of CPU to start and hundreds of MB).
     run.add_argument(
-        "--task-executors", type=positive, default=1, help="task executor processes to start"
+        "--elastic",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the resource manager starts the task executors the job needs (its slots, known "
+        "before submission) through its local driver, up to --max-task-executors (the "
+        "default); --no-elastic: start --task-executors up front",
+    )
+    run.add_argument(
+        "--max-task-executors",
+        type=positive,
+        default=1,
+        help="elastic: at most this many task executors (default 1)",
+    )
+    run.add_argument(
+        "--task-executors",
+        type=positive,
+        default=None,
+        help="start this many task executors up front instead (implies --no-elastic; "
+        "default 1 with --no-elastic)",
     )
     run.add_argument("--slots", type=positive, default=4, help="slots per task executor")
     run.add_argument("--dir", type=Path, help="cluster directory (default: a temporary one)")
@@ -267,6 +286,50 @@ def run_owned_key(key: str) -> str:
     return ""
 
 
+def job_slot_need(graph: JobGraph) -> int:
+    """The slots the job uses at once at most: per slot sharing group, its largest vertex
+    (Flink's slot sharing puts one subtask of each vertex of a group into one slot)."""
+    largest: dict[str, int] = {}
+    for vertex in graph.vertices:
+        group = vertex.slot_sharing_group
+        largest[group] = max(largest.get(group, 0), vertex.parallelism)
+    return sum(largest.values())
+
+
+def run_layout(args: argparse.Namespace, graph: JobGraph) -> tuple[dict[str, Any], str]:
+    """The ``LocalCluster`` arguments for ``run``'s task executors, and how to say them.
+
+    Elastic: the resource manager's local driver starts the task executors, and
+    ``slotmanager.number-of-slots.min`` is the job's slot need (within the maximum) so that it
+    starts them as soon as it leads, beside the other services and before the job is
+    submitted, as the static layout does: waiting for the job's slot requests would add the
+    services' start-up to the job's time. It is the default: measured no slower than one task
+    executor started up front (docs/performance.md). ``--task-executors`` or ``--no-elastic``
+    choose the fixed layout.
+    """
+    layout: dict[str, Any]
+    if args.elastic and args.task_executors is not None:
+        raise SparkmillError(
+            "--task-executors starts a fixed number of task executors: it does not go with "
+            "--elastic (use --max-task-executors)"
+        )
+    if args.elastic is False or args.task_executors is not None:
+        count = args.task_executors or 1
+        return {"task_executors": count}, f"{count} task executors x {args.slots} slots"
+    most = args.max_task_executors * args.slots
+    need = min(job_slot_need(graph), most)
+    layout = {
+        "elastic": True,
+        "max_task_executors": args.max_task_executors,
+        "extra_config": {"slotmanager.number-of-slots.min": need},
+    }
+    workers = -(-need // args.slots)
+    return layout, (
+        f"task executors on demand: {workers} x {args.slots} slots for the job's {need}, "
+        f"at most {args.max_task_executors}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from sparkmill.client import ClusterClient
     from sparkmill.local_cluster import LocalCluster
@@ -276,19 +339,12 @@ def run(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.pipeline, args.pipeline_args)
     graph = build_job_graph(pipeline, args.pipeline)
     attach_pipeline_args(graph, args.pipeline_args)
+    layout, described = run_layout(args, graph)
+    config = {**layout.pop("extra_config", {}), **run_cluster_config(pipeline), **user_config}
     with tempfile.TemporaryDirectory(prefix="sparkmill-run-") as tmp:
         directory = (args.dir or Path(tmp)).resolve()
-        cluster = LocalCluster(
-            directory,
-            task_executors=args.task_executors,
-            slots=args.slots,
-            extra_config={**run_cluster_config(pipeline), **user_config},
-        )
-        print(
-            f"starting a local cluster ({args.task_executors} task executors x {args.slots} "
-            f"slots) in {directory}",
-            file=sys.stderr,
-        )
+        cluster = LocalCluster(directory, slots=args.slots, extra_config=config, **layout)
+        print(f"starting a local cluster ({described}) in {directory}", file=sys.stderr)
         try:
             cluster.start()
             with ClusterClient.from_config_file(cluster.config_path) as client:
@@ -311,10 +367,12 @@ __all__ = [
     "add_parsers",
     "add_run_parser",
     "job_duration",
+    "job_slot_need",
     "jobs",
     "positive",
     "run",
     "run_cluster_config",
+    "run_layout",
     "run_owned_key",
     "run_user_config",
     "submit",

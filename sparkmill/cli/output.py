@@ -71,6 +71,7 @@ def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
             }
             for v in details.vertices
         ],
+        "slot_wait_reason": details.slot_wait_reason or None,
         "failure": details.failure.message or None,
         "exceptions": [
             {
@@ -138,6 +139,8 @@ def print_details(details: jobs_pb2.JobDetails) -> None:
         rerun = sum(1 for a in v.subtask_attempts if a > 0)
         again = f"; {rerun} ran again (max attempt #{max(v.subtask_attempts)})" if rerun else ""
         print(f"  {v.name} (parallelism {v.parallelism}): {states}{again}")
+    if details.slot_wait_reason:
+        print(details.slot_wait_reason)
     if details.failure.message:
         print(f"failure: {details.failure.message}")
     if details.exceptions:
@@ -175,6 +178,8 @@ class Progress:
         line = f"{job_status_name(details.status):<11} {total} tasks: " + ", ".join(parts)
         if details.restarts:
             line += f" (restarts: {details.restarts})"
+        if details.slot_wait_reason:
+            line += f"; {details.slot_wait_reason}"
         if line == self._last:
             return
         self._last = line

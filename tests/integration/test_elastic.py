@@ -4,6 +4,8 @@ slots, and stops them once idle. Real processes, real Spark."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from sparkmill.client import ClusterClient
 from sparkmill.common.runtime.service_process import is_alive, kill_tree
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
 from sparkmill.local_cluster import LocalCluster
+from sparkmill.testing import noop_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -172,3 +175,49 @@ def test_workers_have_their_own_files(elastic: Elastic) -> None:
             "registered at resource manager" in (directory / "task-executor.log").read_text()
         )
     assert registered >= 3
+
+
+def test_a_job_needing_more_than_the_maximum_waits_and_jobs_status_says_why(
+    elastic: Elastic,
+) -> None:
+    # Test operators: no Spark session, so the four workers start in seconds. Ten subtasks of
+    # one slot sharing group need ten slots; the maximum is eight.
+    pipeline = noop_pipeline("too-big", parallelism=MAX_EXECUTORS * SLOTS + 2, sleep_s=120.0)
+    job_id = elastic.client.submit(pipeline.build_job_graph())
+    expected = (
+        "waiting for 2 slot(s): the resource manager is at slotmanager.number-of-slots.max = "
+        f"{MAX_EXECUTORS * SLOTS}"
+    )
+    deadline = time.monotonic() + 120
+    shown = ""
+    try:
+        while expected not in shown:
+            assert time.monotonic() < deadline, f"jobs status never said why: {shown}"
+            time.sleep(1.0)
+            shown = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "sparkmill",
+                    "jobs",
+                    "status",
+                    job_id,
+                    "--config",
+                    str(elastic.cluster.config_path),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+        details = elastic.client.status(job_id)
+        assert details.status == common_pb2.RUNNING  # it waits: nothing timed out
+        assert details.slot_wait_reason.startswith(expected)
+        status = elastic.status()
+        assert status.workers.registered == MAX_EXECUTORS
+        assert status.pending_slot_requests == 2
+    finally:
+        elastic.client.cancel(job_id)
+    result = elastic.client.wait(job_id, timeout=JOB_TIMEOUT_S)
+    assert result.status == common_pb2.CANCELED
+    assert not result.details.slot_wait_reason

@@ -101,6 +101,7 @@ class Harness:
                 registration_timeout_s=float(settings.get("registration_timeout_s", 60.0)),
                 start_retry_interval_s=float(settings.get("start_retry_interval_s", 3.0)),
                 wait_result_consumed=bool(settings.get("wait_result_consumed", True)),
+                max_start_failure_rate=float(settings.get("max_start_failure_rate", 10.0)),
             ),
         )
         self.workers.start()

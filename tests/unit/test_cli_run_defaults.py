@@ -18,16 +18,32 @@ from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSess
 from sparkmill.services.taskexecutor.task_services import install_task_services
 
 
-def test_run_starts_one_task_executor_with_four_slots_by_default() -> None:
+def test_run_is_elastic_with_one_task_executor_of_four_slots_by_default() -> None:
+    from sparkmill.cli.jobs import run_layout
+    from sparkmill.testing import noop_pipeline
+
     args = build_parser().parse_args(["run", "pipeline.py"])
-    assert (args.task_executors, args.slots) == (1, 4)
+    assert (args.max_task_executors, args.slots) == (1, 4)
+    layout, _ = run_layout(args, noop_pipeline("p", parallelism=2).build_job_graph())
+    assert layout["elastic"] is True
+    assert layout["extra_config"] == {"slotmanager.number-of-slots.min": 2}
 
 
 def test_run_still_takes_an_explicit_layout() -> None:
+    from sparkmill.cli.jobs import run_layout
+    from sparkmill.testing import noop_pipeline
+
+    graph = noop_pipeline("p", parallelism=2).build_job_graph()
     args = build_parser().parse_args(
         ["run", "pipeline.py", "--task-executors", "2", "--slots", "2"]
     )
     assert (args.task_executors, args.slots) == (2, 2)
+    assert run_layout(args, graph)[0] == {"task_executors": 2}
+    fixed = build_parser().parse_args(["run", "pipeline.py", "--no-elastic"])
+    assert run_layout(fixed, graph)[0] == {"task_executors": 1}
+    both = build_parser().parse_args(["run", "p.py", "--elastic", "--task-executors", "2"])
+    with pytest.raises(SparkmillError, match="does not go with --elastic"):
+        run_layout(both, graph)
 
 
 def test_run_starts_a_pyspark_pipelines_session_eagerly_without_a_warm_up_job() -> None:
@@ -121,3 +137,25 @@ def test_run_refuses_the_keys_it_lays_its_cluster_out_with(
         run_user_config(_run_args("run", "p.py", "-D", f"{key}={value}"))  # type: ignore[arg-type]
     assert key in str(raised.value)
     assert run_owned_key("restart-strategy.type") == ""
+
+
+def test_run_elastic_asks_for_the_jobs_slots_as_the_minimum_within_the_maximum() -> None:
+    from sparkmill.cli.jobs import job_slot_need, run_layout
+    from sparkmill.testing import noop_pipeline
+
+    graph = noop_pipeline("p", parallelism=6, vertices=2).build_job_graph()
+    assert job_slot_need(graph) == 6  # one slot sharing group: its largest vertex
+    split = noop_pipeline("q", 3, vertices=2, slot_sharing_groups=("a", "b")).build_job_graph()
+    assert job_slot_need(split) == 6  # two groups of 3
+
+    args = build_parser().parse_args(["run", "p.py", "--elastic", "--max-task-executors", "2"])
+    layout, described = run_layout(args, graph)
+    assert layout == {
+        "elastic": True,
+        "max_task_executors": 2,
+        "extra_config": {"slotmanager.number-of-slots.min": 6},
+    }
+    assert described.startswith("task executors on demand: 2 x 4 slots for the job's 6")
+    one = build_parser().parse_args(["run", "p.py", "--elastic"])
+    layout, _ = run_layout(one, graph)
+    assert layout["extra_config"] == {"slotmanager.number-of-slots.min": 4}  # at most 1 x 4

@@ -497,7 +497,13 @@ def test_cluster_lists_standbys_and_task_executors() -> None:
 
 def test_the_overview_counts_the_task_executors_the_resource_manager_starts() -> None:
     workers = resource_manager_pb2.WorkerStats(
-        driver="local", pending=1, registered=2, started_total=4, failed_total=1, max_slots=8
+        driver="local",
+        pending=1,
+        registered=2,
+        started_total=4,
+        failed_total=1,
+        max_slots=8,
+        recent_failures=1,
     )
     api, _ = _api(view=TestingClusterView(workers=workers))
     _, overview = _call(api, "GET", "/v1/overview")
@@ -510,6 +516,8 @@ def test_the_overview_counts_the_task_executors_the_resource_manager_starts() ->
         "failed": 1,
         "released": 0,
         "max-slots": 8,
+        "recent-failures": 1,
+        "starts-paused": False,
     }
 
 

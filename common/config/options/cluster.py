@@ -206,6 +206,15 @@ RESOURCE_MANAGER_START_WORKER_RETRY_INTERVAL = option(
     "manager starts no other one for this long.",
     min=0,
 )
+RESOURCE_MANAGER_START_WORKER_MAX_FAILURE_RATE = option(
+    "resourcemanager.start-worker.max-failure-rate",
+    FLOAT,
+    10.0,
+    "Task executor start failures per minute (failed starts, and task executors that ended or "
+    "were lost unexpectedly) at which the resource manager stops starting task executors, "
+    "until fewer failed within the last minute.",
+    min=0.01,
+)
 RESOURCE_MANAGER_RELEASE_WAIT_RESULT_CONSUMED = option(
     "resourcemanager.taskmanager-release.wait.result.consumed",
     BOOL,

@@ -57,6 +57,8 @@ class SlotRequestBatcher:
         self._in_flight = 0  # RPCs of the last flush not answered yet
         self.rpcs_sent = 0
         self.requests_withdrawn_unsent = 0
+        # Why the resource manager has not served some of them yet (its last heartbeat said).
+        self.wait_reason = ""
 
     def request(self, message: resource_manager_pb2.RequestSlotRequest) -> None:
         self._requests[message.allocation_id] = message
