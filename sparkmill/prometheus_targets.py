@@ -72,27 +72,18 @@ _LOGGED_URL = re.compile(r" metrics at (http://\S+)")
 def local_cluster_services(directory: Path) -> list[common_pb2.ServiceInfo]:
     """The services of a local cluster (``sparkmill local-cluster up --dir DIR``) that are alive,
     with the metrics URL each logged last."""
+    from sparkmill.common.runtime.service_process import is_alive
     from sparkmill.local_cluster import LocalCluster
 
     found = []
     for proc in LocalCluster.attach(directory).processes:
         log = Path(proc.log_file)
-        if not log.exists() or not _running(proc.pid):
+        if not log.exists() or not is_alive(proc.pid):
             continue
         urls = _LOGGED_URL.findall(log.read_text(errors="replace"))
         if urls:
             found.append(common_pb2.ServiceInfo(role=proc.role, metrics_url=urls[-1]))
     return found
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def write_atomically(path: Path, groups: list[dict[str, Any]]) -> None:
