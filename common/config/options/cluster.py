@@ -215,6 +215,18 @@ RESOURCE_MANAGER_START_WORKER_MAX_FAILURE_RATE = option(
     "until fewer failed within the last minute.",
     min=0.01,
 )
+RESOURCE_MANAGER_PREVIOUS_WORKER_RECOVERY_TIMEOUT = option(
+    "resourcemanager.previous-worker.recovery.timeout",
+    DURATION,
+    50.0,
+    "After a failover, how long the new leader waits for a task executor it found running (a "
+    "previous leader's) to register again before it stops it. Such a task executor counts as "
+    "started meanwhile, so no duplicate is started for the slots it will offer. Flink's default "
+    "is 0 (no wait); sparkmill's is heartbeat.timeout's default: a task executor re-registers "
+    "seconds after ZooKeeper names the new leader, and one that stayed silent this long would "
+    "have been declared lost had it been registered.",
+    min=0,
+)
 RESOURCE_MANAGER_RELEASE_WAIT_RESULT_CONSUMED = option(
     "resourcemanager.taskmanager-release.wait.result.consumed",
     BOOL,
