@@ -198,6 +198,7 @@ class SystemdDriverSettings:
             raise ValueError(f"{host!r} is not a valid host")
         argv = [
             "ssh",
+            "-F", "/dev/null",  # no user or system ssh_config: these options are all there is
             "-o", "BatchMode=yes",
             "-o", "StrictHostKeyChecking=yes",
             "-o", f"UserKnownHostsFile={self.known_hosts_file}",

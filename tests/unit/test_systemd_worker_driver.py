@@ -157,6 +157,7 @@ def test_a_start_is_one_ssh_argument_list_with_checked_host_keys() -> None:
         argv, timeout_s = next(c for c in hosts.calls if "start" in c[0])
         assert argv == [
             "ssh",
+            "-F", "/dev/null",
             "-o", "BatchMode=yes",
             "-o", "StrictHostKeyChecking=yes",
             "-o", "UserKnownHostsFile=/etc/sparkmill/known_hosts",
