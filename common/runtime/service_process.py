@@ -128,6 +128,22 @@ def stop_pid(pid: int, grace_s: float) -> None:
         wait_gone([pid], 30)
 
 
+def wait_exec(pid: int, config_path: Path, timeout_s: float = 10.0) -> bool:
+    """Wait until the freshly forked ``pid`` runs the service of ``config_path`` (between fork
+    and exec its command line is still its parent's: a pid file written then would not be
+    recognised by :func:`service_pid`); ``False`` if it ended or did not exec in time."""
+    wanted = os.fsencode(str(config_path))
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if wanted in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                return True
+        except OSError:
+            return False
+        time.sleep(0.005)
+    return False
+
+
 def service_pid(pid_file: Path, config_path: Path) -> int | None:
     """The pid in ``pid_file`` if that process runs with ``config_path`` on its command line."""
     try:
@@ -189,5 +205,6 @@ __all__ = [
     "stop_pid",
     "stop_process",
     "stop_workers",
+    "wait_exec",
     "wait_gone",
 ]

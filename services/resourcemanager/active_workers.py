@@ -255,6 +255,9 @@ class ActiveWorkers:
 
     def on_worker_start_failed(self, resource_id: ResourceID, cause: str) -> None:
         worker = self._workers.get(resource_id)
+        if worker is not None and worker.state is WorkerState.RELEASING:
+            self._terminated(worker, failed=False)  # released while starting: it never ran
+            return
         if worker is None or worker.state not in _STARTING:
             return
         log.warning("worker %s could not be started: %s", short(resource_id), cause)

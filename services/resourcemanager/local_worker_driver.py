@@ -48,6 +48,7 @@ from sparkmill.common.runtime.service_process import (
     spawn_service,
     stop_pid,
     stop_process,
+    wait_exec,
 )
 from sparkmill.services.resourcemanager.worker_driver import WorkerEvents, WorkerSpec
 
@@ -95,6 +96,8 @@ class LocalWorkerDriver:
         # Children of this process (started here), and a previous leader's workers (adopted).
         self._processes: dict[ResourceID, subprocess.Popen[bytes]] = {}
         self._adopted: dict[ResourceID, int] = {}
+        self._starting: set[ResourceID] = set()
+        self._release_when_started: set[ResourceID] = set()
         self._watchers: dict[ResourceID, asyncio.Task[None]] = {}
         self._closed = True
 
@@ -108,12 +111,15 @@ class LocalWorkerDriver:
         self._runtime.spawn(self._recover(events), "recover-workers")
 
     def request_worker(self, resource_id: ResourceID, spec: WorkerSpec) -> None:
+        self._starting.add(resource_id)
         self._runtime.spawn(self._start_worker(resource_id, spec), "start-worker")
 
     def release_worker(self, resource_id: ResourceID) -> None:
         popen = self._processes.get(resource_id)
         if popen is not None:
             self._runtime.spawn(self._stop(popen), "stop-worker")
+        elif resource_id in self._starting:
+            self._release_when_started.add(resource_id)  # stopped as soon as it runs
         elif (pid := self._adopted.get(resource_id)) is not None:
             self._runtime.spawn(
                 self._runtime.run_blocking(stop_pid, pid, self._stop_grace_s), "stop-worker"
@@ -176,9 +182,12 @@ class LocalWorkerDriver:
         try:
             popen = await self._runtime.run_blocking(self._launch, resource_id, spec)
         except (OSError, ConfigurationError, ValueError) as exc:
+            self._starting.discard(resource_id)
+            self._release_when_started.discard(resource_id)
             if self._events is not None and not self._closed:
                 self._events.on_worker_start_failed(resource_id, f"{type(exc).__name__}: {exc}")
             return
+        self._starting.discard(resource_id)
         if self._closed:  # the resource manager stopped while the process was being started
             await self._stop(popen)
             return
@@ -191,6 +200,9 @@ class LocalWorkerDriver:
         )
         if self._events is not None:
             self._events.on_worker_started(resource_id)
+        if resource_id in self._release_when_started:  # released while it was being started
+            self._release_when_started.discard(resource_id)
+            self.release_worker(resource_id)
 
     def _launch(self, resource_id: ResourceID, spec: WorkerSpec) -> subprocess.Popen[bytes]:
         """Write the worker's directory and start its process (blocking)."""
@@ -209,6 +221,8 @@ class LocalWorkerDriver:
         config_path = directory / CONFIG_FILE
         config_path.write_text(yaml.safe_dump(config.to_strings(), sort_keys=True))
         popen = spawn_service("task-executor", config_path, directory / LOG_FILE, new_session=True)
+        # Written once the child runs the worker, so that whoever reads it recognises it.
+        wait_exec(popen.pid, config_path)
         (directory / PID_FILE).write_text(f"{popen.pid}\n")
         return popen
 

@@ -275,6 +275,10 @@ class SystemdWorkerDriver:
         self._runtime.spawn(self._recover(events), "recover-workers")
 
     def request_worker(self, resource_id: ResourceID, spec: WorkerSpec) -> None:
+        if not valid_instance(resource_id):
+            cause = f"{resource_id!r} cannot name a unit instance"
+            self._runtime.spawn(self._answer_failed(resource_id, cause), "start-worker")
+            return
         host = self._place(spec.slots)
         if host is None:
             free = ", ".join(f"{h}={f}" for h, f in self._free().items())
@@ -334,12 +338,7 @@ class SystemdWorkerDriver:
 
     async def _start_worker(self, resource_id: ResourceID, host: str) -> None:
         events = self._events
-        try:
-            unit = self._settings.unit_of(resource_id)
-        except ValueError as exc:
-            self._placed.pop(resource_id, None)
-            await self._answer_failed(resource_id, str(exc))
-            return
+        unit = self._settings.unit_of(resource_id)  # checked by request_worker
         result = await self._call(host, start_command(unit))
         placed = self._placed.get(resource_id)
         if not result.ok:

@@ -331,6 +331,17 @@ def test_close_forgets_the_workers_without_stopping_them_and_requests_nothing_mo
     assert h.workers.workers() == {}
 
 
+def test_a_worker_released_while_starting_whose_start_fails_is_gone_not_failed() -> None:
+    h = Harness(registration_timeout_s=10.0)
+    h.ask(2)
+    [resource_id] = h.driver.requested
+    h.timers.advance(10.0)  # released: it did not register
+    assert h.workers.workers() == {resource_id: WorkerState.RELEASING}
+    h.workers.on_worker_start_failed(resource_id, "the host did not answer")
+    assert resource_id not in h.workers.workers()
+    assert h.workers.counts().failed_total == 1  # the timeout, not twice
+
+
 # ------------------------------------------------------------------ adoption after a failover
 
 

@@ -115,6 +115,26 @@ def test_a_worker_is_started_in_its_directory_released_and_reported(tmp_path: Pa
     asyncio.run(scenario())
 
 
+def test_a_worker_released_while_it_is_being_started_is_stopped_once_it_runs(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        runtime = ServiceRuntime("driver-test")
+        driver = LocalWorkerDriver(runtime, _config(), tmp_path, stop_grace_s=10)
+        events = RecordedEvents()
+        driver.start(events)
+        rid = ResourceID("worker-early")
+        driver.request_worker(rid, SPEC)
+        driver.release_worker(rid)  # the fork has not happened yet
+        await events.wait_for("started", rid)
+        await events.wait_for("terminated", rid)
+        assert running_workers(tmp_path) == {}
+        await driver.stop_all()
+        await runtime.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_worker_that_cannot_be_started_is_reported_failed(tmp_path: Path) -> None:
     async def scenario() -> None:
         runtime = ServiceRuntime("driver-test")

@@ -266,6 +266,20 @@ def test_a_failed_start_is_reported_with_the_host_and_frees_the_slots() -> None:
     _run(scenario)
 
 
+def test_a_worker_released_while_its_start_is_in_flight_is_stopped() -> None:
+    async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
+        await events.next("recovered")
+        driver.request_worker(A, SPEC)
+        driver.release_worker(A)  # before the start's answer
+        await events.next("started")
+        rid, _ = await events.next("terminated")  # the listing: stopped, no longer active
+        assert rid == A
+        assert hosts.active["te-1"] == set()
+        assert driver.placements() == {}
+
+    _run(scenario)
+
+
 def test_running_units_are_recovered_and_others_ignored() -> None:
     hosts = FakeHosts(("te-1", "te-2", "te-3"))
     hosts.active["te-1"] |= {f"{UNIT}@{A}.service", "sparkmill-task-executor@1.service"}
