@@ -59,9 +59,11 @@ def configure_logging(level: str) -> None:
     configure_process_logging(level)
 
 
-def run_service(role: str, config_path: Path) -> int:
+def run_service(role: str, config_path: Path, overrides: dict[str, str] | None = None) -> int:
     try:
         config = Configuration.load(config_path)
+        if overrides:
+            config = config.with_overrides(overrides, source="-D")
         settings = settings_from_config(config)
     except ConfigurationError as exc:
         print(f"sparkmill {role}: invalid configuration: {exc}", file=sys.stderr)

@@ -50,6 +50,7 @@ from sparkmill.common.runtime.service_process import (
     is_alive,
     kill_tree,
     process_tree,
+    running_workers,
     spawn_service,
 )
 
@@ -337,13 +338,17 @@ class LocalCluster:
         services = [p for p in self.processes if p.role != "zookeeper"]
         deadline = time.monotonic() + grace_s
         executors = [p for p in services if p.role == "task-executor"]
-        for proc in executors:
+        # The resource manager's workers outlive it (a new leader adopts them): found by their
+        # pid files, they stop with the other task executors.
+        workers = list(running_workers(self.worker_dir).values())
+        for pid in [p.pid for p in executors] + workers:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
         # At most half the grace period: the others need their share of it.
         executors_by = time.monotonic() + min(EXECUTORS_FIRST_STOP_S, grace_s / 2)
-        while time.monotonic() < executors_by and any(
-            is_alive(p.pid, self._popen.get(p.pid)) for p in executors
+        while time.monotonic() < executors_by and (
+            any(is_alive(p.pid, self._popen.get(p.pid)) for p in executors)
+            or any(is_alive(pid) for pid in workers)
         ):
             time.sleep(0.05)
         for proc in reversed(services):
@@ -359,6 +364,11 @@ class LocalCluster:
         for popen in self._popen.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=5)
+        while time.monotonic() < deadline and any(is_alive(pid) for pid in workers):
+            time.sleep(0.05)
+        for pid in workers:
+            if is_alive(pid):
+                kill_tree(pid)
         for proc in services:
             if proc.role == "resource-manager":
                 _kill_group_leftovers(proc.pid)
@@ -392,9 +402,7 @@ class LocalCluster:
 
 
 def _kill_group_leftovers(leader: int) -> None:
-    """SIGKILL what is left of the process group ``leader`` led (each service leads its own):
-    the task executors a resource manager started (and their Spark JVMs) stay in its group, and
-    must not outlive the cluster if the resource manager could not stop them itself."""
+    """SIGKILL what is left of the process group ``leader`` led (each service leads its own)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(leader, signal.SIGKILL)
 

@@ -165,6 +165,9 @@ class ClusterSettings:
         opt.RESOURCE_MANAGER_START_WORKER_MAX_FAILURE_RATE
     )
     release_wait_result_consumed: bool = _option(opt.RESOURCE_MANAGER_RELEASE_WAIT_RESULT_CONSUMED)
+    previous_worker_recovery_timeout_s: float = _option(
+        opt.RESOURCE_MANAGER_PREVIOUS_WORKER_RECOVERY_TIMEOUT
+    )
     local_worker_dir: str = _stripped(opt.RESOURCE_MANAGER_LOCAL_WORKER_DIR)
     # jobs
     job_store_expiration_s: float = _option(opt.JOB_STORE_EXPIRATION_TIME)

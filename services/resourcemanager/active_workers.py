@@ -30,7 +30,15 @@ like the :class:`~.slot_manager.SlotManager`: it does no I/O. It asks a
   ``resourcemanager.taskmanager-release.wait.result.consumed``) or its slots are needed to keep
   the minimum. It is released later, at a report that says it holds nothing any more.
 
-Task executors someone else started are never stopped: only this class's workers are.
+* **Adoption after a failover.** When this resource manager gains leadership, the driver
+  reports the workers it found running (a previous leader's). Until it has, no worker is
+  requested (the demand may be theirs). Each one counts as started; one that does not register
+  within ``resourcemanager.previous-worker.recovery.timeout`` is stopped (released, not a failed
+  start: it may simply have been stopping). A recovered worker that registered before the
+  driver's report came is adopted as registered.
+
+Task executors someone else started are never stopped: only this class's workers are. Closing
+(leadership lost) stops nothing: the workers wait for the next leader.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ class ActiveWorkerSettings:
     start_retry_interval_s: float = 3.0
     wait_result_consumed: bool = True
     max_start_failure_rate: float = 10.0  # per minute
+    recovery_timeout_s: float = 50.0
 
     @classmethod
     def of(cls, settings: ClusterSettings) -> ActiveWorkerSettings:
@@ -82,6 +91,7 @@ class ActiveWorkerSettings:
             start_retry_interval_s=settings.start_worker_retry_interval_s,
             wait_result_consumed=settings.release_wait_result_consumed,
             max_start_failure_rate=settings.start_worker_max_failure_rate,
+            recovery_timeout_s=settings.previous_worker_recovery_timeout_s,
         )
 
 
@@ -112,6 +122,7 @@ class Worker:
     state: WorkerState = WorkerState.REQUESTED
     holds_results: bool = False  # from its last slot report
     idle: bool = False  # the slot manager said it is idle; not released yet
+    recovered: bool = False  # a previous leader's, found running by the driver
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +156,12 @@ class ActiveWorkers:
         self._at_max_logged = False
         self._failures = StartFailureRate(settings.max_start_failure_rate)
         self._paused_until: float | None = None  # a pause already logged and timed
+        # Until the driver reported the previous leader's workers: task executors that
+        # registered (or went idle) meanwhile, to adopt them as they are.
+        self._recovering = True
+        self._registered_early: set[ResourceID] = set()
+        self._idle_early: set[ResourceID] = set()
+        self.recovered_total = 0
         self.requested_total = 0
         self.failed_total = 0
         self.released_total = 0
@@ -152,16 +169,23 @@ class ActiveWorkers:
     # ---------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
+        # A driver that never reports what it recovered must not block the cluster for ever.
+        self._timers.schedule(
+            self._key("recovery", None),
+            self.settings.recovery_timeout_s,
+            lambda: self._end_recovery("the driver did not report the running workers in time"),
+        )
         self.driver.start(self)
-        self.check_resource_needs()
 
     async def close(self) -> None:
-        """Stop every worker (the resource manager stops or lost its leadership)."""
+        """Forget the workers (the resource manager stops or lost its leadership); they keep
+        running for the next leader to adopt."""
         self._closed = True
         for worker in self._workers.values():
             self._timers.cancel(self._key("registration", worker.resource_id))
         self._timers.cancel(self._key("cool-down", None))
         self._timers.cancel(self._key("failure-rate", None))
+        self._timers.cancel(self._key("recovery", None))
         self._workers.clear()
         await self.driver.close()
 
@@ -170,7 +194,7 @@ class ActiveWorkers:
     def check_resource_needs(self) -> int:
         """Request the workers the waiting slot requests and the minimum need, within the
         maximum and outside a cool-down; how many were requested."""
-        if self._closed:
+        if self._closed or self._recovering:
             return 0
         slots_per_worker = self.settings.spec.slots
         pending = sum(w.spec.slots for w in self._workers.values() if w.state in _STARTING)
@@ -231,6 +255,9 @@ class ActiveWorkers:
 
     def on_worker_start_failed(self, resource_id: ResourceID, cause: str) -> None:
         worker = self._workers.get(resource_id)
+        if worker is not None and worker.state is WorkerState.RELEASING:
+            self._terminated(worker, failed=False)  # released while starting: it never ran
+            return
         if worker is None or worker.state not in _STARTING:
             return
         log.warning("worker %s could not be started: %s", short(resource_id), cause)
@@ -245,8 +272,47 @@ class ActiveWorkers:
         if not expected:
             log.warning("worker %s ended: %s", short(resource_id), diagnostics)
         self._demand.close_task_executor(resource_id, f"its process ended: {diagnostics}")
-        self._terminated(worker, failed=not expected)
+        # A previous leader's worker that ends before it registered again may have been
+        # stopping already: not a failed start (no cool-down).
+        adopting = worker.recovered and worker.state is WorkerState.STARTED
+        self._terminated(worker, failed=not expected and not adopting)
         self.check_resource_needs()
+
+    def on_previous_workers_recovered(self, resource_ids: list[ResourceID]) -> None:
+        if self._closed or not self._recovering:
+            return
+        for resource_id in resource_ids:
+            if resource_id in self._workers:
+                continue
+            worker = Worker(resource_id, self.settings.spec, WorkerState.STARTED, recovered=True)
+            self._workers[resource_id] = worker
+            self.recovered_total += 1
+            if resource_id in self._registered_early:
+                self._set_state(worker, WorkerState.REGISTERED)
+                worker.idle = resource_id in self._idle_early
+            else:
+                self._schedule_recovery_timeout(worker)
+        log.info(
+            "adopted %d running worker(s) of a previous leader from the %s driver",
+            len(resource_ids),
+            self.driver.name,
+        )
+        self._end_recovery("")
+
+    def _end_recovery(self, problem: str) -> None:
+        if not self._recovering or self._closed:
+            return
+        if problem:
+            log.warning("starting workers without the previous leader's: %s", problem)
+        self._recovering = False
+        self._timers.cancel(self._key("recovery", None))
+        early, self._registered_early = self._registered_early, set()
+        self._idle_early.clear()
+        self.check_resource_needs()
+        for resource_id in early:
+            worker = self._workers.get(resource_id)
+            if worker is not None and worker.idle:
+                self._try_release_idle(worker)
 
     # ---------------------------------------------------------------- resource manager events
 
@@ -256,6 +322,8 @@ class ActiveWorkers:
     def on_worker_registered(self, resource_id: ResourceID) -> None:
         """The task executor registered its slots with the slot manager."""
         worker = self._workers.get(resource_id)
+        if worker is None and self._recovering:
+            self._registered_early.add(resource_id)
         if worker is None or worker.state not in _STARTING:
             return
         if worker.state is WorkerState.REQUESTED:  # its start's answer is still on its way
@@ -274,6 +342,8 @@ class ActiveWorkers:
     def on_idle(self, resource_id: ResourceID) -> None:
         """The slot manager found the task executor idle for the task manager timeout."""
         worker = self._workers.get(resource_id)
+        if worker is None and self._recovering:
+            self._idle_early.add(resource_id)
         if worker is None or worker.state is not WorkerState.REGISTERED:
             return
         worker.idle = True
@@ -372,6 +442,25 @@ class ActiveWorkers:
         self._record_failure()
         self._start_cool_down()
         self._release(worker, cause)
+        self.check_resource_needs()
+
+    def _schedule_recovery_timeout(self, worker: Worker) -> None:
+        self._timers.schedule(
+            self._key("registration", worker.resource_id),
+            self.settings.recovery_timeout_s,
+            lambda: self._on_recovery_timeout(worker),
+        )
+
+    def _on_recovery_timeout(self, worker: Worker) -> None:
+        if self._workers.get(worker.resource_id) is not worker or worker.state not in _STARTING:
+            return
+        self.released_total += 1
+        self._release(
+            worker,
+            "a previous leader's worker that did not register within "
+            "resourcemanager.previous-worker.recovery.timeout "
+            f"({self.settings.recovery_timeout_s:g}s)",
+        )
         self.check_resource_needs()
 
     def _try_release_idle(self, worker: Worker) -> None:

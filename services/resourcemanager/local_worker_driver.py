@@ -11,12 +11,18 @@ under ``resourcemanager.local.worker-dir``::
     <worker-dir>/<resource id>/spark-local/         Spark's scratch space (spark.local.dir)
     <worker-dir>/<resource id>/pid                  its process id (for operators and tests)
 
-It stays in the resource manager's process group, so stopping that group stops the workers.
+Each worker leads a session of its own, so it outlives the resource manager that started it:
+when a resource manager gains leadership (the same process again, or a standby on this host
+sharing the worker directory), the driver looks through the directory for workers that run
+(the pid file's process alive with that worker's configuration file on its command line) and
+reports them as recovered; the accounting adopts them. Only ``local-cluster down`` stops them
+all (:func:`~sparkmill.common.runtime.service_process.stop_workers`).
+
 Releasing a worker sends SIGTERM, then SIGKILL to its process tree (its Spark JVM included)
-after a bound; an exit is noticed by polling the child (a cheap ``waitpid`` on the loop, not a
-blocked thread per worker). Forking and stopping block, so they run through
-``ServiceRuntime.run_blocking``; answers go to the :class:`~.worker_driver.WorkerEvents` on the
-loop, never from inside a driver call.
+after a bound. An exit is noticed by polling: ``waitpid`` for this process's own children (it
+also reaps them, even after leadership is lost), ``/proc`` for adopted ones. Forking, scanning
+and stopping block, so they run through ``ServiceRuntime.run_blocking``; answers go to the
+:class:`~.worker_driver.WorkerEvents` on the loop, never from inside a driver call.
 """
 
 from __future__ import annotations
@@ -34,14 +40,23 @@ from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import ConfigurationError
 from sparkmill.common.core.ids import ResourceID, short
 from sparkmill.common.runtime.actor import ServiceRuntime
-from sparkmill.common.runtime.service_process import spawn_service, stop_process
+from sparkmill.common.runtime.service_process import (
+    WORKER_CONFIG_FILE,
+    WORKER_PID_FILE,
+    is_alive,
+    running_workers,
+    spawn_service,
+    stop_pid,
+    stop_process,
+    wait_exec,
+)
 from sparkmill.services.resourcemanager.worker_driver import WorkerEvents, WorkerSpec
 
 log = logging.getLogger(__name__)
 
-CONFIG_FILE = "task-executor.yaml"
+CONFIG_FILE = WORKER_CONFIG_FILE
 LOG_FILE = "task-executor.log"
-PID_FILE = "pid"
+PID_FILE = WORKER_PID_FILE
 # A task executor that is told to stop says goodbye to the resource manager and stops its Spark
 # session: several seconds, and more than ten on a busy machine when a few stop together (as
 # idle ones do). Past this bound its whole process tree is killed.
@@ -73,13 +88,18 @@ class LocalWorkerDriver:
     ) -> None:
         self._runtime = runtime
         self._config = config
-        self._worker_dir = worker_dir
+        # Absolute: a worker is recognised by its configuration file's path on its command line.
+        self._worker_dir = worker_dir.absolute()
         self._stop_grace_s = stop_grace_s
         self._poll_interval_s = poll_interval_s
         self._events: WorkerEvents | None = None
+        # Children of this process (started here), and a previous leader's workers (adopted).
         self._processes: dict[ResourceID, subprocess.Popen[bytes]] = {}
+        self._adopted: dict[ResourceID, int] = {}
+        self._starting: set[ResourceID] = set()
+        self._release_when_started: set[ResourceID] = set()
         self._watchers: dict[ResourceID, asyncio.Task[None]] = {}
-        self._closed = False
+        self._closed = True
 
     @property
     def name(self) -> str:
@@ -88,35 +108,91 @@ class LocalWorkerDriver:
     def start(self, events: WorkerEvents) -> None:
         self._events = events
         self._closed = False
+        self._runtime.spawn(self._recover(events), "recover-workers")
 
     def request_worker(self, resource_id: ResourceID, spec: WorkerSpec) -> None:
+        self._starting.add(resource_id)
         self._runtime.spawn(self._start_worker(resource_id, spec), "start-worker")
 
     def release_worker(self, resource_id: ResourceID) -> None:
         popen = self._processes.get(resource_id)
         if popen is not None:
             self._runtime.spawn(self._stop(popen), "stop-worker")
+        elif resource_id in self._starting:
+            self._release_when_started.add(resource_id)  # stopped as soon as it runs
+        elif (pid := self._adopted.get(resource_id)) is not None:
+            self._runtime.spawn(
+                self._runtime.run_blocking(stop_pid, pid, self._stop_grace_s), "stop-worker"
+            )
 
     async def close(self) -> None:
+        """Stop reporting; the workers keep running. The watchers of this process's own
+        children go on (they reap them); those of adopted workers stop."""
         self._closed = True
-        for watcher in self._watchers.values():
-            watcher.cancel()
-        self._watchers.clear()
-        processes, self._processes = list(self._processes.values()), {}
+        self._events = None
+        for resource_id in list(self._adopted):
+            watcher = self._watchers.pop(resource_id, None)
+            if watcher is not None:
+                watcher.cancel()
+        self._adopted.clear()
+
+    async def stop_all(self) -> None:
+        """Stop every worker this process started (tests; ``local-cluster down`` stops them
+        through their pid files)."""
+        await self.close()
+        processes = list(self._processes.values())
         await asyncio.gather(*(self._stop(p) for p in processes))
 
     # ---------------------------------------------------------------- internals
+
+    async def _recover(self, events: WorkerEvents) -> None:
+        try:
+            found = await self._runtime.run_blocking(running_workers, self._worker_dir)
+        except OSError as exc:  # an unreadable directory: nothing to adopt, say why
+            log.warning("could not look for running workers in %s: %s", self._worker_dir, exc)
+            found = {}
+        if self._events is not events:  # closed (or restarted) meanwhile
+            return
+        recovered: list[ResourceID] = []
+        for name, pid in found.items():
+            resource_id = ResourceID(name)
+            popen = self._processes.get(resource_id)
+            if popen is not None and popen.pid == pid:
+                recovered.append(resource_id)  # this process's own child: still watched
+                continue
+            self._adopted[resource_id] = pid
+            self._watchers[resource_id] = self._runtime.spawn(
+                self._watch_pid(resource_id, pid), "watch-worker"
+            )
+            recovered.append(resource_id)
+        log.info("found %d running worker(s) in %s", len(recovered), self._worker_dir)
+        events.on_previous_workers_recovered(recovered)
+
+    async def _watch_pid(self, resource_id: ResourceID, pid: int) -> None:
+        while is_alive(pid):  # noqa: ASYNC110 (not our child: no wait to await)
+            await asyncio.sleep(self._poll_interval_s)
+        self._watchers.pop(resource_id, None)
+        self._adopted.pop(resource_id, None)
+        log.info("adopted worker %s (pid %d) ended", short(resource_id), pid)
+        if self._events is not None:
+            log_file = self._worker_dir / resource_id / LOG_FILE
+            self._events.on_worker_terminated(resource_id, f"it ended (log: {log_file})")
 
     async def _start_worker(self, resource_id: ResourceID, spec: WorkerSpec) -> None:
         try:
             popen = await self._runtime.run_blocking(self._launch, resource_id, spec)
         except (OSError, ConfigurationError, ValueError) as exc:
+            self._starting.discard(resource_id)
+            self._release_when_started.discard(resource_id)
             if self._events is not None and not self._closed:
                 self._events.on_worker_start_failed(resource_id, f"{type(exc).__name__}: {exc}")
             return
+        self._starting.discard(resource_id)
         if self._closed:  # the resource manager stopped while the process was being started
             await self._stop(popen)
             return
+        # Not a previous leader's any more (a reused resource id would be a bug upstream).
+        self._adopted.pop(resource_id, None)
         log.info("worker %s started (pid %d)", short(resource_id), popen.pid)
         self._processes[resource_id] = popen
         self._watchers[resource_id] = self._runtime.spawn(
@@ -124,6 +200,9 @@ class LocalWorkerDriver:
         )
         if self._events is not None:
             self._events.on_worker_started(resource_id)
+        if resource_id in self._release_when_started:  # released while it was being started
+            self._release_when_started.discard(resource_id)
+            self.release_worker(resource_id)
 
     def _launch(self, resource_id: ResourceID, spec: WorkerSpec) -> subprocess.Popen[bytes]:
         """Write the worker's directory and start its process (blocking)."""
@@ -141,7 +220,9 @@ class LocalWorkerDriver:
         )
         config_path = directory / CONFIG_FILE
         config_path.write_text(yaml.safe_dump(config.to_strings(), sort_keys=True))
-        popen = spawn_service("task-executor", config_path, directory / LOG_FILE, new_session=False)
+        popen = spawn_service("task-executor", config_path, directory / LOG_FILE, new_session=True)
+        # Written once the child runs the worker, so that whoever reads it recognises it.
+        wait_exec(popen.pid, config_path)
         (directory / PID_FILE).write_text(f"{popen.pid}\n")
         return popen
 

@@ -165,8 +165,8 @@ class ResourceManager(ResourceManagerServicer):
     async def revoke_leadership(self) -> None:
         log.warning("resource manager %s lost leadership", short(self.identity.id))
         self.session_id = None
-        # A new leader cannot adopt this process's children: they go with its leadership (in the
-        # background: stopping them may take a while, and the rest of the state goes now).
+        # The workers keep running for the next leader to adopt; only their accounting goes
+        # (in the background: the driver may have to wait, and the rest of the state goes now).
         workers, self.active_workers = self.active_workers, None
         if workers is not None:
             self.runtime.spawn(workers.close(), "close-workers")

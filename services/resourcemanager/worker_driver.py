@@ -6,8 +6,16 @@ A *worker* is a task executor process the resource manager asked a driver for. T
 knows how to start and stop a process on its kind of infrastructure:
 
 * ``local`` (:mod:`.local_worker_driver`): child processes on the resource manager's host;
-* ``systemd`` (not built yet): template units on a list of hosts, through ``systemctl``. It plugs
-  in as another :class:`WorkerDriver`; nothing in the accounting depends on which driver runs.
+* ``systemd`` (:mod:`.systemd_worker_driver`): template units on a list of hosts, through
+  ``systemctl`` over SSH.
+
+Nothing in the accounting depends on which driver runs.
+
+Workers outlive the resource manager that started them (Flink keeps its TaskManagers across a
+JobManager failover the same way): when a resource manager gains leadership its driver looks for
+the workers already running (the previous leader's) and reports them once, with
+``on_previous_workers_recovered``; the accounting counts them as started, so the demand they
+will serve again once they re-register does not start duplicates.
 
 Like the slot manager's ``ResourceActions``, a driver's calls return at once and answer later,
 on the resource manager's event loop, through the :class:`WorkerEvents` it was given: the
@@ -85,6 +93,13 @@ class WorkerEvents(Protocol):
         """The worker's process ended, whoever stopped it."""
         ...
 
+    def on_previous_workers_recovered(self, resource_ids: list[ResourceID]) -> None:
+        """The workers found running when the driver started (a previous leader's), reported
+        exactly once after :meth:`WorkerDriver.start`, possibly empty (Flink's
+        ``onPreviousAttemptWorkersRecovered``). Later ends of these are reported with
+        ``on_worker_terminated`` like any other."""
+        ...
+
 
 class WorkerDriver(Protocol):
     """Starts and stops workers on one kind of infrastructure (Flink's
@@ -97,7 +112,8 @@ class WorkerDriver(Protocol):
         ...
 
     def start(self, events: WorkerEvents) -> None:
-        """Begin: later answers go to ``events``."""
+        """Begin (this resource manager leads): look for running workers and report them with
+        ``on_previous_workers_recovered``; later answers go to ``events``."""
         ...
 
     def request_worker(self, resource_id: ResourceID, spec: WorkerSpec) -> None:
@@ -110,7 +126,10 @@ class WorkerDriver(Protocol):
         ...
 
     async def close(self) -> None:
-        """Stop every worker this driver started and wait until they are gone."""
+        """Stop reporting (leadership lost, or the resource manager stops). The workers keep
+        running, for the next leader to adopt; stopping them all is the deployment's business
+        (``local-cluster down``, ``systemctl stop sparkmill.target``). A worker whose resource
+        manager never comes back ends itself after ``taskmanager.registration.timeout``."""
         ...
 
 

@@ -79,6 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
             dest="service_config",
             help="the service's configuration (YAML)",
         )
+        # Flink's dynamic properties: what one instance of a shared configuration adds, e.g.
+        # the resource id of a template unit's instance (sparkmill-task-executor-elastic@ID).
+        svc.add_argument(
+            "-D",
+            dest="service_overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override one configuration key (repeatable; checked like the file)",
+        )
     return parser
 
 
@@ -149,7 +159,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ROLES:
         from sparkmill.services.entrypoint import run_service
 
-        return run_service(args.command, args.service_config)
+        overrides: dict[str, str] = {}
+        for item in args.service_overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigurationError(item, "-D needs KEY=VALUE")
+            overrides[key.strip()] = value
+        return run_service(args.command, args.service_config, overrides)
     if args.command == "run":
         return jobs.run(args)
     if args.command == "explain":

@@ -4,6 +4,7 @@ driven by hand through a testing driver, a hand-written slot demand and manual t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -86,7 +87,11 @@ class FakeSlotDemand:
 
 
 class Harness:
-    def __init__(self, **settings: float | int | bool) -> None:
+    def __init__(
+        self, recovered: Sequence[ResourceID] | None = (), **settings: float | int | bool
+    ) -> None:
+        """``recovered``: what the driver reports to have found running at start (``None``:
+        no report yet)."""
         self.driver = TestingWorkerDriver()
         self.timers = ManualTimerService()
         self.demand = FakeSlotDemand()
@@ -102,9 +107,12 @@ class Harness:
                 start_retry_interval_s=float(settings.get("start_retry_interval_s", 3.0)),
                 wait_result_consumed=bool(settings.get("wait_result_consumed", True)),
                 max_start_failure_rate=float(settings.get("max_start_failure_rate", 10.0)),
+                recovery_timeout_s=float(settings.get("recovery_timeout_s", 50.0)),
             ),
         )
         self.workers.start()
+        if recovered is not None:
+            self.workers.on_previous_workers_recovered(list(recovered))
 
     def ask(self, waiting: int) -> int:
         self.demand.waiting = waiting
@@ -313,13 +321,109 @@ def test_a_lost_worker_is_stopped_and_counted_failed() -> None:
     assert h.workers.counts().failed_total == 1
 
 
-def test_close_stops_everything_and_requests_nothing_more() -> None:
+def test_close_forgets_the_workers_without_stopping_them_and_requests_nothing_more() -> None:
     h = Harness()
     h.ask(2)
     asyncio.run(h.workers.close())
     assert h.driver.closed
+    assert h.driver.released == []  # they wait for the next leader
     assert h.ask(4) == 0
     assert h.workers.workers() == {}
+
+
+def test_a_worker_released_while_starting_whose_start_fails_is_gone_not_failed() -> None:
+    h = Harness(registration_timeout_s=10.0)
+    h.ask(2)
+    [resource_id] = h.driver.requested
+    h.timers.advance(10.0)  # released: it did not register
+    assert h.workers.workers() == {resource_id: WorkerState.RELEASING}
+    h.workers.on_worker_start_failed(resource_id, "the host did not answer")
+    assert resource_id not in h.workers.workers()
+    assert h.workers.counts().failed_total == 1  # the timeout, not twice
+
+
+# ------------------------------------------------------------------ adoption after a failover
+
+
+def test_nothing_is_requested_until_the_driver_reported_the_running_workers() -> None:
+    h = Harness(recovered=None, min_slots=2)
+    assert h.ask(4) == 0
+    assert h.driver.requested == []
+    h.workers.on_previous_workers_recovered([ResourceID("old-1")])
+    # The recovered worker's 2 slots count as starting: one more worker for the other 2.
+    assert len(h.driver.requested) == 1
+    assert h.workers.workers()[ResourceID("old-1")] is WorkerState.STARTED
+    assert h.workers.counts().pending == 2
+    assert h.workers.recovered_total == 1
+    assert h.workers.counts().requested_total == 1  # adopting is not requesting
+
+
+def test_recovered_workers_cover_the_demand_while_they_re_register() -> None:
+    old = [ResourceID("old-1"), ResourceID("old-2")]
+    h = Harness(recovered=old)
+    assert h.ask(4) == 0  # their 4 slots will come back: no duplicate
+    h.register(old[0])
+    h.register(old[1])
+    assert h.workers.counts().registered == 2
+    h.timers.advance(3600.0)  # registered: no recovery timeout any more
+    assert h.driver.released == []
+
+
+def test_a_recovered_worker_that_does_not_register_is_released_not_failed() -> None:
+    old = ResourceID("old-1")
+    h = Harness(recovered=[old], recovery_timeout_s=20.0, start_retry_interval_s=5.0)
+    h.ask(2)
+    assert h.driver.requested == []
+    h.timers.advance(19.9)
+    assert h.driver.released == []
+    h.timers.advance(0.1)
+    assert h.driver.released == [old]
+    assert old in h.demand.closed
+    counts = h.workers.counts()
+    assert (counts.failed_total, counts.released_total) == (0, 1)
+    assert len(h.driver.requested) == 1  # replaced at once: no cool-down
+    h.workers.on_worker_terminated(old, "stopped")
+    assert h.workers.counts().failed_total == 0
+
+
+def test_a_recovered_worker_that_ends_before_registering_starts_no_cool_down() -> None:
+    old = ResourceID("old-1")
+    h = Harness(recovered=[old], start_retry_interval_s=5.0)
+    h.demand.waiting = 2
+    h.workers.on_worker_terminated(old, "it was stopping")
+    assert h.workers.counts().failed_total == 0
+    assert len(h.driver.requested) == 1
+
+
+def test_a_worker_registered_before_the_report_is_adopted_as_registered_and_idle() -> None:
+    h = Harness(recovered=None)
+    early, stranger = ResourceID("old-1"), ResourceID("someone-elses")
+    h.demand.registered = 4
+    h.workers.on_worker_registered(early)
+    h.workers.on_worker_registered(stranger)
+    h.demand.idle.update({early, stranger})
+    h.workers.on_idle(early)
+    h.workers.on_idle(stranger)
+    h.workers.on_previous_workers_recovered([early])
+    assert h.workers.workers() == {early: WorkerState.RELEASING}  # idle: released at once
+    assert h.driver.released == [early]  # never the task executor it did not find
+
+
+def test_the_recovery_wait_is_bounded() -> None:
+    h = Harness(recovered=None, recovery_timeout_s=10.0)
+    assert h.ask(2) == 0
+    h.timers.advance(10.0)
+    assert len(h.driver.requested) == 1
+    h.workers.on_previous_workers_recovered([ResourceID("late")])  # too late: ignored
+    assert h.workers.workers().keys() == {h.driver.requested[0]}
+
+
+def test_the_recovery_timeout_defaults_from_the_settings() -> None:
+    from sparkmill.common.runtime.settings import ClusterSettings
+
+    settings = ClusterSettings(previous_worker_recovery_timeout_s=7.0)
+    assert ActiveWorkerSettings.of(settings).recovery_timeout_s == 7.0
+    assert ClusterSettings().previous_worker_recovery_timeout_s == 50.0
 
 
 def test_worker_transitions_are_checked() -> None:
@@ -385,6 +489,7 @@ def test_the_resource_manager_feeds_the_accounting_and_releases_through_it() -> 
             driver, ManualTimerService(), rm, ActiveWorkerSettings(spec=SPEC)
         )
         rm.active_workers.start()
+        rm.active_workers.on_previous_workers_recovered([])
         request = SlotRequest(JobID("job-1"), AllocationID("alloc-1"), UNKNOWN_PROFILE, "")
         rm.slot_manager.register_slot_request(request)
         assert rm.waiting_slot_requests() == 1

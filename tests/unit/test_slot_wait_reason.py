@@ -70,6 +70,7 @@ def test_the_heartbeat_tells_the_job_master_that_the_maximum_is_reached() -> Non
             driver, ManualTimerService(), rm, ActiveWorkerSettings(spec=SPEC, max_slots=2)
         )
         rm.active_workers.start()
+        rm.active_workers.on_previous_workers_recovered([])  # the driver found none running
         for allocation in ("a1", "a2", "a3", "a4"):
             rm.slot_manager.register_slot_request(_request("job-1", allocation))
         assert rm.active_workers.check_resource_needs() == 1  # 2 slots: the maximum

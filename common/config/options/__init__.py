@@ -33,6 +33,7 @@ _DOCS_ORDER = (
     "Heartbeats and registration",
     "Slots",
     "Active resource management",
+    "systemd driver",
     "Jobs, failover and restarts",
     "High availability",
     "Metrics",

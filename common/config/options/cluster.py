@@ -170,8 +170,9 @@ RESOURCE_MANAGER_DRIVER = option(
     "none",
     "How the resource manager gets task executors. 'none': it only uses the task executors "
     "someone else started. 'local': it starts task executor processes on its own host when "
-    "slots are missing and stops them when idle.",
-    choices=("none", "local"),
+    "slots are missing and stops them when idle. 'systemd': it starts and stops template units "
+    "on the hosts of resourcemanager.systemd.hosts, with systemctl over SSH.",
+    choices=("none", "local", "systemd"),
 )
 SLOT_MANAGER_NUMBER_OF_SLOTS_MIN = option(
     "slotmanager.number-of-slots.min",
@@ -215,6 +216,18 @@ RESOURCE_MANAGER_START_WORKER_MAX_FAILURE_RATE = option(
     "until fewer failed within the last minute.",
     min=0.01,
 )
+RESOURCE_MANAGER_PREVIOUS_WORKER_RECOVERY_TIMEOUT = option(
+    "resourcemanager.previous-worker.recovery.timeout",
+    DURATION,
+    50.0,
+    "After a failover, how long the new leader waits for a task executor it found running (a "
+    "previous leader's) to register again before it stops it. Such a task executor counts as "
+    "started meanwhile, so no duplicate is started for the slots it will offer. Flink's default "
+    "is 0 (no wait); sparkmill's is heartbeat.timeout's default: a task executor re-registers "
+    "seconds after ZooKeeper names the new leader, and one that stayed silent this long would "
+    "have been declared lost had it been registered.",
+    min=0,
+)
 RESOURCE_MANAGER_RELEASE_WAIT_RESULT_CONSUMED = option(
     "resourcemanager.taskmanager-release.wait.result.consumed",
     BOOL,
@@ -229,4 +242,86 @@ RESOURCE_MANAGER_LOCAL_WORKER_DIR = option(
     "Where the 'local' driver keeps each task executor's configuration, log and scratch "
     "directories (one sub-directory per task executor); empty means a 'workers' directory "
     "next to the resource manager's configuration file.",
+)
+
+
+# --------------------------------------------------------------------------------------------
+group(
+    "systemd driver",
+    "How the resource manager reaches the task-executor hosts when resourcemanager.driver is "
+    "'systemd': each task executor is an instance of a template unit, named by its resource "
+    "id, started and stopped with systemctl over SSH (an argument list, BatchMode, checked "
+    "host keys).",
+)
+RESOURCE_MANAGER_SYSTEMD_HOSTS = option(
+    "resourcemanager.systemd.hosts",
+    STRING,
+    "",
+    "Comma-separated hosts that run on-demand task executors, each 'HOST' or 'HOST=SLOTS' "
+    "(the slots its task executors may offer together; default "
+    "resourcemanager.systemd.slots-per-host). Host names and IPv4 addresses only. A new task "
+    "executor goes to the host with the most free slots.",
+)
+RESOURCE_MANAGER_SYSTEMD_SLOTS_PER_HOST = option(
+    "resourcemanager.systemd.slots-per-host",
+    INT,
+    4,
+    "Slots of on-demand task executors a host of resourcemanager.systemd.hosts takes when its "
+    "entry does not say.",
+    min=1,
+)
+RESOURCE_MANAGER_SYSTEMD_UNIT = option(
+    "resourcemanager.systemd.unit",
+    STRING,
+    "sparkmill-task-executor-elastic",
+    "The template unit of an on-demand task executor, without '@.service': its instance name "
+    "is the task executor's resource id (the Ansible role installs it). It must differ from "
+    "the fixed task executors' sparkmill-task-executor@N units.",
+)
+RESOURCE_MANAGER_SYSTEMD_SSH_USER = option(
+    "resourcemanager.systemd.ssh-user",
+    STRING,
+    "root",
+    "The account the resource manager logs in as on the task-executor hosts. The Ansible role "
+    "restricts its key there to a forced command that runs only systemctl start, stop, "
+    "is-active and list-units of the template unit.",
+)
+RESOURCE_MANAGER_SYSTEMD_SSH_IDENTITY_FILE = option(
+    "resourcemanager.systemd.ssh-identity-file",
+    STRING,
+    "",
+    "The resource manager's SSH private key; empty means ssh's default.",
+)
+RESOURCE_MANAGER_SYSTEMD_SSH_KNOWN_HOSTS_FILE = option(
+    "resourcemanager.systemd.ssh-known-hosts-file",
+    STRING,
+    "",
+    "The known_hosts file with the task-executor hosts' host keys (required with the systemd "
+    "driver): a host whose key is not there is refused (StrictHostKeyChecking=yes).",
+)
+RESOURCE_MANAGER_SYSTEMD_SSH_PORT = option(
+    "resourcemanager.systemd.ssh-port", INT, 22, "The hosts' SSH port.", min=1, max=65535
+)
+RESOURCE_MANAGER_SYSTEMD_CONNECT_TIMEOUT = option(
+    "resourcemanager.systemd.ssh-connect-timeout",
+    DURATION,
+    10.0,
+    "How long ssh waits for a host's connection (ConnectTimeout).",
+    min=1.0,
+)
+RESOURCE_MANAGER_SYSTEMD_COMMAND_TIMEOUT = option(
+    "resourcemanager.systemd.command-timeout",
+    DURATION,
+    60.0,
+    "Bound of one remote systemctl call, connection included; past it the call counts as "
+    "failed (a start that timed out is followed by a stop, in case it went through).",
+    min=1.0,
+)
+RESOURCE_MANAGER_SYSTEMD_CHECK_INTERVAL = option(
+    "resourcemanager.systemd.check-interval",
+    DURATION,
+    10.0,
+    "How often the active units are listed on the hosts that run task executors, to notice "
+    "one that ended.",
+    min=MS,
 )

@@ -1,0 +1,429 @@
+"""The ``systemd`` worker driver against hand-written fake hosts: the exact ssh argument lists,
+the validation of every word that reaches a remote shell, placement by free slots, failures,
+adoption of running units, and the periodic check that notices ended units."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from sparkmill.cli.main import build_parser, main
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import ConfigurationError
+from sparkmill.common.core.ids import ResourceID, new_resource_id
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.settings import settings_from_config
+from sparkmill.common.runtime.timers import ManualTimerService
+from sparkmill.services.resourcemanager.active_workers import ActiveWorkers, ActiveWorkerSettings
+from sparkmill.services.resourcemanager.drivers import create_worker_driver
+from sparkmill.services.resourcemanager.systemd_worker_driver import (
+    CommandResult,
+    SystemdDriverSettings,
+    SystemdWorkerDriver,
+    run_command,
+)
+from sparkmill.services.resourcemanager.worker_driver import WorkerSpec, WorkerState
+
+UNIT = "sparkmill-task-executor-elastic"
+SPEC = WorkerSpec(slots=2, cpu_cores=2.0, memory_mb=1024)
+A, B = ResourceID("a" * 32), ResourceID("b" * 32)
+
+
+def _settings(**overrides: object) -> SystemdDriverSettings:
+    values: dict[str, object] = {
+        "resourcemanager.driver": "systemd",
+        "resourcemanager.systemd.hosts": "te-1=4, te-2",
+        "resourcemanager.systemd.slots-per-host": 2,
+        "resourcemanager.systemd.ssh-known-hosts-file": "/etc/sparkmill/known_hosts",
+        "resourcemanager.systemd.ssh-identity-file": "/etc/sparkmill/keys/rm_ssh",
+        "resourcemanager.systemd.ssh-connect-timeout": "5 s",
+        "resourcemanager.systemd.command-timeout": "20 s",
+        "resourcemanager.systemd.check-interval": "50 ms",
+        **overrides,
+    }
+    return SystemdDriverSettings.of(Configuration.from_mapping(values))
+
+
+class FakeHosts:
+    """What ssh would reach: per host, the active units; scripted failures. Called from the
+    runtime's blocking threads, so it keeps a lock."""
+
+    def __init__(self, hosts: tuple[str, ...] = ("te-1", "te-2")) -> None:
+        self.active: dict[str, set[str]] = {host: set() for host in hosts}
+        self.calls: list[tuple[list[str], float]] = []
+        self.unreachable: set[str] = set()
+        self.fail_start: CommandResult | None = None
+        self.fail_stop = False
+        self._lock = threading.Lock()
+
+    def remote(self, host: str) -> list[list[str]]:
+        """The remote words of the calls to ``host``."""
+        out = []
+        for argv, _ in self.calls:
+            cut = argv.index("--")
+            if argv[cut + 1] == host:
+                out.append(argv[cut + 2 :])
+        return out
+
+    def __call__(self, argv: list[str], timeout_s: float) -> CommandResult:
+        with self._lock:
+            self.calls.append((argv, timeout_s))
+            assert argv[0] == "ssh"
+            cut = argv.index("--")
+            host, remote = argv[cut + 1], argv[cut + 2 :]
+            if host in self.unreachable:
+                return CommandResult(255, "", f"ssh: connect to host {host} port 22: timed out")
+            units = self.active[host]
+            match remote:
+                case ["systemctl", "start", unit]:
+                    if self.fail_start is not None:
+                        return self.fail_start
+                    units.add(unit)
+                case ["systemctl", "stop", "--no-block", unit]:
+                    if self.fail_stop:
+                        return CommandResult(1, "", "Failed to stop")
+                    units.discard(unit)
+                case ["systemctl", "list-units", *_]:
+                    lines = [f"{u} loaded active running sparkmill task executor" for u in units]
+                    lines.append("sshd.service loaded active running OpenBSD Secure Shell")
+                    return CommandResult(0, "\n".join(sorted(lines)) + "\n")
+                case _:
+                    return CommandResult(1, "", f"unexpected {remote}")
+            return CommandResult(0)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, tuple[ResourceID, str]]] = []
+        self.changed = asyncio.Event()
+
+    def _note(self, kind: str, detail: tuple[ResourceID, str]) -> None:
+        self.events.append((kind, detail))
+        self.changed.set()
+
+    def on_worker_started(self, resource_id: ResourceID) -> None:
+        self._note("started", (resource_id, ""))
+
+    def on_worker_start_failed(self, resource_id: ResourceID, cause: str) -> None:
+        self._note("failed", (resource_id, cause))
+
+    def on_worker_terminated(self, resource_id: ResourceID, diagnostics: str) -> None:
+        self._note("terminated", (resource_id, diagnostics))
+
+    def on_previous_workers_recovered(self, resource_ids: list[ResourceID]) -> None:
+        self._note("recovered", (ResourceID(""), ",".join(sorted(resource_ids))))
+
+    async def next(self, kind: str, timeout_s: float = 5.0) -> tuple[ResourceID, str]:
+        """The first event of ``kind`` not seen yet: its resource id and text (for
+        ``recovered``: the ids, comma-separated)."""
+        async with asyncio.timeout(timeout_s):
+            while True:
+                for index, (seen, detail) in enumerate(self.events):
+                    if seen == kind:
+                        del self.events[index]
+                        return detail
+                self.changed.clear()
+                await self.changed.wait()
+
+
+Scenario = Callable[[SystemdWorkerDriver, FakeHosts, Recorder], Awaitable[None]]
+
+
+def _run(scenario: Scenario, hosts: FakeHosts | None = None, **overrides: object) -> None:
+    async def main() -> None:
+        runtime = ServiceRuntime("systemd-driver-test")
+        fake = hosts or FakeHosts()
+        driver = SystemdWorkerDriver(runtime, _settings(**overrides), 2, runner=fake)
+        events = Recorder()
+        driver.start(events)
+        try:
+            await scenario(driver, fake, events)
+        finally:
+            await driver.close()
+            await runtime.close()
+
+    asyncio.run(main())
+
+
+def test_a_start_is_one_ssh_argument_list_with_checked_host_keys() -> None:
+    async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
+        assert await events.next("recovered") == ("", "")
+        driver.request_worker(A, SPEC)
+        assert await events.next("started") == (A, "")
+        argv, timeout_s = next(c for c in hosts.calls if "start" in c[0])
+        assert argv == [
+            "ssh",
+            "-F", "/dev/null",
+            "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", "UserKnownHostsFile=/etc/sparkmill/known_hosts",
+            "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", "ConnectTimeout=5",
+            "-o", "LogLevel=ERROR",
+            "-p", "22",
+            "-l", "root",
+            "-o", "IdentitiesOnly=yes",
+            "-i", "/etc/sparkmill/keys/rm_ssh",
+            "--", "te-1",
+            "systemctl", "start", f"{UNIT}@{A}.service",
+        ]  # fmt: skip
+        assert timeout_s == 20.0
+        assert driver.placements() == {A: "te-1"}
+
+    _run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        ("te-1;reboot", "not a host name"),
+        ("-oProxyCommand=touch", "not a host name"),
+        ("te 1", "not a host name"),
+        ("te-1,te-1", "listed twice"),
+        ("te-1=0", "positive integer"),
+        ("te-1=two", "positive integer"),
+        ("", "at least one host"),
+        ("$(id)", "not a host name"),
+    ],
+)
+def test_hosts_are_validated(hosts: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        _settings(**{"resourcemanager.systemd.hosts": hosts})
+
+
+def test_paths_unit_and_user_are_validated() -> None:
+    with pytest.raises(ConfigurationError, match="must be set"):
+        _settings(**{"resourcemanager.systemd.ssh-known-hosts-file": ""})
+    for bad in ("known_hosts", "/etc/a b", "/etc/../root/x", "/etc/x;y"):
+        with pytest.raises(ConfigurationError, match="absolute path"):
+            _settings(**{"resourcemanager.systemd.ssh-known-hosts-file": bad})
+    for unit in ("Sparkmill", "x@", "x.service", "a b"):
+        with pytest.raises(ConfigurationError, match="lowercase"):
+            _settings(**{"resourcemanager.systemd.unit": unit})
+    with pytest.raises(ConfigurationError, match="not a user name"):
+        _settings(**{"resourcemanager.systemd.ssh-user": "root;id"})
+    settings = _settings(**{"resourcemanager.systemd.hosts": "te-1, 198.18.0.12=6"})
+    assert settings.hosts == {"te-1": 2, "198.18.0.12": 6}
+    with pytest.raises(ValueError, match="valid host"):
+        settings.ssh("-oProxyCommand=x", ["true"])
+
+
+def test_a_resource_id_that_cannot_name_an_instance_fails_without_a_call() -> None:
+    async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
+        await events.next("recovered")
+        calls = len(hosts.calls)
+        driver.request_worker(ResourceID("x; rm -rf /"), SPEC)
+        _, cause = await events.next("failed")
+        assert "cannot name a unit instance" in cause
+        assert len(hosts.calls) == calls
+        assert driver.placements() == {}
+
+    _run(scenario)
+
+
+def test_workers_go_to_the_host_with_the_most_free_slots_until_none_has_room() -> None:
+    async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
+        await events.next("recovered")
+        ids = [new_resource_id() for _ in range(4)]
+        for rid in ids:  # te-1 offers 4 slots, te-2 2: te-1, then a tie (the first), then te-2
+            driver.request_worker(rid, SPEC)
+        assert [driver.placements().get(rid) for rid in ids[:3]] == ["te-1", "te-1", "te-2"]
+        rid, cause = await events.next("failed")
+        assert rid == ids[3]
+        assert "no host of resourcemanager.systemd.hosts has 2 free slot(s)" in cause
+        assert "te-1=0, te-2=0" in cause
+        for _ in range(3):
+            await events.next("started")
+        assert {len(u) for u in hosts.active.values()} == {2, 1}
+
+    _run(scenario)
+
+
+def test_a_failed_start_is_reported_with_the_host_and_frees_the_slots() -> None:
+    async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
+        await events.next("recovered")
+        hosts.fail_start = CommandResult(
+            5, "", "Unit sparkmill-task-executor-elastic@.service not found."
+        )
+        driver.request_worker(A, SPEC)
+        rid, cause = await events.next("failed")
+        assert rid == A
+        assert f"systemctl start {UNIT}@{A}.service on te-1: exit code 5" in cause
+        assert "not found" in cause
+        assert driver.placements() == {}
+        assert not any("stop" in remote for remote in hosts.remote("te-1"))
+        # A call that did not finish may have gone through: it is followed by a stop.
+        hosts.fail_start = CommandResult(None, "", "timed out after 20s")
+        driver.request_worker(B, SPEC)
+        rid, cause = await events.next("failed")
+        assert "did not finish: timed out" in cause
+        assert ["systemctl", "stop", "--no-block", f"{UNIT}@{B}.service"] in hosts.remote("te-1")
+
+    _run(scenario)
+
+
+def test_a_worker_released_while_its_start_is_in_flight_is_stopped() -> None:
+    async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
+        await events.next("recovered")
+        driver.request_worker(A, SPEC)
+        driver.release_worker(A)  # before the start's answer
+        await events.next("started")
+        rid, _ = await events.next("terminated")  # the listing: stopped, no longer active
+        assert rid == A
+        assert hosts.active["te-1"] == set()
+        assert driver.placements() == {}
+
+    _run(scenario)
+
+
+def test_running_units_are_recovered_and_others_ignored() -> None:
+    hosts = FakeHosts(("te-1", "te-2", "te-3"))
+    hosts.active["te-1"] |= {f"{UNIT}@{A}.service", "sparkmill-task-executor@1.service"}
+    hosts.active["te-2"] |= {f"{UNIT}@{B}.service", f"{UNIT}@Bad$Name.service", "other@x.service"}
+    hosts.unreachable.add("te-3")
+
+    async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
+        assert await events.next("recovered") == ("", f"{A},{B}")
+        assert driver.placements() == {A: "te-1", B: "te-2"}
+        assert hosts.remote("te-1")[0] == [
+            "systemctl", "list-units", "--type=service", "--state=active",
+            "--plain", "--no-legend", "--no-pager",
+        ]  # fmt: skip
+        # Their slots count: te-2 (2 slots) is full, te-1 has 2 of 4 free, te-3 2 of 2.
+        first, second = new_resource_id(), new_resource_id()
+        driver.request_worker(first, SPEC)
+        driver.request_worker(second, SPEC)
+        assert driver.placements()[first] == "te-1"
+        assert driver.placements()[second] == "te-3"
+        assert await events.next("started") == (first, "")
+        rid, cause = await events.next("failed")
+        assert rid == second and "exit code 255: ssh: connect to host te-3" in cause
+
+    _run(scenario, hosts, **{"resourcemanager.systemd.hosts": "te-1=4, te-2, te-3"})
+
+
+def test_an_ended_unit_is_reported_and_a_release_stops_its_unit() -> None:
+    async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
+        await events.next("recovered")
+        driver.request_worker(A, SPEC)
+        driver.request_worker(B, SPEC)
+        await events.next("started")
+        await events.next("started")
+        hosts.active["te-1"].discard(f"{UNIT}@{A}.service")  # it crashed
+        rid, diagnostics = await events.next("terminated")
+        assert rid == A and "no longer active" in diagnostics and "journalctl -u" in diagnostics
+        # A release whose stop fails is asked again while the unit is active.
+        hosts.fail_stop = True
+        driver.release_worker(B)
+        async with asyncio.timeout(5):
+            while sum(r[:2] == ["systemctl", "stop"] for r in hosts.remote("te-1")) < 3:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        hosts.fail_stop = False
+        rid, _ = await events.next("terminated")
+        assert rid == B
+        assert hosts.active["te-1"] == set()
+        assert driver.placements() == {}
+
+    _run(scenario)
+
+
+def test_close_stops_nothing_and_reports_nothing() -> None:
+    async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
+        await events.next("recovered")
+        driver.request_worker(A, SPEC)
+        await events.next("started")
+        await driver.close()
+        calls = len(hosts.calls)
+        hosts.active["te-1"].clear()
+        await asyncio.sleep(0.2)
+        assert len(hosts.calls) == calls  # no more listings
+        assert events.events == []
+
+    _run(scenario)
+
+
+def test_failed_starts_count_in_the_accounting() -> None:
+    """Wired to the accounting: a start that fails on the host counts as failed and pauses new
+    starts; the units it adopted cover the demand."""
+
+    class Demand:
+        waiting = 4
+
+        def waiting_slot_requests(self) -> int:
+            return self.waiting
+
+        def registered_slots(self) -> int:
+            return 0
+
+        def is_idle(self, resource_id: ResourceID) -> bool:
+            return False
+
+        def close_task_executor(self, resource_id: ResourceID, cause: str) -> None:
+            pass
+
+    hosts = FakeHosts()
+    hosts.active["te-2"].add(f"{UNIT}@{A}.service")
+
+    async def main() -> None:
+        runtime = ServiceRuntime("systemd-driver-test")
+        driver = SystemdWorkerDriver(runtime, _settings(), 2, runner=hosts)
+        hosts.fail_start = CommandResult(1, "", "Job for unit failed")
+        workers = ActiveWorkers(
+            driver, ManualTimerService(), Demand(), ActiveWorkerSettings(spec=SPEC)
+        )
+        workers.start()
+        async with asyncio.timeout(5):
+            while workers.counts().failed_total == 0:  # noqa: ASYNC110 (no event to await)
+                await asyncio.sleep(0.01)
+        assert workers.workers() == {A: WorkerState.STARTED}  # adopted: covers 2 of 4 slots
+        assert workers.counts().requested_total == 1  # one more, which failed
+        assert workers.check_resource_needs() == 0  # cooling down
+        await workers.close()
+        await runtime.close()
+
+    asyncio.run(main())
+
+
+def test_run_command_bounds_a_call_and_reports_a_missing_binary() -> None:
+    assert run_command(["true"], 5).ok
+    result = run_command(["sleep", "5"], 0.2)
+    assert result.returncode is None and "timed out" in result.describe()
+    missing = run_command(["/nonexistent/ssh"], 1)
+    assert missing.returncode is None and "FileNotFoundError" in missing.describe()
+
+
+def test_the_configuration_chooses_the_systemd_driver(tmp_path: Path) -> None:
+    values = {
+        "resourcemanager.driver": "systemd",
+        "resourcemanager.systemd.hosts": "te-1=6",
+        "resourcemanager.systemd.ssh-known-hosts-file": "/etc/sparkmill/known_hosts",
+        "taskmanager.numberOfTaskSlots": 3,
+    }
+    config = Configuration.from_mapping(values)
+    runtime = ServiceRuntime("systemd-driver-test")
+    driver = create_worker_driver(settings_from_config(config), runtime, config)
+    assert isinstance(driver, SystemdWorkerDriver) and driver.name == "systemd"
+    del values["resourcemanager.systemd.hosts"]
+    config = Configuration.from_mapping(values)
+    with pytest.raises(ConfigurationError, match="at least one host"):
+        create_worker_driver(settings_from_config(config), runtime, config)
+
+
+def test_a_service_takes_dynamic_properties_like_the_unit_s_resource_id(tmp_path: Path) -> None:
+    """The template unit passes ``-D taskmanager.resource-id=%i``: the CLI takes it and a bad
+    one is refused before the service starts."""
+    args = build_parser().parse_args(
+        ["task-executor", "--config", "x.yaml", "-D", "taskmanager.resource-id=abc"]
+    )
+    assert args.service_overrides == ["taskmanager.resource-id=abc"]
+    config = tmp_path / "te.yaml"
+    config.write_text("taskmanager.numberOfTaskSlots: 2\n")
+    assert main(["task-executor", "--config", str(config), "-D", "no-equals-sign"]) == 2
+    assert (
+        main(["task-executor", "--config", str(config), "-D", "taskmanager.numberOfTaskSlots=0"])
+        == 2
+    )
