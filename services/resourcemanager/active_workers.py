@@ -35,7 +35,9 @@ like the :class:`~.slot_manager.SlotManager`: it does no I/O. It asks a
   requested (the demand may be theirs). Each one counts as started; one that does not register
   within ``resourcemanager.previous-worker.recovery.timeout`` is stopped (released, not a failed
   start: it may simply have been stopping). A recovered worker that registered before the
-  driver's report came is adopted as registered.
+  driver's report came is adopted as registered. A report that comes after the bound (a host
+  slow to answer) is still taken: its workers are adopted then, so that none of them stays
+  registered but never released; what was started meanwhile goes when idle.
 
 Task executors someone else started are never stopped: only this class's workers are. Closing
 (leadership lost) stops nothing: the workers wait for the next leader.
@@ -133,6 +135,7 @@ class WorkerCounts:
     requested_total: int
     failed_total: int
     released_total: int
+    recovered_total: int = 0  # a previous leader's, adopted
     recent_failures: int = 0  # within the last minute
     starts_paused: bool = False  # the failure rate reached its maximum
 
@@ -156,11 +159,13 @@ class ActiveWorkers:
         self._at_max_logged = False
         self._failures = StartFailureRate(settings.max_start_failure_rate)
         self._paused_until: float | None = None  # a pause already logged and timed
-        # Until the driver reported the previous leader's workers: task executors that
-        # registered (or went idle) meanwhile, to adopt them as they are.
+        # Until the driver reported the previous leader's workers, no worker is requested.
         self._recovering = True
-        self._registered_early: set[ResourceID] = set()
-        self._idle_early: set[ResourceID] = set()
+        # Registered task executors that are not (yet) workers, and those of them the slot
+        # manager found idle: the driver's report may name some of them, to adopt as they are.
+        # At most one entry per registered task executor.
+        self._registered_unowned: set[ResourceID] = set()
+        self._idle_unowned: set[ResourceID] = set()
         self.recovered_total = 0
         self.requested_total = 0
         self.failed_total = 0
@@ -279,25 +284,38 @@ class ActiveWorkers:
         self.check_resource_needs()
 
     def on_previous_workers_recovered(self, resource_ids: list[ResourceID]) -> None:
-        if self._closed or not self._recovering:
+        if self._closed:
             return
+        late = not self._recovering
+        adopted: list[Worker] = []
         for resource_id in resource_ids:
             if resource_id in self._workers:
                 continue
             worker = Worker(resource_id, self.settings.spec, WorkerState.STARTED, recovered=True)
             self._workers[resource_id] = worker
             self.recovered_total += 1
-            if resource_id in self._registered_early:
+            adopted.append(worker)
+            if resource_id in self._registered_unowned:
+                self._registered_unowned.discard(resource_id)
                 self._set_state(worker, WorkerState.REGISTERED)
-                worker.idle = resource_id in self._idle_early
+                worker.idle = resource_id in self._idle_unowned
+                self._idle_unowned.discard(resource_id)
             else:
                 self._schedule_recovery_timeout(worker)
         log.info(
-            "adopted %d running worker(s) of a previous leader from the %s driver",
-            len(resource_ids),
+            "adopted %d running worker(s) of a previous leader from the %s driver%s",
+            len(adopted),
             self.driver.name,
+            " (its report came after resourcemanager.previous-worker.recovery.timeout)"
+            if late
+            else "",
         )
-        self._end_recovery("")
+        if not late:
+            self._end_recovery("")
+            return
+        for worker in adopted:
+            if worker.idle:
+                self._try_release_idle(worker)
 
     def _end_recovery(self, problem: str) -> None:
         if not self._recovering or self._closed:
@@ -306,12 +324,9 @@ class ActiveWorkers:
             log.warning("starting workers without the previous leader's: %s", problem)
         self._recovering = False
         self._timers.cancel(self._key("recovery", None))
-        early, self._registered_early = self._registered_early, set()
-        self._idle_early.clear()
         self.check_resource_needs()
-        for resource_id in early:
-            worker = self._workers.get(resource_id)
-            if worker is not None and worker.idle:
+        for worker in list(self._workers.values()):
+            if worker.recovered and worker.idle and worker.state is WorkerState.REGISTERED:
                 self._try_release_idle(worker)
 
     # ---------------------------------------------------------------- resource manager events
@@ -322,8 +337,8 @@ class ActiveWorkers:
     def on_worker_registered(self, resource_id: ResourceID) -> None:
         """The task executor registered its slots with the slot manager."""
         worker = self._workers.get(resource_id)
-        if worker is None and self._recovering:
-            self._registered_early.add(resource_id)
+        if worker is None:
+            self._registered_unowned.add(resource_id)
         if worker is None or worker.state not in _STARTING:
             return
         if worker.state is WorkerState.REQUESTED:  # its start's answer is still on its way
@@ -342,12 +357,18 @@ class ActiveWorkers:
     def on_idle(self, resource_id: ResourceID) -> None:
         """The slot manager found the task executor idle for the task manager timeout."""
         worker = self._workers.get(resource_id)
-        if worker is None and self._recovering:
-            self._idle_early.add(resource_id)
+        if worker is None and resource_id in self._registered_unowned:
+            self._idle_unowned.add(resource_id)
         if worker is None or worker.state is not WorkerState.REGISTERED:
             return
         worker.idle = True
         self._try_release_idle(worker)
+
+    def on_task_executor_closed(self, resource_id: ResourceID) -> None:
+        """Its registration ended (lost, disconnected or replaced): not a candidate for
+        adoption any more unless it registers again."""
+        self._registered_unowned.discard(resource_id)
+        self._idle_unowned.discard(resource_id)
 
     def on_task_executor_lost(self, resource_id: ResourceID, cause: str) -> None:
         """Its heartbeats stopped: the process may hang, so it is stopped (and replaced if its
@@ -371,6 +392,7 @@ class ActiveWorkers:
             requested_total=self.requested_total,
             failed_total=self.failed_total,
             released_total=self.released_total,
+            recovered_total=self.recovered_total,
             recent_failures=self._failures.recent(now),
             starts_paused=self._failures.paused_until(now) is not None,
         )

@@ -103,13 +103,18 @@ def _worker_metrics(rm: ResourceManager) -> Iterator[Metric]:
         "Task executors the resource manager stopped because they were idle.",
     )
     released.add_metric([], float(counts.released_total))
+    recovered = counter(
+        "resource_manager_workers_recovered",
+        "Task executors of a previous leader that this one found running and adopted.",
+    )
+    recovered.add_metric([], float(counts.recovered_total))
     paused = gauge(
         "resource_manager_worker_starts_paused",
         "1 while the start failures of the last minute have reached "
         "resourcemanager.start-worker.max-failure-rate and no task executor is started, else 0.",
     )
     paused.add_metric([], 1.0 if counts.starts_paused else 0.0)
-    yield from (by_state, started, failed, released, paused)
+    yield from (by_state, started, failed, released, recovered, paused)
 
 
 def register(rm: ResourceManager, metrics: ProcessMetrics) -> None:

@@ -327,6 +327,8 @@ class ResourceManager(ResourceManagerServicer):
             return
         self._by_instance.pop(record.instance_id, None)
         self.te_heartbeats.unmonitor(resource_id)
+        if self.active_workers is not None:
+            self.active_workers.on_task_executor_closed(resource_id)
         lost: list[SlotRequest] = []
         if record.slot_manager_registered and self.slot_manager is not None:
             lost = self.slot_manager.unregister_task_executor(record.instance_id, cause)

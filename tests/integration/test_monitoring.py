@@ -238,6 +238,7 @@ def test_every_service_exposes_metrics_that_promtool_accepts(
         "sparkmill_resource_manager_workers_started_total",
         "sparkmill_resource_manager_workers_failed_total",
         "sparkmill_resource_manager_workers_released_total",
+        "sparkmill_resource_manager_workers_recovered_total",
         "sparkmill_resource_manager_worker_starts_paused",
     }, f"documented but not exposed: {sorted(documented - exposed)}"
 

@@ -414,8 +414,28 @@ def test_the_recovery_wait_is_bounded() -> None:
     assert h.ask(2) == 0
     h.timers.advance(10.0)
     assert len(h.driver.requested) == 1
-    h.workers.on_previous_workers_recovered([ResourceID("late")])  # too late: ignored
-    assert h.workers.workers().keys() == {h.driver.requested[0]}
+
+
+def test_a_report_after_the_bound_still_adopts_its_workers() -> None:
+    """A host slow to answer must not leave a previous leader's workers registered for ever
+    with nobody to release them: the late report adopts them, and an idle one goes."""
+    h = Harness(recovered=None, recovery_timeout_s=10.0)
+    slow, gone, stranger = ResourceID("old-1"), ResourceID("old-2"), ResourceID("someone-elses")
+    h.demand.registered = 6
+    for resource_id in (slow, gone, stranger):
+        h.workers.on_worker_registered(resource_id)
+    h.workers.on_task_executor_closed(gone)  # disconnected before the report
+    h.demand.idle.update({slow, stranger})
+    h.workers.on_idle(slow)
+    h.workers.on_idle(stranger)
+    h.timers.advance(10.0)  # the bound passed without a report
+    assert h.driver.released == []
+    h.workers.on_previous_workers_recovered([slow, gone])
+    assert h.workers.workers() == {slow: WorkerState.RELEASING, gone: WorkerState.STARTED}
+    assert h.driver.released == [slow]  # idle: released; never the stranger
+    assert h.workers.counts().recovered_total == 2
+    h.timers.advance(10.0)  # the one not registered gets its recovery timeout
+    assert h.driver.released == [slow, gone]
 
 
 def test_the_recovery_timeout_defaults_from_the_settings() -> None:
@@ -474,6 +494,7 @@ def test_worker_metrics_count_pending_registered_failed_and_released() -> None:
     assert samples[("sparkmill_resource_manager_workers_started_total", "")] == 3
     assert samples[("sparkmill_resource_manager_workers_failed_total", "")] == 1
     assert samples[("sparkmill_resource_manager_workers_released_total", "")] == 1
+    assert samples[("sparkmill_resource_manager_workers_recovered_total", "")] == 0
 
 
 def test_the_resource_manager_feeds_the_accounting_and_releases_through_it() -> None:
