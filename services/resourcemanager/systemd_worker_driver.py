@@ -263,6 +263,9 @@ class SystemdWorkerDriver:
         self._runner = runner
         self._events: WorkerEvents | None = None
         self._placed: dict[ResourceID, _Placed] = {}
+        # Hosts that could not be listed when this driver started: listed again at every check
+        # until they answer, and their running units are reported then (adopted late).
+        self._unlisted: set[str] = set()
         self._checker: asyncio.Task[None] | None = None
 
     @property
@@ -385,17 +388,25 @@ class SystemdWorkerDriver:
         for host, listing in zip(hosts, listings, strict=True):
             if not listing.ok:
                 log.warning(
-                    "could not list the task executors running on %s (%s): those are not adopted",
+                    "could not list the task executors running on %s (%s): asked again at "
+                    "every check, its units are adopted once it answers",
                     host,
                     listing.problem,
                 )
-            for instance in sorted(listing.instances):
-                resource_id = ResourceID(instance)
-                self._placed[resource_id] = _Placed(host, self._slots_per_worker, running=True)
-                recovered.append(resource_id)
+                self._unlisted.add(host)
+            recovered += self._adopt(host, listing)
         log.info("found %d running task executor unit(s) on %d host(s)", len(recovered), len(hosts))
         events.on_previous_workers_recovered(recovered)
         self._checker = self._runtime.spawn(self._check_loop(events), "check-workers")
+
+    def _adopt(self, host: str, listing: _Listing) -> list[ResourceID]:
+        adopted = []
+        for instance in sorted(listing.instances):
+            resource_id = ResourceID(instance)
+            if resource_id not in self._placed:
+                self._placed[resource_id] = _Placed(host, self._slots_per_worker, running=True)
+                adopted.append(resource_id)
+        return adopted
 
     async def _check_loop(self, events: WorkerEvents) -> None:
         while self._events is events:
@@ -404,12 +415,21 @@ class SystemdWorkerDriver:
 
     async def check_once(self) -> None:
         """List the active units on the hosts with running workers: report the ended ones and
-        ask again for the stop of released ones still active."""
+        ask again for the stop of released ones still active. Hosts not listed at the start are
+        listed too, and the units running there reported as recovered once they answer."""
         events = self._events
         judged = {rid: p for rid, p in self._placed.items() if p.running}
-        hosts = sorted({placed.host for placed in judged.values()})
+        hosts = sorted({placed.host for placed in judged.values()} | self._unlisted)
         listings = await asyncio.gather(*(self._list(host) for host in hosts))
         by_host = dict(zip(hosts, listings, strict=True))
+        late: list[ResourceID] = []
+        for host in sorted(self._unlisted):
+            if by_host[host].ok:
+                self._unlisted.discard(host)
+                late += self._adopt(host, by_host[host])
+        if late and events is not None and self._events is events:
+            log.info("found %d running task executor unit(s) on a late host", len(late))
+            events.on_previous_workers_recovered(late)
         for resource_id, placed in judged.items():
             listing = by_host[placed.host]
             if not listing.ok or self._placed.get(resource_id) is not placed:

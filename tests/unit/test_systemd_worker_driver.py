@@ -306,6 +306,25 @@ def test_running_units_are_recovered_and_others_ignored() -> None:
     _run(scenario, hosts, **{"resourcemanager.systemd.hosts": "te-1=4, te-2, te-3"})
 
 
+def test_a_host_unreachable_at_the_start_is_listed_again_and_its_units_adopted_late() -> None:
+    hosts = FakeHosts(("te-1", "te-2"))
+    hosts.active["te-2"] |= {f"{UNIT}@{B}.service"}
+    hosts.unreachable.add("te-2")
+
+    async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
+        assert await events.next("recovered") == ("", "")
+        assert driver.placements() == {}
+        hosts.unreachable.discard("te-2")  # it answers again
+        assert await events.next("recovered") == ("", B)
+        assert driver.placements() == {B: "te-2"}
+        await asyncio.sleep(0.3)  # later listings see it as a placed worker, not a new one
+        assert [kind for kind, _ in events.events] == []
+        hosts.active["te-2"].clear()  # and report its end like any other worker's
+        assert (await events.next("terminated"))[0] == B
+
+    _run(scenario, hosts)
+
+
 def test_an_ended_unit_is_reported_and_a_release_stops_its_unit() -> None:
     async def scenario(driver: SystemdWorkerDriver, hosts: FakeHosts, events: Recorder) -> None:
         await events.next("recovered")
