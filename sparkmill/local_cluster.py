@@ -52,6 +52,7 @@ from sparkmill.common.runtime.service_process import (
     process_tree,
     running_workers,
     spawn_service,
+    stop_workers,
 )
 
 CONFIG_FILE = "cluster.yaml"
@@ -369,6 +370,10 @@ class LocalCluster:
         for pid in workers:
             if is_alive(pid):
                 kill_tree(pid)
+        # A worker the resource manager started while the others stopped (a replacement for
+        # one that had just exited) is not in the list taken above; every service is gone now,
+        # so a second look finds whatever is left.
+        stop_workers(self.worker_dir, grace_s=max(1.0, deadline - time.monotonic()))
         for proc in services:
             if proc.role == "resource-manager":
                 _kill_group_leftovers(proc.pid)

@@ -161,10 +161,11 @@ class ActiveWorkers:
         self._paused_until: float | None = None  # a pause already logged and timed
         # Until the driver reported the previous leader's workers, no worker is requested.
         self._recovering = True
-        # Registered task executors that are not (yet) workers, and those of them the slot
-        # manager found idle: the driver's report may name some of them, to adopt as they are.
-        # At most one entry per registered task executor.
-        self._registered_unowned: set[ResourceID] = set()
+        # Registered task executors that are not (yet) workers, with whether their last slot
+        # report said they hold results, and those of them the slot manager found idle: the
+        # driver's report may name some of them, to adopt as they are (a worker holding results
+        # must not be released at its adoption). At most one entry per registered executor.
+        self._registered_unowned: dict[ResourceID, bool] = {}
         self._idle_unowned: set[ResourceID] = set()
         self.recovered_total = 0
         self.requested_total = 0
@@ -296,7 +297,7 @@ class ActiveWorkers:
             self.recovered_total += 1
             adopted.append(worker)
             if resource_id in self._registered_unowned:
-                self._registered_unowned.discard(resource_id)
+                worker.holds_results = self._registered_unowned.pop(resource_id)
                 self._set_state(worker, WorkerState.REGISTERED)
                 worker.idle = resource_id in self._idle_unowned
                 self._idle_unowned.discard(resource_id)
@@ -338,7 +339,12 @@ class ActiveWorkers:
         """The task executor registered its slots with the slot manager."""
         worker = self._workers.get(resource_id)
         if worker is None:
-            self._registered_unowned.add(resource_id)
+            self._registered_unowned.setdefault(resource_id, False)
+        if worker is not None and worker.state is WorkerState.RELEASING:
+            # Released before it registered (idle, or its registration timed out): its slots
+            # must not be handed out while it is being stopped.
+            self._demand.close_task_executor(resource_id, "released before it registered")
+            return
         if worker is None or worker.state not in _STARTING:
             return
         if worker.state is WorkerState.REQUESTED:  # its start's answer is still on its way
@@ -349,6 +355,8 @@ class ActiveWorkers:
     def on_slot_report(self, resource_id: ResourceID, holds_results: bool) -> None:
         worker = self._workers.get(resource_id)
         if worker is None:
+            if resource_id in self._registered_unowned:
+                self._registered_unowned[resource_id] = holds_results
             return
         worker.holds_results = holds_results
         if worker.idle and worker.state is WorkerState.REGISTERED:
@@ -367,7 +375,7 @@ class ActiveWorkers:
     def on_task_executor_closed(self, resource_id: ResourceID) -> None:
         """Its registration ended (lost, disconnected or replaced): not a candidate for
         adoption any more unless it registers again."""
-        self._registered_unowned.discard(resource_id)
+        self._registered_unowned.pop(resource_id, None)
         self._idle_unowned.discard(resource_id)
 
     def on_task_executor_lost(self, resource_id: ResourceID, cause: str) -> None:
@@ -421,6 +429,12 @@ class ActiveWorkers:
 
     def wait_reason(self) -> str:
         """Why waiting slot requests have no slot yet (shown on the jobs while they wait)."""
+        if self._recovering:
+            return (
+                f"the resource manager waits for its {self.driver.name} driver to report the "
+                "task executors a previous leader started (at most "
+                "resourcemanager.previous-worker.recovery.timeout) before it starts any"
+            )
         paused = self._failure_rate_pause()
         if paused:
             return paused

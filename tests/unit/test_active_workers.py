@@ -549,3 +549,41 @@ def test_the_resource_manager_feeds_the_accounting_and_releases_through_it() -> 
         await rm.clients.close()
 
     asyncio.run(scenario())
+
+
+def test_a_worker_adopted_after_its_report_of_held_results_is_not_released() -> None:
+    """The slot report of a task executor registered before the driver's report is kept: the
+    adopted worker still holds results a job may read, so idleness does not release it."""
+    h = Harness(recovered=None)
+    old = ResourceID("old-1")
+    h.demand.registered = 6
+    h.workers.on_worker_registered(old)
+    h.workers.on_slot_report(old, True)
+    h.demand.idle.add(old)
+    h.workers.on_idle(old)
+    h.workers.on_previous_workers_recovered([old])
+    assert h.workers.workers() == {old: WorkerState.REGISTERED}
+    assert h.driver.released == []
+    h.workers.on_slot_report(old, False)  # its results were read: now it goes
+    assert h.driver.released == [old]
+
+
+def test_a_worker_that_registers_while_it_is_released_gets_no_slots() -> None:
+    h = Harness(registration_timeout_s=10.0)
+    h.ask(2)
+    late = h.driver.requested[0]
+    h.workers.on_worker_started(late)
+    h.timers.advance(10.0)  # its registration timed out: released
+    assert h.workers.workers()[late] is WorkerState.RELEASING
+    h.demand.closed.clear()
+    h.workers.on_worker_registered(late)  # it registers on its way out
+    assert h.demand.closed == [late]
+    assert h.workers.workers()[late] is WorkerState.RELEASING
+
+
+def test_jobs_waiting_during_the_recovery_are_told_why() -> None:
+    h = Harness(recovered=None)
+    assert "previous leader" in h.workers.wait_reason()
+    assert "resourcemanager.previous-worker.recovery.timeout" in h.workers.wait_reason()
+    h.workers.on_previous_workers_recovered([])
+    assert "previous leader" not in h.workers.wait_reason()
