@@ -357,6 +357,20 @@ grep -q "heartbeat.timeout" "$WORK/bad-value.log" || { tail -20 "$WORK/bad-value
 [ "$before" = "$(sha256sum "$R/etc/sparkmill/sparkmill.yaml")" ] || fail "the bad configuration replaced the file"
 note "refused, naming heartbeat.timeout; sparkmill.yaml left as it was"
 
+step "on-demand task executors: authorized_keys' from= takes addresses, never host names"
+if "$PLAYBOOK" -i "$WORK/converge.ini" -e "@$WORK/converge-vars.yml" --tags sparkmill_checks \
+    -e '{"sparkmill_elastic": true, "sparkmill_elastic_rm_from": ["rm-1.example"]}' \
+    "$ROOT/ansible/site.yml" >"$WORK/elastic-name.log" 2>&1; then
+  fail "the role accepted a host name for authorized_keys' from= (sshd matches addresses only)"
+fi
+grep -q "sparkmill_elastic_rm_from" "$WORK/elastic-name.log" ||
+  { tail -20 "$WORK/elastic-name.log"; fail "the refusal does not say what to set"; }
+"$PLAYBOOK" -i "$WORK/converge.ini" -e "@$WORK/converge-vars.yml" --tags sparkmill_checks \
+  -e '{"sparkmill_elastic": true, "sparkmill_elastic_rm_from": ["127.0.0.1", "10.0.0.0/8", "::1"]}' \
+  "$ROOT/ansible/site.yml" >"$WORK/elastic-ip.log" 2>&1 ||
+  { tail -30 "$WORK/elastic-ip.log"; fail "the role refused IP addresses for from="; }
+note "a name is refused, naming sparkmill_elastic_rm_from; addresses and ranges pass"
+
 # -- fewer task executors: the surplus instance's configuration goes ------------------------------
 step "sparkmill_task_executors_per_host 2 -> 1 removes task-executor-2.yaml"
 "$PLAYBOOK" -i "$WORK/converge.ini" -e "@$WORK/converge-vars.yml" --tags sparkmill_config \
