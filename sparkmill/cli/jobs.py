@@ -317,16 +317,23 @@ def run_layout(args: argparse.Namespace, graph: JobGraph) -> tuple[dict[str, Any
         count = args.task_executors or 1
         return {"task_executors": count}, f"{count} task executors x {args.slots} slots"
     most = args.max_task_executors * args.slots
-    need = min(job_slot_need(graph), most)
+    wanted = job_slot_need(graph)
+    need = min(wanted, most)
     layout = {
         "elastic": True,
         "max_task_executors": args.max_task_executors,
         "extra_config": {"slotmanager.number-of-slots.min": need},
     }
     workers = -(-need // args.slots)
+    capped = (
+        f" (it could use {wanted}: its subtasks take turns; raise --max-task-executors or "
+        "--slots to run more at once)"
+        if wanted > most
+        else ""
+    )
     return layout, (
         f"task executors on demand: {workers} x {args.slots} slots for the job's {need}, "
-        f"at most {args.max_task_executors}"
+        f"at most {args.max_task_executors}{capped}"
     )
 
 

@@ -157,5 +157,6 @@ def test_run_elastic_asks_for_the_jobs_slots_as_the_minimum_within_the_maximum()
     }
     assert described.startswith("task executors on demand: 2 x 4 slots for the job's 6")
     one = build_parser().parse_args(["run", "p.py", "--elastic"])
-    layout, _ = run_layout(one, graph)
+    layout, described = run_layout(one, graph)
     assert layout["extra_config"] == {"slotmanager.number-of-slots.min": 4}  # at most 1 x 4
+    assert "it could use 6" in described and "--max-task-executors" in described
