@@ -9,8 +9,10 @@ fixed task executors' ``sparkmill-task-executor@N`` being another one).
 
 * **Placement.** Each host offers a number of slots (``HOST=SLOTS``, or
   ``resourcemanager.systemd.slots-per-host``); a new worker goes to the host with the most
-  free slots, reserved at once so that requests in flight do not overbook a host. When no host
-  has room the start fails (the accounting counts it and cools down).
+  free slots, reserved at once so that requests in flight do not overbook a host. A host whose
+  call did not connect is skipped for a growing back-off (:mod:`.host_health`), and a start
+  that did not connect is tried on the next host with room. When no host has room the start
+  fails (the accounting counts it and cools down).
 * **Calls.** One ``ssh`` per call, an argument list with BatchMode, StrictHostKeyChecking=yes
   against the configured known_hosts file and a ConnectTimeout, bounded by
   ``resourcemanager.systemd.command-timeout`` and run off the loop
@@ -20,7 +22,9 @@ fixed task executors' ``sparkmill-task-executor@N`` being another one).
 * **Ends.** ``systemctl stop --no-block`` asks for a stop; whether a unit still runs is learnt by
   listing the hosts' active units every ``resourcemanager.systemd.check-interval``: a worker
   whose unit is no longer active has ended (``on_worker_terminated``); a release whose unit is
-  still active is asked again (the host may have been unreachable).
+  still active is asked again (the host may have been unreachable). A unit that may run
+  without being a worker (its start did not finish, or it was started after a release or after
+  leadership was lost) is stopped the same way until a listing shows it inactive.
 * **Adoption.** When the driver starts (its resource manager gained leadership) it lists the
   active instances of the template on every host and reports them as recovered.
 """
@@ -32,6 +36,7 @@ import contextlib
 import logging
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -42,6 +47,7 @@ from sparkmill.common.config.schema import ConfigOption
 from sparkmill.common.core.errors import ConfigurationError
 from sparkmill.common.core.ids import ResourceID, short
 from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.services.resourcemanager.host_health import HostHealth
 from sparkmill.services.resourcemanager.worker_driver import WorkerEvents, WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -60,6 +66,10 @@ _INSTANCE_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}", re.ASCII)
 _USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}", re.ASCII)
 _PATH_RE = re.compile(r"/[A-Za-z0-9_./-]*", re.ASCII)
 _TAIL = 300  # characters of a failed call's output kept in its diagnostics
+_SSH_FAILED = 255  # ssh's own exit code: it could not connect (or lost the connection)
+# The first listing must end within previous-worker.recovery.timeout: a host that does not
+# answer within the connect timeout plus this is listed again at the checks instead.
+_RECOVERY_LISTING_MARGIN_S = 5.0
 
 
 def valid_instance(name: str) -> bool:
@@ -79,6 +89,12 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0
+
+    @property
+    def not_connected(self) -> bool:
+        """ssh could not connect, or the call did not finish: the host may be down (and the
+        remote command may have run all the same)."""
+        return self.returncode is None or self.returncode == _SSH_FAILED
 
     def describe(self) -> str:
         status = "did not finish" if self.returncode is None else f"exit code {self.returncode}"
@@ -256,6 +272,7 @@ class SystemdWorkerDriver:
         settings: SystemdDriverSettings,
         slots_per_worker: int,
         runner: CommandRunner = run_command,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._runtime = runtime
         self._settings = settings
@@ -263,9 +280,14 @@ class SystemdWorkerDriver:
         self._runner = runner
         self._events: WorkerEvents | None = None
         self._placed: dict[ResourceID, _Placed] = {}
+        # Units that may be active without being workers (a start that did not finish on a
+        # host the worker then left): slots they hold, stopped at each check until a listing
+        # shows them inactive; never reported.
+        self._strays: dict[tuple[str, ResourceID], int] = {}
         # Hosts that could not be listed when this driver started: listed again at every check
         # until they answer, and their running units are reported then (adopted late).
         self._unlisted: set[str] = set()
+        self._health = HostHealth(settings.check_interval_s, clock=clock)
         self._checker: asyncio.Task[None] | None = None
 
     @property
@@ -275,6 +297,7 @@ class SystemdWorkerDriver:
     def start(self, events: WorkerEvents) -> None:
         self._events = events
         self._placed.clear()  # the listing says what runs now
+        self._strays.clear()
         self._runtime.spawn(self._recover(events), "recover-workers")
 
     def request_worker(self, resource_id: ResourceID, spec: WorkerSpec) -> None:
@@ -282,17 +305,15 @@ class SystemdWorkerDriver:
             cause = f"{resource_id!r} cannot name a unit instance"
             self._runtime.spawn(self._answer_failed(resource_id, cause), "start-worker")
             return
-        host = self._place(spec.slots)
+        host = self._place(spec.slots, tried=set())
         if host is None:
-            free = ", ".join(f"{h}={f}" for h, f in self._free().items())
-            cause = (
-                f"no host of {opt.RESOURCE_MANAGER_SYSTEMD_HOSTS.key} has {spec.slots} free "
-                f"slot(s) (free: {free})"
+            self._runtime.spawn(
+                self._answer_failed(resource_id, self._no_room(spec.slots)), "start-worker"
             )
-            self._runtime.spawn(self._answer_failed(resource_id, cause), "start-worker")
             return
-        self._placed[resource_id] = _Placed(host, spec.slots)
-        self._runtime.spawn(self._start_worker(resource_id, host), "start-worker")
+        placed = _Placed(host, spec.slots)
+        self._placed[resource_id] = placed
+        self._runtime.spawn(self._start_worker(resource_id, placed), "start-worker")
 
     def release_worker(self, resource_id: ResourceID) -> None:
         placed = self._placed.get(resource_id)
@@ -314,50 +335,106 @@ class SystemdWorkerDriver:
         """Which host each known worker is on (tests, diagnostics)."""
         return {rid: placed.host for rid, placed in self._placed.items()}
 
+    def stray_units(self) -> list[tuple[str, ResourceID]]:
+        """Units that may run without being workers, stopped at each check (diagnostics)."""
+        return sorted(self._strays)
+
+    def skipped_hosts(self) -> list[str]:
+        """Hosts placement skips now, after failed calls (diagnostics)."""
+        return self._health.backing_off()
+
     # ---------------------------------------------------------------- placement
 
     def _free(self) -> dict[str, int]:
         free = dict(self._settings.hosts)
         for placed in self._placed.values():
             free[placed.host] = free.get(placed.host, 0) - placed.slots
+        for (host, _), slots in self._strays.items():
+            free[host] = free.get(host, 0) - slots
         return free
 
-    def _place(self, slots: int) -> str | None:
+    def _place(self, slots: int, tried: set[str]) -> str | None:
+        """The usable host with the most free slots (the first of them, in config order), not
+        one of ``tried``: a host in its back-off after a failure would only fail again."""
         free = self._free()
-        best = max(free, key=lambda host: free[host])  # the first of the freest, in order
-        return best if free[best] >= slots else None
+        fits = [
+            host
+            for host in free
+            if free[host] >= slots and host not in tried and self._health.usable(host)
+        ]
+        return max(fits, key=lambda host: free[host]) if fits else None
+
+    def _no_room(self, slots: int) -> str:
+        free = ", ".join(f"{host}={count}" for host, count in self._free().items())
+        key = opt.RESOURCE_MANAGER_SYSTEMD_HOSTS.key
+        cause = (
+            f"no host has {slots} free slot(s) for a new task executor (free: {free}): every "
+            f"host is full or unreachable; to run more, raise the slots in {key} (HOST=SLOTS) "
+            f"or add hosts"
+        )
+        skipped = self._health.backing_off()
+        if skipped:
+            cause += f"; skipped after failed calls: {', '.join(skipped)}"
+        return cause
 
     # ---------------------------------------------------------------- calls
 
-    async def _call(self, host: str, remote: list[str]) -> CommandResult:
+    async def _call(
+        self, host: str, remote: list[str], timeout_s: float | None = None
+    ) -> CommandResult:
         argv = self._settings.ssh(host, remote)
-        return await self._runtime.run_blocking(
-            self._runner, argv, self._settings.command_timeout_s
-        )
+        bound_s = self._settings.command_timeout_s if timeout_s is None else timeout_s
+        result: CommandResult = await self._runtime.run_blocking(self._runner, argv, bound_s)
+        if result.not_connected:
+            self._health.failed(host)
+        else:
+            self._health.answered(host)
+        return result
 
     async def _answer_failed(self, resource_id: ResourceID, cause: str) -> None:
         if self._events is not None:
             self._events.on_worker_start_failed(resource_id, cause)
 
-    async def _start_worker(self, resource_id: ResourceID, host: str) -> None:
+    async def _start_worker(self, resource_id: ResourceID, placed: _Placed) -> None:
         events = self._events
         unit = self._settings.unit_of(resource_id)  # checked by request_worker
-        result = await self._call(host, start_command(unit))
-        placed = self._placed.get(resource_id)
-        if not result.ok:
-            cause = f"systemctl start {unit} on {host}: {result.describe()}"
-            log.warning("worker %s could not be started: %s", short(resource_id), cause)
-            if result.returncode is None:  # it may have gone through all the same
-                await self._call(host, stop_command(unit))
-            self._placed.pop(resource_id, None)
-            if events is not None and self._events is events:
-                events.on_worker_start_failed(resource_id, cause)
-            return
+        tried: set[str] = set()
+        causes: list[str] = []
+        while True:
+            host = placed.host
+            tried.add(host)
+            result = await self._call(host, start_command(unit))
+            if result.ok:
+                break
+            causes.append(f"systemctl start {unit} on {host}: {result.describe()}")
+            log.warning("worker %s could not be started: %s", short(resource_id), causes[-1])
+            if result.not_connected:
+                # It may have gone through all the same: stop it (before trying elsewhere) and
+                # at each check until a listing shows it inactive, holding its slots meanwhile.
+                self._strays[(host, resource_id)] = placed.slots
+                await self._stop(resource_id, host)
+            next_host = None
+            if result.not_connected and not placed.releasing and self._events is events:
+                next_host = self._place(placed.slots, tried)
+            if next_host is None or self._placed.get(resource_id) is not placed:
+                if self._placed.get(resource_id) is placed:
+                    del self._placed[resource_id]
+                if events is not None and self._events is events:
+                    events.on_worker_start_failed(resource_id, "; ".join(causes))
+                return
+            placed.host = next_host  # at most once per host for this request
         log.info("worker %s started as %s on %s", short(resource_id), unit, host)
-        if placed is not None:
-            placed.running = True
-        if events is not None and self._events is events:
-            events.on_worker_started(resource_id)
+        if events is None or self._events is not events:
+            # Leadership was lost (or taken again) meanwhile: nobody tracks this unit.
+            if self._placed.get(resource_id) is placed:
+                del self._placed[resource_id]
+            await self._stop(resource_id, host)
+            return
+        placed.running = True
+        if placed.releasing:
+            # Released while the start was in flight: its stop may have landed first.
+            self._runtime.spawn(self._stop(resource_id, host), "stop-worker")
+        events.on_worker_started(resource_id)
 
     async def _stop(self, resource_id: ResourceID, host: str) -> None:
         unit = self._settings.unit_of(resource_id)
@@ -365,9 +442,10 @@ class SystemdWorkerDriver:
         if not result.ok:  # the next listing asks again while the unit is active
             log.warning("systemctl stop %s on %s: %s", unit, host, result.describe())
 
-    async def _list(self, host: str) -> _Listing:
-        result = await self._call(host, LIST_COMMAND)
+    async def _list(self, host: str, timeout_s: float | None = None) -> _Listing:
+        result = await self._call(host, LIST_COMMAND, timeout_s)
         if not result.ok:
+            self._health.failed(host)  # it may answer ssh but not list: do not place there
             return _Listing(False, problem=result.describe())
         instances = set()
         for line in result.stdout.splitlines():
@@ -381,7 +459,11 @@ class SystemdWorkerDriver:
 
     async def _recover(self, events: WorkerEvents) -> None:
         hosts = list(self._settings.hosts)
-        listings = await asyncio.gather(*(self._list(host) for host in hosts))
+        bound_s = min(
+            self._settings.command_timeout_s,
+            self._settings.connect_timeout_s + _RECOVERY_LISTING_MARGIN_S,
+        )
+        listings = await asyncio.gather(*(self._list(host, bound_s) for host in hosts))
         if self._events is not events:
             return
         recovered: list[ResourceID] = []
@@ -403,7 +485,8 @@ class SystemdWorkerDriver:
         adopted = []
         for instance in sorted(listing.instances):
             resource_id = ResourceID(instance)
-            if resource_id not in self._placed:
+            # A stray is being stopped: it is no worker to report.
+            if resource_id not in self._placed and (host, resource_id) not in self._strays:
                 self._placed[resource_id] = _Placed(host, self._slots_per_worker, running=True)
                 adopted.append(resource_id)
         return adopted
@@ -411,7 +494,10 @@ class SystemdWorkerDriver:
     async def _check_loop(self, events: WorkerEvents) -> None:
         while self._events is events:
             await asyncio.sleep(self._settings.check_interval_s)
-            await self.check_once()
+            try:
+                await self.check_once()
+            except Exception:  # one bad round (a bug, a handler's error) must not end checks
+                log.exception("checking the task executor units failed; checking again later")
 
     async def check_once(self) -> None:
         """List the active units on the hosts with running workers: report the ended ones and
@@ -419,7 +505,12 @@ class SystemdWorkerDriver:
         listed too, and the units running there reported as recovered once they answer."""
         events = self._events
         judged = {rid: p for rid, p in self._placed.items() if p.running}
-        hosts = sorted({placed.host for placed in judged.values()} | self._unlisted)
+        strays = dict(self._strays)
+        hosts = sorted(
+            {placed.host for placed in judged.values()}
+            | {host for host, _ in strays}
+            | self._unlisted
+        )
         listings = await asyncio.gather(*(self._list(host) for host in hosts))
         by_host = dict(zip(hosts, listings, strict=True))
         late: list[ResourceID] = []
@@ -430,6 +521,14 @@ class SystemdWorkerDriver:
         if late and events is not None and self._events is events:
             log.info("found %d running task executor unit(s) on a late host", len(late))
             events.on_previous_workers_recovered(late)
+        for host, resource_id in strays:
+            listing = by_host[host]
+            if not listing.ok:
+                continue
+            if resource_id in listing.instances:
+                self._runtime.spawn(self._stop(resource_id, host), "stop-worker")
+            else:
+                self._strays.pop((host, resource_id), None)
         for resource_id, placed in judged.items():
             listing = by_host[placed.host]
             if not listing.ok or self._placed.get(resource_id) is not placed:
@@ -453,7 +552,15 @@ class SystemdWorkerDriver:
 def systemd_worker_driver(
     runtime: ServiceRuntime, config: Configuration, slots_per_worker: int
 ) -> SystemdWorkerDriver:
-    return SystemdWorkerDriver(runtime, SystemdDriverSettings.of(config), slots_per_worker)
+    settings = SystemdDriverSettings.of(config)
+    if slots_per_worker > max(settings.hosts.values()):
+        raise ConfigurationError(
+            opt.RESOURCE_MANAGER_SYSTEMD_HOSTS.key,
+            f"no host offers the {slots_per_worker} slot(s) of one task executor "
+            f"(taskmanager.numberOfTaskSlots): give at least one host HOST={slots_per_worker} "
+            f"or more",
+        )
+    return SystemdWorkerDriver(runtime, settings, slots_per_worker)
 
 
 __all__ = [
