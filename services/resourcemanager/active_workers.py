@@ -159,6 +159,7 @@ class ActiveWorkers:
         self._at_max_logged = False
         self._failures = StartFailureRate(settings.max_start_failure_rate)
         self._paused_until: float | None = None  # a pause already logged and timed
+        self._no_room = ""  # the driver's last "every host is full", until a start succeeds
         # Until the driver reported the previous leader's workers, no worker is requested.
         self._recovering = True
         # Registered task executors that are not (yet) workers, with whether their last slot
@@ -257,6 +258,7 @@ class ActiveWorkers:
     def on_worker_started(self, resource_id: ResourceID) -> None:
         worker = self._workers.get(resource_id)
         if worker is not None and worker.state is WorkerState.REQUESTED:
+            self._no_room = ""
             self._set_state(worker, WorkerState.STARTED)
 
     def on_worker_start_failed(self, resource_id: ResourceID, cause: str) -> None:
@@ -270,11 +272,24 @@ class ActiveWorkers:
         self._terminated(worker, failed=True)
         self.check_resource_needs()
 
+    def on_worker_start_refused(self, resource_id: ResourceID, cause: str) -> None:
+        worker = self._workers.get(resource_id)
+        if worker is None or worker.state not in (*_STARTING, WorkerState.RELEASING):
+            return
+        if worker.state is not WorkerState.RELEASING:
+            log.info("no room for worker %s: %s", short(resource_id), cause)
+            self._no_room = cause
+            # Not a failure (no failure rate), but no new request until a pause has passed
+            # or a worker ended: asking again at once would be refused again at once.
+            self._start_cool_down()
+        self._terminated(worker, failed=False)
+
     def on_worker_terminated(self, resource_id: ResourceID, diagnostics: str) -> None:
         worker = self._workers.get(resource_id)
         if worker is None:
             return
         expected = worker.state is WorkerState.RELEASING
+        self._no_room = ""  # its room is free again
         if not expected:
             log.warning("worker %s ended: %s", short(resource_id), diagnostics)
         self._demand.close_task_executor(resource_id, f"its process ended: {diagnostics}")
@@ -455,7 +470,9 @@ class ActiveWorkers:
                 f"{self.driver.name})"
             )
         left = self._cool_down_until - self._timers.now()
-        if left > 0:
+        if self._no_room:
+            reasons.append(self._no_room)
+        elif left > 0:
             reasons.append(
                 f"a task executor failed to start: the next one starts in {left:.0f}s "
                 "(resourcemanager.start-worker.retry-interval)"

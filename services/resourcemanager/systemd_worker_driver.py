@@ -308,7 +308,7 @@ class SystemdWorkerDriver:
         host = self._place(spec.slots, tried=set())
         if host is None:
             self._runtime.spawn(
-                self._answer_failed(resource_id, self._no_room(spec.slots)), "start-worker"
+                self._answer_refused(resource_id, self._no_room(spec.slots)), "start-worker"
             )
             return
         placed = _Placed(host, spec.slots)
@@ -390,6 +390,10 @@ class SystemdWorkerDriver:
         else:
             self._health.answered(host)
         return result
+
+    async def _answer_refused(self, resource_id: ResourceID, cause: str) -> None:
+        if self._events is not None:
+            self._events.on_worker_start_refused(resource_id, cause)
 
     async def _answer_failed(self, resource_id: ResourceID, cause: str) -> None:
         if self._events is not None:

@@ -89,6 +89,12 @@ class WorkerEvents(Protocol):
         """The driver could not start the worker."""
         ...
 
+    def on_worker_start_refused(self, resource_id: ResourceID, cause: str) -> None:
+        """The driver has no room for the worker now (every host it may use is full): not a
+        failure of the installation, so it counts toward no failure rate; the resource
+        manager asks again after a pause or when a worker ends."""
+        ...
+
     def on_worker_terminated(self, resource_id: ResourceID, diagnostics: str) -> None:
         """The worker's process ended, whoever stopped it."""
         ...

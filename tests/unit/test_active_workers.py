@@ -587,3 +587,19 @@ def test_jobs_waiting_during_the_recovery_are_told_why() -> None:
     assert "resourcemanager.previous-worker.recovery.timeout" in h.workers.wait_reason()
     h.workers.on_previous_workers_recovered([])
     assert "previous leader" not in h.workers.wait_reason()
+
+
+def test_a_driver_without_room_is_asked_again_after_a_pause_without_counting_a_failure() -> None:
+    h = Harness(start_retry_interval_s=5.0, max_start_failure_rate=1.0)
+    h.ask(2)
+    full = h.driver.requested[0]
+    h.workers.on_worker_start_refused(full, "no host has 2 free slot(s): every host is full")
+    counts = h.workers.counts()
+    assert (counts.failed_total, counts.recent_failures, counts.starts_paused) == (0, 0, False)
+    assert h.workers.workers() == {}
+    assert "every host is full" in h.workers.wait_reason()
+    assert h.workers.check_resource_needs() == 0  # not at once: it would be refused again
+    h.timers.advance(5.0)
+    assert len(h.driver.requested) == 2  # asked again after the pause
+    h.workers.on_worker_started(h.driver.requested[1])
+    assert "every host is full" not in h.workers.wait_reason()

@@ -43,6 +43,9 @@ class RecordedEvents:
     def on_worker_start_failed(self, resource_id: ResourceID, cause: str) -> None:
         self._note("failed", resource_id, cause)
 
+    def on_worker_start_refused(self, resource_id: ResourceID, cause: str) -> None:
+        self._note("refused", resource_id, cause)
+
     def on_worker_terminated(self, resource_id: ResourceID, diagnostics: str) -> None:
         self._note("terminated", resource_id, diagnostics)
 

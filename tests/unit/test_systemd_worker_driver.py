@@ -123,6 +123,9 @@ class Recorder:
     def on_worker_start_failed(self, resource_id: ResourceID, cause: str) -> None:
         self._note("failed", (resource_id, cause))
 
+    def on_worker_start_refused(self, resource_id: ResourceID, cause: str) -> None:
+        self._note("refused", (resource_id, cause))
+
     def on_worker_terminated(self, resource_id: ResourceID, diagnostics: str) -> None:
         self._note("terminated", (resource_id, diagnostics))
 
@@ -250,7 +253,7 @@ def test_workers_go_to_the_host_with_the_most_free_slots_until_none_has_room() -
         for rid in ids:  # te-1 offers 4 slots, te-2 2: te-1, then a tie (the first), then te-2
             driver.request_worker(rid, SPEC)
         assert [driver.placements().get(rid) for rid in ids[:3]] == ["te-1", "te-1", "te-2"]
-        rid, cause = await events.next("failed")
+        rid, cause = await events.next("refused")  # no room: not a failed start
         assert rid == ids[3]
         assert "no host has 2 free slot(s)" in cause and "every host is full" in cause
         assert (
@@ -487,7 +490,7 @@ def test_running_units_are_recovered_and_others_ignored() -> None:
         driver.request_worker(second, SPEC)
         assert driver.placements() == {A: "te-1", B: "te-2", first: "te-1"}
         assert await events.next("started") == (first, "")
-        rid, cause = await events.next("failed")
+        rid, cause = await events.next("refused")  # no usable host has room
         assert rid == second and "te-1=0, te-2=0, te-3=2" in cause
         assert "skipped after failed calls: te-3" in cause
 
