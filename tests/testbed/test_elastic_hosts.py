@@ -72,7 +72,10 @@ def _converge(bed: TestBed, *args: str) -> None:
     # Only the sparkmill role changes between the bed's configuration and the elastic one:
     # its tag leaves out the ZooKeeper and monitoring plays (a third of a converge here).
     result = bed.playbook("site.yml", "--tags", "sparkmill", *args)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    if result.returncode != 0:  # the play's end and what the services said about it
+        raise AssertionError(
+            result.stdout[-6000:] + result.stderr[-3000:] + "\n" + bed.journals(lines=60)
+        )
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +99,16 @@ def elastic_bed(bed: TestBed, tmp_path_factory: pytest.TempPathFactory) -> Itera
     finally:
         for host in bed.groups["task_executors"]:
             bed.ssh(host, f"systemctl stop '{UNIT}@*'", timeout=120, check=False)
-        _converge(bed)  # the bed's own configuration again (resourcemanager.driver: none)
+        # The bed's own configuration again (resourcemanager.driver: none), for the tests
+        # after this one. Once in four runs a job master's restart by this play failed ("the
+        # control process exited with error code", not understood yet): its report and the
+        # hosts' journals are printed, and the play runs once more, so that the bed the later
+        # tests need is restored; this test's own assertions are above.
+        try:
+            _converge(bed)
+        except AssertionError as failed:
+            print(f"restoring the bed's configuration failed, converging once more:\n{failed}")
+            _converge(bed)
         wait_cluster(bed)
 
 
