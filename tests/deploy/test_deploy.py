@@ -10,34 +10,17 @@ with the script's own explanation as the reason.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "check_deploy.sh"
+from tests.deploy.check_run import check_result
+
 EXIT_CANNOT_INSTALL = 77
 
 
 @pytest.mark.timeout(900)
 def test_check_deploy_passes() -> None:
-    env = dict(os.environ)
-    # The venv running this test is the project's: the script installs Ansible into it if needed.
-    env.setdefault("VENV", str(Path(sys.prefix)))
-    result = subprocess.run(
-        ["bash", str(SCRIPT)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=850,
-        check=False,
-    )
-    output = result.stdout
+    result = check_result()
+    output = result.output
     if result.returncode == EXIT_CANNOT_INSTALL:
         reason = next(
             (line for line in output.splitlines() if "SKIPPED" in line),
