@@ -1,7 +1,9 @@
-"""A leading ResourceManager for unit tests, with no election and no task executor to call."""
+"""A leading ResourceManager for unit tests, with no election and no task executor to call; and
+a stand-in for what the metrics collector reads of one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sparkmill.common.rpc.client import RpcClientPool
@@ -11,6 +13,8 @@ from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.runtime.timers import ManualTimerService
 from sparkmill.common.v1 import common_pb2, envelope_pb2, resource_manager_pb2
+from sparkmill.services.resourcemanager.active_workers import ActiveWorkers
+from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.resource_manager import ResourceManager
 from sparkmill.services.resourcemanager.slot_manager import SlotManager
 
@@ -48,3 +52,33 @@ def leading_resource_manager() -> ResourceManager:
 
 def call_context() -> CallContext:
     return CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0)
+
+
+@dataclass
+class TestingHeartbeats:
+    """What the collector reads of a HeartbeatManager."""
+
+    __test__ = False  # a test helper, not a test class
+
+    timeouts_total: int = 0
+
+
+@dataclass
+class TestingResourceManagerState:
+    """The fields of a ResourceManager its ResourceManagerCollector reads when scraped, set by
+    the test: a leader (``session_id`` set) with no task executor, no JobMaster, no slot view,
+    and the given worker accounting (``None``: resourcemanager.driver is none)."""
+
+    __test__ = False  # a test helper, not a test class
+
+    active_workers: ActiveWorkers | None
+    session_id: str | None = "s"
+    task_executors: dict[Any, Any] = field(default_factory=dict)
+    job_masters: dict[Any, Any] = field(default_factory=dict)
+    te_heartbeats: TestingHeartbeats = field(default_factory=TestingHeartbeats)
+    jm_heartbeats: TestingHeartbeats = field(default_factory=TestingHeartbeats)
+    slot_manager: SlotManager | None = None
+
+    def collector(self) -> ResourceManagerCollector:
+        """A collector that reads this state in place of a ResourceManager's."""
+        return ResourceManagerCollector(cast(ResourceManager, self))

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from types import SimpleNamespace
-from typing import Any, cast
 
 import pytest
 from prometheus_client.core import Metric
@@ -29,6 +27,7 @@ from sparkmill.services.resourcemanager.worker_driver import (
     WorkerState,
 )
 from tests.unit.resource_manager_harness import (
+    TestingResourceManagerState,
     call_context,
     leading_resource_manager,
     registration_request,
@@ -478,16 +477,7 @@ def test_worker_metrics_count_pending_registered_failed_and_released() -> None:
     h.workers.on_worker_start_failed(second, "boom")  # and a replacement is requested
     h.demand.idle.add(first)
     h.workers.on_idle(first)
-    rm = SimpleNamespace(
-        session_id="s",
-        task_executors={},
-        job_masters={},
-        te_heartbeats=SimpleNamespace(timeouts_total=0),
-        jm_heartbeats=SimpleNamespace(timeouts_total=0),
-        slot_manager=None,
-        active_workers=h.workers,
-    )
-    samples = _samples(ResourceManagerCollector(cast(Any, rm)))
+    samples = _samples(TestingResourceManagerState(h.workers).collector())
     assert samples[("sparkmill_resource_manager_workers", "pending")] == 1
     assert samples[("sparkmill_resource_manager_workers", "registered")] == 0
     assert samples[("sparkmill_resource_manager_workers", "releasing")] == 1
@@ -495,6 +485,27 @@ def test_worker_metrics_count_pending_registered_failed_and_released() -> None:
     assert samples[("sparkmill_resource_manager_workers_failed_total", "")] == 1
     assert samples[("sparkmill_resource_manager_workers_released_total", "")] == 1
     assert samples[("sparkmill_resource_manager_workers_recovered_total", "")] == 0
+
+
+def test_the_worker_metric_families_keep_their_names_types_and_labels() -> None:
+    """Dashboards and alert rules name these families: what the collector exposes stays put."""
+    families = {
+        (metric.name, metric.type, tuple(sorted({k for s in metric.samples for k in s.labels})))
+        for metric in TestingResourceManagerState(Harness().workers).collector().collect()
+    }
+    prefix = "sparkmill_resource_manager_"
+    assert families == {
+        ("sparkmill_leader", "gauge", ()),
+        (prefix + "task_executors", "gauge", ()),
+        (prefix + "job_masters", "gauge", ()),
+        ("sparkmill_heartbeat_timeouts", "counter", ("peer",)),
+        (prefix + "workers", "gauge", ("state",)),
+        (prefix + "workers_started", "counter", ()),
+        (prefix + "workers_failed", "counter", ()),
+        (prefix + "workers_released", "counter", ()),
+        (prefix + "workers_recovered", "counter", ()),
+        (prefix + "worker_starts_paused", "gauge", ()),
+    }
 
 
 def test_the_resource_manager_feeds_the_accounting_and_releases_through_it() -> None:

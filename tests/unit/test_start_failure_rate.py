@@ -4,13 +4,10 @@ advice of a timed-out slot request and the reason given to waiting jobs."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any, cast
-
 import pytest
 
-from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.start_failure_rate import StartFailureRate
+from tests.unit.resource_manager_harness import TestingResourceManagerState
 from tests.unit.test_active_workers import Harness, _samples
 
 
@@ -117,16 +114,8 @@ def test_the_wait_reason_names_the_cool_down() -> None:
 def test_the_pause_is_a_metric() -> None:
     h = Harness(start_retry_interval_s=0.0, max_start_failure_rate=1.0)
     h.ask(2)
-    rm = SimpleNamespace(
-        session_id="s",
-        task_executors={},
-        job_masters={},
-        te_heartbeats=SimpleNamespace(timeouts_total=0),
-        jm_heartbeats=SimpleNamespace(timeouts_total=0),
-        slot_manager=None,
-        active_workers=h.workers,
-    )
+    rm = TestingResourceManagerState(h.workers)
     paused = ("sparkmill_resource_manager_worker_starts_paused", "")
-    assert _samples(ResourceManagerCollector(cast(Any, rm)))[paused] == 0
+    assert _samples(rm.collector())[paused] == 0
     _fail_next(h)
-    assert _samples(ResourceManagerCollector(cast(Any, rm)))[paused] == 1
+    assert _samples(rm.collector())[paused] == 1
