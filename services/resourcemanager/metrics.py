@@ -88,33 +88,40 @@ def _worker_metrics(rm: ResourceManager) -> Iterator[Metric]:
     by_state.add_metric(["pending"], float(counts.pending))
     by_state.add_metric(["registered"], float(counts.registered))
     by_state.add_metric(["releasing"], float(counts.releasing))
-    started = counter(
-        "resource_manager_workers_started",
-        "Task executors the resource manager asked its driver to start since it leads.",
-    )
-    started.add_metric([], float(counts.requested_total))
-    failed = counter(
-        "resource_manager_workers_failed",
-        "Task executors that failed to start, did not register in time or ended unexpectedly.",
-    )
-    failed.add_metric([], float(counts.failed_total))
-    released = counter(
-        "resource_manager_workers_released",
-        "Task executors the resource manager stopped because they were idle.",
-    )
-    released.add_metric([], float(counts.released_total))
-    recovered = counter(
-        "resource_manager_workers_recovered",
-        "Task executors of a previous leader that this one found running and adopted.",
-    )
-    recovered.add_metric([], float(counts.recovered_total))
+    yield by_state
+    # The counters differ only in name, help and count.
+    for name, documentation, value in (
+        (
+            "resource_manager_workers_started",
+            "Task executors the resource manager asked its driver to start since it leads.",
+            counts.requested_total,
+        ),
+        (
+            "resource_manager_workers_failed",
+            "Task executors that failed to start, did not register in time or ended unexpectedly.",
+            counts.failed_total,
+        ),
+        (
+            "resource_manager_workers_released",
+            "Task executors the resource manager stopped because they were idle.",
+            counts.released_total,
+        ),
+        (
+            "resource_manager_workers_recovered",
+            "Task executors of a previous leader that this one found running and adopted.",
+            counts.recovered_total,
+        ),
+    ):
+        total = counter(name, documentation)
+        total.add_metric([], float(value))
+        yield total
     paused = gauge(
         "resource_manager_worker_starts_paused",
         "1 while the start failures of the last minute have reached "
         "resourcemanager.start-worker.max-failure-rate and no task executor is started, else 0.",
     )
     paused.add_metric([], 1.0 if counts.starts_paused else 0.0)
-    yield from (by_state, started, failed, released, recovered, paused)
+    yield paused
 
 
 def register(rm: ResourceManager, metrics: ProcessMetrics) -> None:
