@@ -18,7 +18,7 @@ import sparkmill as sm
 from sparkmill.client import ClusterClient
 from sparkmill.common.runtime.service_process import is_alive, running_workers
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
-from sparkmill.local_cluster import LocalCluster
+from tests.integration.conftest import RunningCluster, start_local_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -44,38 +44,28 @@ def hold_until_released(directory: str) -> Any:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[LocalCluster, ClusterClient]]:
-    local = LocalCluster(
-        tmp_path / "cluster",
-        slots=SLOTS,
-        elastic=True,
-        max_task_executors=3,
-        ha=True,
-        standbys=1,
-        extra_config={
-            "spark.master": "local[1]",
-            "resourcemanager.taskmanager-timeout": f"{IDLE_TIMEOUT_S:g} s",
-            "resourcemanager.start-worker.retry-interval": "1 s",
-        },
+def cluster(tmp_path: Path) -> Iterator[RunningCluster]:
+    running = RunningCluster(
+        start_local_cluster(
+            tmp_path / "cluster",
+            wait_timeout_s=180,
+            slots=SLOTS,
+            elastic=True,
+            max_task_executors=3,
+            ha=True,
+            standbys=1,
+            extra_config={
+                "spark.master": "local[1]",
+                "resourcemanager.taskmanager-timeout": f"{IDLE_TIMEOUT_S:g} s",
+                "resourcemanager.start-worker.retry-interval": "1 s",
+            },
+        )
     )
-    try:
-        local.start(wait_timeout_s=180)
-    except Exception:
-        print(local.logs())
-        local.stop()
-        raise
-    client = ClusterClient.from_config_file(local.config_path)
-    try:
-        yield local, client
-    except Exception:
-        print(local.logs())
-        raise
-    finally:
-        client.close()
-        pids = list(running_workers(local.worker_dir).values())
-        local.stop()
-        # The whole cluster's stop stops the workers, whoever started them.
-        assert not [pid for pid in pids if is_alive(pid)]
+    yield running
+    pids = list(running_workers(running.cluster.worker_dir).values())
+    running.close()
+    # The whole cluster's stop stops the workers, whoever started them.
+    assert not [pid for pid in pids if is_alive(pid)]
 
 
 def _status(client: ClusterClient) -> resource_manager_pb2.ClusterStatus:
@@ -99,9 +89,9 @@ def _wait(what: str, probe: Any, timeout_s: float) -> Any:
 
 
 def test_the_new_leader_adopts_the_running_workers_and_starts_none(
-    cluster: tuple[LocalCluster, ClusterClient], tmp_path: Path
+    cluster: RunningCluster, tmp_path: Path
 ) -> None:
-    local, client = cluster
+    local, client = cluster.cluster, cluster.client
     hold = tmp_path / "hold"
     hold.mkdir()
     pipeline = sm.Pipeline("adopted", parallelism=PARALLELISM)
