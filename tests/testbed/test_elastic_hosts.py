@@ -1,22 +1,27 @@
 """Task executors on demand across hosts: the resource managers run the ``systemd`` driver.
 
-The bed is converged once more with ``sparkmill_elastic`` (the role installs the on-demand
-template, the resource managers' SSH key behind the systemctl gate and the hosts' host keys;
-two slots of on-demand task executors per task-executor host, idle ones released after 20 s).
+The bed's own configuration installs the on-demand machinery everywhere (``sparkmill_elastic``:
+the template unit, the resource managers' SSH key behind the systemctl gate, the hosts' host
+keys; two slots of on-demand task executors per task-executor host), and its second converge
+proves it idempotent; only the resource managers' driver is held at ``none`` there, so that the
+other scenarios meet the fixed task executors alone. This module turns the driver on in both
+resource managers' files (idle task executors released after 20 s) and restarts them.
+
 A job with more subtasks than the fixed task executors' slots (3 hosts x 2) holds all of them at
 once: the leading resource manager starts template units on other hosts until it fits. While
 the job holds, the leader's unit is killed: the standby takes over, finds the running units on
 the hosts, adopts them (they re-register under their instance names) and starts none. The job
 then finishes with the exact output, and the adopted task executors go once idle: only a
 resource manager that adopted them releases them. The teardown stops any on-demand unit left
-and converges the bed back.
+and puts the resource managers' files back.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +30,12 @@ import yaml
 
 from sparkmill.cli import load_pipeline
 from sparkmill.common.v1 import common_pb2
-from tests.testbed.bed import STATE, TestBed
+from tests.testbed.bed import TestBed
 from tests.testbed.cluster import (
+    amend_config,
     cluster_client,
     leader_hosts,
+    restore_config,
     skip_when_scenarios_off,
     status_name,
     wait_cluster,
@@ -68,47 +75,48 @@ def _workers(bed: TestBed) -> dict[str, Any]:
     return workers
 
 
-def _converge(bed: TestBed, *args: str) -> None:
-    # Only the sparkmill role changes between the bed's configuration and the elastic one:
-    # its tag leaves out the ZooKeeper and monitoring plays (a third of a converge here).
-    result = bed.playbook("site.yml", "--tags", "sparkmill", *args)
-    if result.returncode != 0:  # the play's end and what the services said about it
-        raise AssertionError(
-            result.stdout[-6000:] + result.stderr[-3000:] + "\n" + bed.journals(lines=60)
-        )
+RM_CONFIG = "/etc/sparkmill/resource-manager.yaml"
+RM_UNIT = "sparkmill-resource-manager.service"
+
+
+def _on_resource_managers(bed: TestBed, action: Callable[[str], object]) -> None:
+    """``action(host)`` on both resource-manager hosts at once."""
+    with ThreadPoolExecutor(max_workers=len(bed.groups["resource_managers"])) as pool:
+        for future in [pool.submit(action, host) for host in bed.groups["resource_managers"]]:
+            future.result()
 
 
 @pytest.fixture(scope="module")
-def elastic_bed(bed: TestBed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestBed]:
-    group_vars = yaml.safe_load((STATE / "group_vars" / "all.yml").read_text())
-    extra_vars = {
-        "sparkmill_elastic": True,
-        "sparkmill_elastic_slots_per_host": FIXED_SLOTS,
-        "sparkmill_config_extra": {
-            **group_vars.get("sparkmill_config_extra", {}),
-            "resourcemanager.taskmanager-timeout": f"{IDLE_TIMEOUT_S} s",
-            "resourcemanager.start-worker.retry-interval": "5 s",
-        },
-    }
-    path = tmp_path_factory.mktemp("elastic") / "elastic-vars.json"
-    path.write_text(json.dumps(extra_vars))
+def elastic_bed(bed: TestBed) -> Iterator[TestBed]:
+    def turn_on(host: str) -> None:
+        rendered = yaml.safe_load(bed.ssh(host, f"cat {RM_CONFIG}", timeout=30).stdout)
+        # What the role rendered for the driver, held off by the bed's sparkmill_config_extra.
+        assert rendered["resourcemanager.driver"] == "none", rendered
+        assert rendered["resourcemanager.systemd.unit"] == UNIT, rendered
+        hosts = rendered["resourcemanager.systemd.hosts"].split(",")
+        expected = [f"{bed.addresses[h]}={FIXED_SLOTS}" for h in bed.groups["task_executors"]]
+        assert sorted(hosts) == sorted(expected), rendered
+        amend_config(
+            bed,
+            host,
+            RM_CONFIG,
+            {
+                "resourcemanager.driver": "systemd",
+                "resourcemanager.taskmanager-timeout": f"{IDLE_TIMEOUT_S} s",
+                "resourcemanager.start-worker.retry-interval": "5 s",
+            },
+        )
+        bed.ssh(host, f"systemctl restart {RM_UNIT}", timeout=120)
+
     try:
-        _converge(bed, "-e", f"@{path}")
+        _on_resource_managers(bed, turn_on)
         wait_cluster(bed)
         yield bed
     finally:
         for host in bed.groups["task_executors"]:
             bed.ssh(host, f"systemctl stop '{UNIT}@*'", timeout=120, check=False)
-        # The bed's own configuration again (resourcemanager.driver: none), for the tests
-        # after this one. Once in four runs a job master's restart by this play failed ("the
-        # control process exited with error code", not understood yet): its report and the
-        # hosts' journals are printed, and the play runs once more, so that the bed the later
-        # tests need is restored; this test's own assertions are above.
-        try:
-            _converge(bed)
-        except AssertionError as failed:
-            print(f"restoring the bed's configuration failed, converging once more:\n{failed}")
-            _converge(bed)
+        # The bed's own configuration again (driver none), for the tests after this one.
+        _on_resource_managers(bed, lambda host: restore_config(bed, host, RM_CONFIG, RM_UNIT))
         wait_cluster(bed)
 
 

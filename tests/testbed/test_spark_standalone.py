@@ -26,8 +26,10 @@ from tests.testbed import ha_data
 from tests.testbed.bed import TestBed
 from tests.testbed.cluster import (
     HaJob,
+    amend_config,
     answer,
     cluster_client,
+    restore_config,
     skip_when_scenarios_off,
     status_name,
     submit_ha,
@@ -59,20 +61,6 @@ def _on_each(hosts: list[str], action: Callable[[str], object]) -> None:
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         for future in [pool.submit(action, host) for host in hosts]:
             future.result()
-
-
-def _te_config(bed: TestBed, host: str, extra: dict[str, str]) -> None:
-    """Keeps the task executor's configuration aside and adds ``extra`` to it."""
-    script = (
-        "import json, sys, yaml; path = sys.argv[1]; data = yaml.safe_load(open(path));"
-        " data.update(json.loads(sys.argv[2])); yaml.safe_dump(data, open(path, 'w'))"
-    )
-    bed.ssh(
-        host,
-        f"test -e {TE_CONFIG}.orig || cp -p {TE_CONFIG} {TE_CONFIG}.orig;"
-        f" /opt/sparkmill/venv/bin/python -c {shlex.quote(script)} {TE_CONFIG}"
-        f" {shlex.quote(json.dumps(extra))}",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -111,9 +99,10 @@ def standalone(bed: TestBed) -> Iterator[str]:
         def use_the_master(host: str) -> None:
             # One core per task executor's application (three of them share the workers' cores),
             # and a lost executor is noticed in seconds.
-            _te_config(
+            amend_config(
                 bed,
                 host,
+                TE_CONFIG,
                 {
                     "spark.master": url,
                     "spark.conf.spark.cores.max": "1",
@@ -132,15 +121,7 @@ def standalone(bed: TestBed) -> Iterator[str]:
         wait_cluster(bed)
         yield url
     finally:
-        _on_each(
-            executors,
-            lambda host: bed.ssh(
-                host,
-                f"test ! -e {TE_CONFIG}.orig || mv {TE_CONFIG}.orig {TE_CONFIG};"
-                f" systemctl restart {TE_UNIT}",
-                check=False,
-            ),
-        )
+        _on_each(executors, lambda host: restore_config(bed, host, TE_CONFIG, TE_UNIT))
         for host in {MASTER_HOST, *WORKER_HOSTS}:
             bed.ssh(host, "systemctl stop spark-worker spark-master", check=False)
         wait_cluster(bed)
