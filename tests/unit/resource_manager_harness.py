@@ -16,7 +16,7 @@ from sparkmill.common.v1 import common_pb2, envelope_pb2, resource_manager_pb2
 from sparkmill.services.resourcemanager.active_workers import ActiveWorkers
 from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.resource_manager import ResourceManager
-from sparkmill.services.resourcemanager.slot_manager import SlotManager
+from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotState
 
 
 class UnusedElection:
@@ -64,6 +64,22 @@ class TestingHeartbeats:
 
 
 @dataclass
+class TestingSlotView:
+    """What the collector reads of a SlotManager: slots per state and pending requests."""
+
+    __test__ = False  # a test helper, not a test class
+
+    counts: dict[SlotState, int] = field(default_factory=dict)
+    pending_requests: int = 0
+
+    def slot_counts(self) -> dict[SlotState, int]:
+        return dict(self.counts)
+
+    def number_pending_requests(self) -> int:
+        return self.pending_requests
+
+
+@dataclass
 class TestingResourceManagerState:
     """The fields of a ResourceManager its ResourceManagerCollector reads when scraped, set by
     the test: a leader (``session_id`` set) with no task executor, no JobMaster, no slot view,
@@ -77,7 +93,7 @@ class TestingResourceManagerState:
     job_masters: dict[Any, Any] = field(default_factory=dict)
     te_heartbeats: TestingHeartbeats = field(default_factory=TestingHeartbeats)
     jm_heartbeats: TestingHeartbeats = field(default_factory=TestingHeartbeats)
-    slot_manager: SlotManager | None = None
+    slot_manager: SlotManager | TestingSlotView | None = None
 
     def collector(self) -> ResourceManagerCollector:
         """A collector that reads this state in place of a ResourceManager's."""

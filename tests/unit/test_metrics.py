@@ -37,12 +37,16 @@ from sparkmill.common.v1 import common_pb2
 from sparkmill.services.dispatcher.metrics import DispatcherCollector
 from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 from sparkmill.services.jobmaster.metrics import JobMasterCollector, _JobMasters
-from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest, SlotState
 from sparkmill.services.resourcemanager.task_executor_registration import TaskExecutorRegistration
 from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.metrics import TaskExecutorCollector, spark_session_up
 from sparkmill.testing import noop_pipeline
+from tests.unit.resource_manager_harness import (
+    TestingHeartbeats,
+    TestingResourceManagerState,
+    TestingSlotView,
+)
 from tests.unit.slot_manager_fakes import RecordingActions
 
 ES = ExecutionState
@@ -274,17 +278,14 @@ def test_slot_manager_reports_how_long_a_served_request_waited() -> None:
 
 def test_resource_manager_collector_reads_slot_counts_and_leadership() -> None:
     counts = {SlotState.FREE: 3, SlotState.PENDING: 1, SlotState.ALLOCATED: 4}
-    slots = SimpleNamespace(slot_counts=lambda: counts, number_pending_requests=lambda: 2)
-    rm = SimpleNamespace(
-        session_id="s",
+    rm = TestingResourceManagerState(
+        active_workers=None,  # resourcemanager.driver: none
         task_executors={"a": 1, "b": 2},
         job_masters={"j": 1},
-        te_heartbeats=SimpleNamespace(timeouts_total=3),
-        jm_heartbeats=SimpleNamespace(timeouts_total=0),
-        slot_manager=slots,
-        active_workers=None,  # resourcemanager.driver: none
+        te_heartbeats=TestingHeartbeats(timeouts_total=3),
+        slot_manager=TestingSlotView(counts, pending_requests=2),
     )
-    collector = ResourceManagerCollector(cast(Any, rm))
+    collector = rm.collector()
     assert value(collector, "sparkmill_leader") == 1
     assert value(collector, "sparkmill_resource_manager_task_executors") == 2
     assert value(collector, "sparkmill_resource_manager_slots", state="free") == 3
