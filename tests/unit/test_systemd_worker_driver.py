@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,151 +23,15 @@ from sparkmill.services.resourcemanager.drivers import create_worker_driver
 from sparkmill.services.resourcemanager.host_health import HostHealth
 from sparkmill.services.resourcemanager.systemd_worker_driver import (
     CommandResult,
-    SystemdDriverSettings,
     SystemdWorkerDriver,
     run_command,
 )
 from sparkmill.services.resourcemanager.worker_driver import WorkerSpec, WorkerState
+from tests.unit.systemd_driver_fakes import FakeHosts, Recorder, driver_settings, run_scenario
 
 UNIT = "sparkmill-task-executor-elastic"
 SPEC = WorkerSpec(slots=2, cpu_cores=2.0, memory_mb=1024)
 A, B = ResourceID("a" * 32), ResourceID("b" * 32)
-
-
-def _settings(**overrides: object) -> SystemdDriverSettings:
-    values: dict[str, object] = {
-        "resourcemanager.driver": "systemd",
-        "resourcemanager.systemd.hosts": "te-1=4, te-2",
-        "resourcemanager.systemd.slots-per-host": 2,
-        "resourcemanager.systemd.ssh-known-hosts-file": "/etc/sparkmill/known_hosts",
-        "resourcemanager.systemd.ssh-identity-file": "/etc/sparkmill/keys/rm_ssh",
-        "resourcemanager.systemd.ssh-connect-timeout": "5 s",
-        "resourcemanager.systemd.command-timeout": "20 s",
-        "resourcemanager.systemd.check-interval": "50 ms",
-        **overrides,
-    }
-    return SystemdDriverSettings.of(Configuration.from_mapping(values))
-
-
-class FakeHosts:
-    """What ssh would reach: per host, the active units; scripted failures. Called from the
-    runtime's blocking threads, so it keeps a lock."""
-
-    def __init__(self, hosts: tuple[str, ...] = ("te-1", "te-2")) -> None:
-        self.active: dict[str, set[str]] = {host: set() for host in hosts}
-        self.calls: list[tuple[list[str], float]] = []
-        self.unreachable: set[str] = set()
-        self.fail_start: CommandResult | None = None
-        self.fail_stop = False
-        self.start_runs_anyway = False  # a failing start (fail_start) still starts the unit
-        self.start_gate: threading.Event | None = None  # a start waits for it before running
-        self.now = 0.0  # the driver's clock: back-offs end only when a test moves it
-        self._lock = threading.Lock()
-
-    def clock(self) -> float:
-        return self.now
-
-    def remote(self, host: str) -> list[list[str]]:
-        """The remote words of the calls to ``host``."""
-        out = []
-        for argv, _ in self.calls:
-            cut = argv.index("--")
-            if argv[cut + 1] == host:
-                out.append(argv[cut + 2 :])
-        return out
-
-    def __call__(self, argv: list[str], timeout_s: float) -> CommandResult:
-        gate = self.start_gate
-        if gate is not None and argv[-2:-1] == ["start"]:
-            assert gate.wait(5), "the start gate was never opened"
-        with self._lock:
-            self.calls.append((argv, timeout_s))
-            assert argv[0] == "ssh"
-            cut = argv.index("--")
-            host, remote = argv[cut + 1], argv[cut + 2 :]
-            if host in self.unreachable:
-                return CommandResult(255, "", f"ssh: connect to host {host} port 22: timed out")
-            units = self.active[host]
-            match remote:
-                case ["systemctl", "start", unit]:
-                    if self.fail_start is not None:
-                        if self.start_runs_anyway:
-                            units.add(unit)
-                        return self.fail_start
-                    units.add(unit)
-                case ["systemctl", "stop", "--no-block", unit]:
-                    if self.fail_stop:
-                        return CommandResult(1, "", "Failed to stop")
-                    units.discard(unit)
-                case ["systemctl", "list-units", *_]:
-                    lines = [f"{u} loaded active running sparkmill task executor" for u in units]
-                    lines.append("sshd.service loaded active running OpenBSD Secure Shell")
-                    return CommandResult(0, "\n".join(sorted(lines)) + "\n")
-                case _:
-                    return CommandResult(1, "", f"unexpected {remote}")
-            return CommandResult(0)
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, tuple[ResourceID, str]]] = []
-        self.changed = asyncio.Event()
-
-    def _note(self, kind: str, detail: tuple[ResourceID, str]) -> None:
-        self.events.append((kind, detail))
-        self.changed.set()
-
-    def on_worker_started(self, resource_id: ResourceID) -> None:
-        self._note("started", (resource_id, ""))
-
-    def on_worker_start_failed(self, resource_id: ResourceID, cause: str) -> None:
-        self._note("failed", (resource_id, cause))
-
-    def on_worker_start_refused(self, resource_id: ResourceID, cause: str) -> None:
-        self._note("refused", (resource_id, cause))
-
-    def on_worker_terminated(self, resource_id: ResourceID, diagnostics: str) -> None:
-        self._note("terminated", (resource_id, diagnostics))
-
-    def on_previous_workers_recovered(self, resource_ids: list[ResourceID]) -> None:
-        self._note("recovered", (ResourceID(""), ",".join(sorted(resource_ids))))
-
-    async def next(self, kind: str, timeout_s: float = 5.0) -> tuple[ResourceID, str]:
-        """The first event of ``kind`` not seen yet: its resource id and text (for
-        ``recovered``: the ids, comma-separated)."""
-        async with asyncio.timeout(timeout_s):
-            while True:
-                for index, (seen, detail) in enumerate(self.events):
-                    if seen == kind:
-                        del self.events[index]
-                        return detail
-                self.changed.clear()
-                await self.changed.wait()
-
-
-Scenario = Callable[[SystemdWorkerDriver, FakeHosts, Recorder], Awaitable[None]]
-
-
-def _run(
-    scenario: Scenario,
-    hosts: FakeHosts | None = None,
-    recorder: Callable[[], Recorder] = Recorder,
-    config: dict[str, object] | None = None,
-) -> None:
-    async def main() -> None:
-        runtime = ServiceRuntime("systemd-driver-test")
-        fake = hosts or FakeHosts()
-        settings = _settings(**(config or {}))
-        driver = SystemdWorkerDriver(runtime, settings, 2, runner=fake, clock=fake.clock)
-        events = recorder()
-        driver.start(events)
-        try:
-            await scenario(driver, fake, events)
-        finally:
-            await driver.close()
-            await runtime.close()
-
-    asyncio.run(main())
 
 
 def test_a_start_is_one_ssh_argument_list_with_checked_host_keys() -> None:
@@ -195,7 +59,7 @@ def test_a_start_is_one_ssh_argument_list_with_checked_host_keys() -> None:
         assert timeout_s == 20.0
         assert driver.placements() == {A: "te-1"}
 
-    _run(scenario)
+    run_scenario(scenario)
 
 
 @pytest.mark.parametrize(
@@ -213,21 +77,21 @@ def test_a_start_is_one_ssh_argument_list_with_checked_host_keys() -> None:
 )
 def test_hosts_are_validated(hosts: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
-        _settings(**{"resourcemanager.systemd.hosts": hosts})
+        driver_settings(**{"resourcemanager.systemd.hosts": hosts})
 
 
 def test_paths_unit_and_user_are_validated() -> None:
     with pytest.raises(ConfigurationError, match="must be set"):
-        _settings(**{"resourcemanager.systemd.ssh-known-hosts-file": ""})
+        driver_settings(**{"resourcemanager.systemd.ssh-known-hosts-file": ""})
     for bad in ("known_hosts", "/etc/a b", "/etc/../root/x", "/etc/x;y"):
         with pytest.raises(ConfigurationError, match="absolute path"):
-            _settings(**{"resourcemanager.systemd.ssh-known-hosts-file": bad})
+            driver_settings(**{"resourcemanager.systemd.ssh-known-hosts-file": bad})
     for unit in ("Sparkmill", "x@", "x.service", "a b"):
         with pytest.raises(ConfigurationError, match="lowercase"):
-            _settings(**{"resourcemanager.systemd.unit": unit})
+            driver_settings(**{"resourcemanager.systemd.unit": unit})
     with pytest.raises(ConfigurationError, match="not a user name"):
-        _settings(**{"resourcemanager.systemd.ssh-user": "root;id"})
-    settings = _settings(**{"resourcemanager.systemd.hosts": "te-1, 198.18.0.12=6"})
+        driver_settings(**{"resourcemanager.systemd.ssh-user": "root;id"})
+    settings = driver_settings(**{"resourcemanager.systemd.hosts": "te-1, 198.18.0.12=6"})
     assert settings.hosts == {"te-1": 2, "198.18.0.12": 6}
     with pytest.raises(ValueError, match="valid host"):
         settings.ssh("-oProxyCommand=x", ["true"])
@@ -243,7 +107,7 @@ def test_a_resource_id_that_cannot_name_an_instance_fails_without_a_call() -> No
         assert len(hosts.calls) == calls
         assert driver.placements() == {}
 
-    _run(scenario)
+    run_scenario(scenario)
 
 
 def test_workers_go_to_the_host_with_the_most_free_slots_until_none_has_room() -> None:
@@ -264,7 +128,7 @@ def test_workers_go_to_the_host_with_the_most_free_slots_until_none_has_room() -
             await events.next("started")
         assert {len(u) for u in hosts.active.values()} == {2, 1}
 
-    _run(scenario)
+    run_scenario(scenario)
 
 
 def test_a_failed_start_is_reported_with_the_host_and_frees_the_slots() -> None:
@@ -287,7 +151,7 @@ def test_a_failed_start_is_reported_with_the_host_and_frees_the_slots() -> None:
         assert "did not finish: timed out" in cause
         assert ["systemctl", "stop", "--no-block", f"{UNIT}@{B}.service"] in hosts.remote("te-1")
 
-    _run(scenario)
+    run_scenario(scenario)
 
 
 def test_a_worker_released_while_its_start_is_in_flight_is_stopped() -> None:
@@ -301,7 +165,7 @@ def test_a_worker_released_while_its_start_is_in_flight_is_stopped() -> None:
         assert hosts.active["te-1"] == set()
         assert driver.placements() == {}
 
-    _run(scenario)
+    run_scenario(scenario)
 
 
 async def _until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -337,7 +201,7 @@ def test_an_unreachable_host_is_skipped_until_it_answers() -> None:
         assert await events.next("started") == (c, "")
         assert [kind for kind, _ in events.events] == []
 
-    _run(scenario, config={"resourcemanager.systemd.hosts": "te-1=4, te-2=2"})
+    run_scenario(scenario, config={"resourcemanager.systemd.hosts": "te-1=4, te-2=2"})
 
 
 def test_a_host_s_back_off_grows_is_capped_and_ends_when_it_answers() -> None:
@@ -381,7 +245,7 @@ def test_a_worker_whose_stop_lands_before_its_start_is_stopped_at_once() -> None
         assert (await events.next("terminated"))[0] == A
         assert driver.placements() == {}
 
-    _run(scenario, config={"resourcemanager.systemd.check-interval": "1 h"})
+    run_scenario(scenario, config={"resourcemanager.systemd.check-interval": "1 h"})
 
 
 def test_a_start_that_ends_after_leadership_is_lost_is_stopped() -> None:
@@ -396,7 +260,7 @@ def test_a_start_that_ends_after_leadership_is_lost_is_stopped() -> None:
         assert hosts.active["te-1"] == set()
         assert events.events == [] and driver.placements() == {}
 
-    _run(scenario)
+    run_scenario(scenario)
 
 
 def test_a_start_that_did_not_finish_is_stopped_until_the_unit_is_gone() -> None:
@@ -419,7 +283,7 @@ def test_a_start_that_did_not_finish_is_stopped_until_the_unit_is_gone() -> None
         assert [kind for kind, _ in events.events] == []  # never reported as a worker
 
     # One host: the start is not tried elsewhere.
-    _run(scenario, FakeHosts(("te-1",)), config={"resourcemanager.systemd.hosts": "te-1=4"})
+    run_scenario(scenario, FakeHosts(("te-1",)), config={"resourcemanager.systemd.hosts": "te-1=4"})
 
 
 def test_the_check_loop_survives_a_failing_round() -> None:
@@ -443,7 +307,7 @@ def test_the_check_loop_survives_a_failing_round() -> None:
         hosts.active[driver.placements()[B]].discard(f"{UNIT}@{B}.service")
         assert (await events.next("terminated"))[0] == B
 
-    _run(scenario, recorder=FailsOnce)
+    run_scenario(scenario, recorder=FailsOnce)
 
 
 def test_the_first_listing_is_bounded_by_the_connect_timeout() -> None:
@@ -454,7 +318,7 @@ def test_the_first_listing_is_bounded_by_the_connect_timeout() -> None:
         await events.next("started")
         assert hosts.calls[-1][1] == 20.0  # other calls: the command timeout
 
-    _run(scenario)
+    run_scenario(scenario)
 
 
 def test_a_host_list_where_no_host_fits_a_worker_is_refused() -> None:
@@ -494,7 +358,7 @@ def test_running_units_are_recovered_and_others_ignored() -> None:
         assert rid == second and "te-1=0, te-2=0, te-3=2" in cause
         assert "skipped after failed calls: te-3" in cause
 
-    _run(scenario, hosts, config={"resourcemanager.systemd.hosts": "te-1=4, te-2, te-3"})
+    run_scenario(scenario, hosts, config={"resourcemanager.systemd.hosts": "te-1=4, te-2, te-3"})
 
 
 def test_a_host_unreachable_at_the_start_is_listed_again_and_its_units_adopted_late() -> None:
@@ -513,7 +377,7 @@ def test_a_host_unreachable_at_the_start_is_listed_again_and_its_units_adopted_l
         hosts.active["te-2"].clear()  # and report its end like any other worker's
         assert (await events.next("terminated"))[0] == B
 
-    _run(scenario, hosts)
+    run_scenario(scenario, hosts)
 
 
 def test_an_ended_unit_is_reported_and_a_release_stops_its_unit() -> None:
@@ -538,7 +402,7 @@ def test_an_ended_unit_is_reported_and_a_release_stops_its_unit() -> None:
         assert hosts.active["te-1"] == set()
         assert driver.placements() == {}
 
-    _run(scenario)
+    run_scenario(scenario)
 
 
 def test_close_stops_nothing_and_reports_nothing() -> None:
@@ -553,7 +417,7 @@ def test_close_stops_nothing_and_reports_nothing() -> None:
         assert len(hosts.calls) == calls  # no more listings
         assert events.events == []
 
-    _run(scenario)
+    run_scenario(scenario)
 
 
 def test_failed_starts_count_in_the_accounting() -> None:
@@ -580,7 +444,7 @@ def test_failed_starts_count_in_the_accounting() -> None:
 
     async def main() -> None:
         runtime = ServiceRuntime("systemd-driver-test")
-        driver = SystemdWorkerDriver(runtime, _settings(), 2, runner=hosts)
+        driver = SystemdWorkerDriver(runtime, driver_settings(), 2, runner=hosts)
         hosts.fail_start = CommandResult(1, "", "Job for unit failed")
         workers = ActiveWorkers(
             driver, ManualTimerService(), Demand(), ActiveWorkerSettings(spec=SPEC)
