@@ -4,10 +4,8 @@ driven by hand through a testing driver, a hand-written slot demand and manual t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
 import pytest
-from prometheus_client.core import Metric
 
 from sparkmill.common.core.errors import IllegalStateBug
 from sparkmill.common.core.ids import AllocationID, InstanceID, JobID, ResourceID
@@ -18,117 +16,19 @@ from sparkmill.services.resourcemanager.active_workers import (
     ActiveWorkers,
     ActiveWorkerSettings,
 )
-from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.slot_requests import SlotRequest
 from sparkmill.services.resourcemanager.worker_driver import (
     WORKER_STATE_TRANSITIONS,
-    WorkerEvents,
     WorkerSpec,
     WorkerState,
 )
+from tests.unit.active_workers_harness import SPEC, Harness, TestingWorkerDriver, worker_samples
 from tests.unit.resource_manager_harness import (
     TestingResourceManagerState,
     call_context,
     leading_resource_manager,
     registration_request,
 )
-
-SPEC = WorkerSpec(slots=2, cpu_cores=2.0, memory_mb=1024)
-
-
-class TestingWorkerDriver:
-    """Records what it is asked; the test answers in its place (as a driver would, later)."""
-
-    __test__ = False  # a test helper, not a test class
-
-    def __init__(self) -> None:
-        self.events: WorkerEvents | None = None
-        self.requested: list[ResourceID] = []
-        self.released: list[ResourceID] = []
-        self.closed = False
-
-    @property
-    def name(self) -> str:
-        return "testing"
-
-    def start(self, events: WorkerEvents) -> None:
-        self.events = events
-
-    def request_worker(self, resource_id: ResourceID, spec: WorkerSpec) -> None:
-        assert spec == SPEC
-        self.requested.append(resource_id)
-
-    def release_worker(self, resource_id: ResourceID) -> None:
-        self.released.append(resource_id)
-
-    async def close(self) -> None:
-        self.closed = True
-
-
-class FakeSlotDemand:
-    def __init__(self) -> None:
-        self.waiting = 0
-        self.registered = 0
-        self.idle: set[ResourceID] = set()
-        self.closed: list[ResourceID] = []
-
-    def waiting_slot_requests(self) -> int:
-        return self.waiting
-
-    def registered_slots(self) -> int:
-        return self.registered
-
-    def is_idle(self, resource_id: ResourceID) -> bool:
-        return resource_id in self.idle
-
-    def close_task_executor(self, resource_id: ResourceID, cause: str) -> None:
-        self.closed.append(resource_id)
-
-
-class Harness:
-    def __init__(
-        self, recovered: Sequence[ResourceID] | None = (), **settings: float | int | bool
-    ) -> None:
-        """``recovered``: what the driver reports to have found running at start (``None``:
-        no report yet)."""
-        self.driver = TestingWorkerDriver()
-        self.timers = ManualTimerService()
-        self.demand = FakeSlotDemand()
-        self.workers = ActiveWorkers(
-            self.driver,
-            self.timers,
-            self.demand,
-            ActiveWorkerSettings(
-                spec=SPEC,
-                min_slots=int(settings.get("min_slots", 0)),
-                max_slots=int(settings.get("max_slots", 100)),
-                registration_timeout_s=float(settings.get("registration_timeout_s", 60.0)),
-                start_retry_interval_s=float(settings.get("start_retry_interval_s", 3.0)),
-                wait_result_consumed=bool(settings.get("wait_result_consumed", True)),
-                max_start_failure_rate=float(settings.get("max_start_failure_rate", 10.0)),
-                recovery_timeout_s=float(settings.get("recovery_timeout_s", 50.0)),
-            ),
-        )
-        self.workers.start()
-        if recovered is not None:
-            self.workers.on_previous_workers_recovered(list(recovered))
-
-    def ask(self, waiting: int) -> int:
-        self.demand.waiting = waiting
-        return self.workers.check_resource_needs()
-
-    def register(self, resource_id: ResourceID) -> None:
-        """The driver started the worker, and it registered its slots."""
-        self.workers.on_worker_started(resource_id)
-        self.demand.registered += SPEC.slots
-        self.workers.on_worker_registered(resource_id)
-        self.demand.waiting = max(0, self.demand.waiting - SPEC.slots)
-
-    def registered_worker(self) -> ResourceID:
-        self.ask(1)
-        resource_id = self.driver.requested[-1]
-        self.register(resource_id)
-        return resource_id
 
 
 def test_no_worker_without_demand() -> None:
@@ -459,16 +359,6 @@ def test_a_worker_spec_needs_a_slot() -> None:
         WorkerSpec(slots=0, cpu_cores=1.0, memory_mb=1)
 
 
-def _samples(collector: ResourceManagerCollector) -> dict[tuple[str, str], float]:
-    metrics: list[Metric] = list(collector.collect())
-    return {
-        (sample.name, sample.labels.get("state", "")): sample.value
-        for metric in metrics
-        for sample in metric.samples
-        if "worker" in sample.name
-    }
-
-
 def test_worker_metrics_count_pending_registered_failed_and_released() -> None:
     h = Harness(start_retry_interval_s=0.0)
     h.ask(4)
@@ -477,7 +367,7 @@ def test_worker_metrics_count_pending_registered_failed_and_released() -> None:
     h.workers.on_worker_start_failed(second, "boom")  # and a replacement is requested
     h.demand.idle.add(first)
     h.workers.on_idle(first)
-    samples = _samples(TestingResourceManagerState(h.workers).collector())
+    samples = worker_samples(TestingResourceManagerState(h.workers).collector())
     assert samples[("sparkmill_resource_manager_workers", "pending")] == 1
     assert samples[("sparkmill_resource_manager_workers", "registered")] == 0
     assert samples[("sparkmill_resource_manager_workers", "releasing")] == 1

@@ -20,8 +20,8 @@ from sparkmill.services.resourcemanager.active_workers import ActiveWorkers, Act
 from sparkmill.services.resourcemanager.job_master_registration import JobMasterRegistration
 from sparkmill.services.resourcemanager.slot_requests import SlotRequest
 from sparkmill.services.resourcemanager.slot_wait import slot_wait_reason
+from tests.unit.active_workers_harness import SPEC, TestingWorkerDriver
 from tests.unit.resource_manager_harness import leading_resource_manager
-from tests.unit.test_active_workers import SPEC, TestingWorkerDriver
 from tests.unit.test_job_master import TestingJobMasterHost, _job_master, _run, _settle
 
 

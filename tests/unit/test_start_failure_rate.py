@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sparkmill.services.resourcemanager.start_failure_rate import StartFailureRate
+from tests.unit.active_workers_harness import Harness, worker_samples
 from tests.unit.resource_manager_harness import TestingResourceManagerState
-from tests.unit.test_active_workers import Harness, _samples
 
 
 def test_the_rate_pauses_once_the_failures_of_a_minute_reach_the_maximum() -> None:
@@ -116,6 +116,6 @@ def test_the_pause_is_a_metric() -> None:
     h.ask(2)
     rm = TestingResourceManagerState(h.workers)
     paused = ("sparkmill_resource_manager_worker_starts_paused", "")
-    assert _samples(rm.collector())[paused] == 0
+    assert worker_samples(rm.collector())[paused] == 0
     _fail_next(h)
-    assert _samples(rm.collector())[paused] == 1
+    assert worker_samples(rm.collector())[paused] == 1
