@@ -21,7 +21,7 @@ from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.services.dispatcher.http_server import HttpRequest, HttpResponse, parse_target
 from sparkmill.services.dispatcher.rest_api import AllowAll, RestApi, RestAuthorizer
 from sparkmill.services.dispatcher.rest_auth import BearerTokenAuthorizer, authorizer_of
-from tests.unit.test_rest_api import JOB, STATIC, TestingClusterView, TestingGateway
+from tests.unit.rest_api_harness import JOB, STATIC, TestingClusterView, TestingGateway
 
 VIEWER = "v" * 20
 OPERATOR = "o" * 20
