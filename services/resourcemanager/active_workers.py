@@ -49,11 +49,14 @@ import logging
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Protocol
 
 from sparkmill.common.core.ids import ResourceID, new_resource_id, short
-from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.runtime.timers import TimerService
+from sparkmill.services.resourcemanager.active_worker_types import (
+    ActiveWorkerSettings,
+    SlotDemand,
+    WorkerCounts,
+)
 from sparkmill.services.resourcemanager.start_failure_rate import StartFailureRate
 from sparkmill.services.resourcemanager.worker_driver import (
     WORKER_STATE_TRANSITIONS,
@@ -67,56 +70,6 @@ log = logging.getLogger(__name__)
 _STARTING = (WorkerState.REQUESTED, WorkerState.STARTED)
 
 
-@dataclass(frozen=True, slots=True)
-class ActiveWorkerSettings:
-    spec: WorkerSpec
-    min_slots: int = 0
-    max_slots: int = 2**31 - 1
-    registration_timeout_s: float = 300.0
-    start_retry_interval_s: float = 3.0
-    wait_result_consumed: bool = True
-    max_start_failure_rate: float = 10.0  # per minute
-    recovery_timeout_s: float = 50.0
-
-    @classmethod
-    def of(cls, settings: ClusterSettings) -> ActiveWorkerSettings:
-        """The cluster's settings: workers like the configured task executor."""
-        return cls(
-            spec=WorkerSpec(
-                settings.number_of_slots,
-                settings.task_executor_cpu_cores,
-                settings.task_executor_memory_mb,
-            ),
-            min_slots=settings.min_slots,
-            max_slots=settings.max_slots,
-            registration_timeout_s=settings.worker_registration_timeout_s,
-            start_retry_interval_s=settings.start_worker_retry_interval_s,
-            wait_result_consumed=settings.release_wait_result_consumed,
-            max_start_failure_rate=settings.start_worker_max_failure_rate,
-            recovery_timeout_s=settings.previous_worker_recovery_timeout_s,
-        )
-
-
-class SlotDemand(Protocol):
-    """What the accounting reads from (and asks of) the resource manager."""
-
-    def waiting_slot_requests(self) -> int:
-        """Slot requests that wait because no free slot serves them."""
-        ...
-
-    def registered_slots(self) -> int:
-        """Slots of every task executor registered with the slot manager."""
-        ...
-
-    def is_idle(self, resource_id: ResourceID) -> bool:
-        """Whether the task executor is registered with all its slots free."""
-        ...
-
-    def close_task_executor(self, resource_id: ResourceID, cause: str) -> None:
-        """Forget the task executor's registration (no slot goes to it any more)."""
-        ...
-
-
 @dataclass(eq=False, slots=True)
 class Worker:
     resource_id: ResourceID
@@ -125,19 +78,6 @@ class Worker:
     holds_results: bool = False  # from its last slot report
     idle: bool = False  # the slot manager said it is idle; not released yet
     recovered: bool = False  # a previous leader's, found running by the driver
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerCounts:
-    pending: int  # requested or started, not registered
-    registered: int
-    releasing: int
-    requested_total: int
-    failed_total: int
-    released_total: int
-    recovered_total: int = 0  # a previous leader's, adopted
-    recent_failures: int = 0  # within the last minute
-    starts_paused: bool = False  # the failure rate reached its maximum
 
 
 class ActiveWorkers:
