@@ -1,8 +1,14 @@
 """HA across hosts, scenario 6: a soak with random faults of every kind (tests/testbed/soak.py).
 
-SPARKMILL_SOAK_MINUTES sets its length: 3 minutes in the suite (a few faults, every job checked
-row by row, the database jobs' rows in PostgreSQL too); the 10-minute soak with its failover
-statistics is a benchmark, ``benchmarks/soak.py``, running the same code.
+SPARKMILL_SOAK_MINUTES sets its length: 2 minutes in the suite (every job checked row by row, the
+database jobs' rows in PostgreSQL too); the 10-minute soak with its failover statistics is a
+benchmark, ``benchmarks/soak.py``, running the same code.
+
+The faults are drawn from a seeded generator (SPARKMILL_SOAK_SEED): the suite's seed, 36, opens
+with every kind a host can suffer, the most severe first: a power-off of h3 (a ZooKeeper server,
+a JobMaster process and a task executor at once), a partition of h2 (a dispatcher and a resource
+manager, a leader or a standby), a pause of h5, then a ZooKeeper server stopped if time is left.
+(The earlier seed, 13, spent its first two minutes on two partitions of one host and a pause.)
 """
 
 from __future__ import annotations
@@ -17,14 +23,14 @@ from tests.testbed.cluster import skip_when_scenarios_off, wait_cluster
 from tests.testbed.soak import soak
 from tests.testbed.soak_jdbc import available as database_available
 
-MINUTES = float(os.environ.get("SPARKMILL_SOAK_MINUTES", "3"))
+MINUTES = float(os.environ.get("SPARKMILL_SOAK_MINUTES", "2"))
 
 pytestmark = [pytest.mark.timeout(int(MINUTES * 60) + 1800), skip_when_scenarios_off]
 
 
 def test_soak_random_faults_lose_no_job_and_write_no_row_wrong_or_twice(bed: TestBed) -> None:
     wait_cluster(bed)
-    report = soak(bed, MINUTES, seed=int(os.environ.get("SPARKMILL_SOAK_SEED", "13")))
+    report = soak(bed, MINUTES, seed=int(os.environ.get("SPARKMILL_SOAK_SEED", "36")))
     print(f"\nsoak of {MINUTES:g} min:\n{report.summary()}")
     (CACHE / "soak-report.json").write_text(json.dumps(report.__dict__, default=str) + "\n")
     assert report.submitted >= 2 and report.faults, report.summary()
