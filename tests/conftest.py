@@ -11,7 +11,10 @@ Every test belongs to exactly one tier, named by the directory under ``tests/`` 
 The marker is applied here, by directory, so a new file cannot forget it; a test outside these
 directories, or one that marks itself with another tier, stops the collection with an error.
 The tiers run in that order, cheapest first: a broken unit test shows in the first minute of a
-whole run, not after the half hour of the heavier tiers.
+whole run, not after the half hour of the heavier tiers. Two slow preparations start in the
+background at collection when their tier runs with others: the deploy tier's check
+(``tests/deploy/check_run.py``, one core for two minutes, beside the unit tier that mostly waits
+on timers) and the test bed's Debian root and wheelhouse (``tests/testbed/conftest.py``).
 """
 
 from __future__ import annotations
