@@ -219,10 +219,14 @@ def event_log_counts(directory: Path, windows: list[tuple[float, float]]) -> lis
     lines = []
     for number, (begin, finish) in enumerate(windows, 1):
         run = [j for j in jobs if j["group"] != "-" and begin * 1000 <= j["start"] <= finish * 1000]
-        attempts = len({j["group"] for j in run})
+        per_attempt: dict[str, int] = {}
+        for j in run:
+            per_attempt[j["group"]] = per_attempt.get(j["group"], 0) + 1
         tasks = sum(j["tasks"] for j in run)
+        most = max(per_attempt.values(), default=0)
         lines.append(
-            f"job {number}: {len(run)} Spark jobs, {tasks} Spark tasks, {attempts} task attempts"
+            f"job {number}: {len(run)} Spark jobs, {tasks} Spark tasks, {len(per_attempt)} task "
+            f"attempts (at most {most} Spark jobs in one)"
         )
     return lines
 

@@ -263,6 +263,53 @@ def test_parallelism_changes_lose_and_duplicate_nothing(cluster: DataCluster) ->
     assert collected(pipeline, result, "rebalanced") == [(i,) for i in range(500)]
 
 
+def test_an_ordered_result_keeps_its_order_in_every_output(
+    cluster: DataCluster, spark: Any, tmp_path: Path
+) -> None:
+    # Two outputs of one subtask from a sorted result: written from a persisted copy, never
+    # from files read back (which come in no order).
+    pipeline = sm.Pipeline("ordered-outputs", parallelism=1)
+    top = pipeline.range(200).transform(
+        lambda df: df.orderBy(df.id.desc()).limit(50).coalesce(1), name="top 50"
+    )
+    top.write_csv(str(tmp_path / "top"))
+    top.collect(limit=100, name="top")
+    result = cluster.run(pipeline)
+    assert [tuple(r) for r in pipeline.collected(result)["top"]] == [
+        (i,) for i in range(199, 149, -1)
+    ]
+    assert rows(spark.read.csv(str(tmp_path / "top"), schema="id LONG", header=True)) == [
+        (i,) for i in range(150, 200)
+    ]
+
+
+def test_further_outputs_come_from_the_files_of_the_first(spark: Any, tmp_path: Path) -> None:
+    from sparkmill.common.exchange.layout import SCHEMA_FILE
+    from sparkmill.common.pipeline import plan as S
+    from sparkmill.services.taskexecutor.spark import exchange, sources
+    from sparkmill.services.taskexecutor.spark.runner import has_order
+
+    df = spark.createDataFrame(
+        [(i % 5, f"w{i}", float(i) if i % 3 else None) for i in range(40)],
+        "k INT NOT NULL, word STRING, x DOUBLE",
+    )
+    assert not has_order(df.groupBy("k").count())
+    assert has_order(df.orderBy("word").limit(3).select("k"))
+    output = S.ExchangeOutput("d", S.HASH, ("k",), 3)
+    exchange.write_partition(df, output, tmp_path / "hash", 0, 1)
+    back = exchange.read_back(spark, tmp_path / "hash", df.schema)
+    assert back.columns == df.columns and rows(back) == rows(df)
+    # A further exchange output records the subtask's schema, not the nullable one of files.
+    exchange.write_partition(back, output, tmp_path / "again", 0, 1, schema=df.schema)
+    assert (tmp_path / "again" / SCHEMA_FILE).read_text() == df.schema.json()
+    # The schema Spark wrote into a Parquet footer is the one it infers, read without a job.
+    first = sorted((tmp_path / "hash").rglob("*.parquet"))[0]
+    inferred = spark.read.parquet(str(first)).schema
+    assert sources.spark_parquet_schema(spark, str(first)) == inferred
+    (tmp_path / "plain.parquet").write_bytes(b"not parquet")
+    assert sources.spark_parquet_schema(spark, str(tmp_path / "plain.parquet")) is None
+
+
 # -- failures ---------------------------------------------------------------------------------
 
 

@@ -73,7 +73,11 @@ def write_partition(
     target: Path,
     subtask: int,
     parallelism: int,
+    schema: Any = None,
 ) -> None:
+    """Write ``df`` as the partition at ``target``; ``schema`` (a StructType) is the schema
+    recorded for its readers when ``df`` was read back from another output of the same
+    subtask (files make every column nullable; the readers get the subtask's own schema)."""
     from pyspark.sql import functions as F
 
     readers = output.consumer_parallelism
@@ -89,7 +93,7 @@ def write_partition(
     elif output.partitioner != S.BROADCAST:
         raise ValueError(f"unknown partitioner {output.partitioner!r}")
     target.mkdir(parents=True, exist_ok=True)
-    schema_json = df.schema.json()
+    schema_json = (schema if schema is not None else df.schema).json()
     data = str(target / DATA_DIR)
     if split is None:
         df.write.mode("overwrite").parquet(data)
@@ -100,6 +104,19 @@ def write_partition(
     scratch = target / (SCHEMA_FILE + ".tmp")
     scratch.write_text(schema_json)
     os.replace(scratch, target / SCHEMA_FILE)
+
+
+def read_back(spark: Any, target: Path, schema: Any) -> Any:
+    """The rows :func:`write_partition` just wrote to ``target``, all of its sub-partitions, with
+    the columns of ``schema`` (the written DataFrame's): the other outputs of a subtask are
+    written from these files instead of a cached copy of the result (which adaptive execution
+    fills with a Spark job of its own, then keeps in memory). One directory, listed on the
+    driver; the schema is given, so nothing is inferred."""
+    from pyspark.sql import functions as F
+
+    # The sub-partition column comes back from the directory names; it is not the subtask's.
+    df = spark.read.schema(schema).parquet(str(target / DATA_DIR))
+    return df.select(*(F.col("`" + name.replace("`", "``") + "`") for name in schema.fieldNames()))
 
 
 # -- reading ------------------------------------------------------------------------------------

@@ -28,8 +28,9 @@ class SparkIOMetrics:
         self._input_jobs: set[int] | None = None
 
     def mark_inputs_read(self) -> None:
-        """The task's input has been read once: later jobs (e.g. a second output reading a
-        persisted result, which Spark counts as input again) add outputs only."""
+        """The task's input has been read once: later jobs (a further output written from a
+        persisted result or from the files of the first output, which Spark counts as input
+        again) add outputs only."""
         if self._input_jobs is None:
             self._input_jobs = set(self._job_ids()) - self._before
 

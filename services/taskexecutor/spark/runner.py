@@ -152,21 +152,64 @@ def run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> 
         ) from exc
 
 
+@dataclass(frozen=True)
+class OutputOrder:
+    """How a subtask writes its outputs: in this order, and from what."""
+
+    outputs: list[S.Output]
+    # The outputs after the first are written from the first's files (an exchange output).
+    read_back: bool = False
+    # They are written from a cached copy of the result (persisted for the subtask).
+    persist: bool = False
+
+
+def output_order(outputs: list[S.Output], ordered: bool) -> OutputOrder:
+    """One output is written straight from the result. Several are written without computing
+    the result twice: from the files of an exchange output written first (its Parquet, read
+    back with the result's schema: one Spark job per further output, nothing cached), or, where
+    reading back would change what an output gets, from a persisted result (adaptive execution
+    fills the cache with a Spark job of its own before the first write, and the cache holds the
+    result in memory):
+
+    * no exchange output: nothing to read back that keeps every type exactly;
+    * a result with an order (a sort, a sort and a limit): files read back come in no order;
+    * a database sink: Spark creates its staging table from the schema, and files read back
+      make every column nullable (its NOT NULL columns would be lost).
+    """
+    if len(outputs) <= 1:
+        return OutputOrder(list(outputs))
+    primary = next((o for o in outputs if isinstance(o, S.ExchangeOutput)), None)
+    if primary is None or ordered or any(isinstance(o, S.JdbcSinkOutput) for o in outputs):
+        return OutputOrder(list(outputs), persist=True)
+    return OutputOrder([primary, *(o for o in outputs if o is not primary)], read_back=True)
+
+
+def has_order(df: Any) -> bool:
+    """Whether the rows of ``df`` come in an order its outputs must keep (a sort, possibly
+    under a limit or a projection), from its optimized logical plan: no Spark job runs."""
+    try:
+        return not bool(df._jdf.queryExecution().optimizedPlan().outputOrdering().isEmpty())
+    except Exception:  # cannot tell (another kind of DataFrame): keep the order
+        log.debug("could not read the output ordering of a result", exc_info=True)
+        return True
+
+
 def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> TaskOutcome:
     built = build(spark, spec, context)
     root = built.frames[spec.root]
     metrics = SparkIOMetrics(spark.sparkContext, tag)
-    persisted = len(spec.outputs) > 1
-    if persisted:
+    order = output_order(list(spec.outputs), len(spec.outputs) > 1 and has_order(root))
+    if order.persist:
         from pyspark import StorageLevel
 
         root = root.persist(StorageLevel.MEMORY_AND_DISK)
+    source = root  # what the next output is written from
     written: list[tuple[S.SinkOutput, Any]] = []
     staged: list[tuple[S.JdbcSinkOutput, str, list[str]]] = []
     accumulator = b""
     collected = 0
     try:
-        for output in spec.outputs:
+        for output in order.outputs:
             check_cancelled(context.cancelled)
             try:
                 if isinstance(output, S.ExchangeOutput):
@@ -178,12 +221,19 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
                         context.attempt_id,
                     )
                     exchange.write_partition(
-                        root, output, target, context.subtask_index, context.parallelism
+                        source,
+                        output,
+                        target,
+                        context.subtask_index,
+                        context.parallelism,
+                        schema=root.schema if source is not root else None,
                     )
+                    if order.read_back and source is root:
+                        source = exchange.read_back(spark, target, root.schema)
                 elif isinstance(output, S.SinkOutput):
                     _check_sink_path(output.path, context)
                     path = sinks.write_attempt(
-                        root,
+                        source,
                         output,
                         context.exchange_dir,
                         context.job_id,
@@ -193,7 +243,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
                     written.append((output, path))
                 elif isinstance(output, S.JdbcSinkOutput):
                     staging = jdbc.write_attempt(
-                        root,
+                        source,
                         output,
                         context.exchange_dir,
                         context.job_id,
@@ -203,7 +253,9 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
                     )
                     staged.append((output, staging, list(root.columns)))
                 else:
-                    accumulator, collected = _collect(root, output, context.subtask_index)
+                    accumulator, collected = _collect(source, output, context.subtask_index)
+                # Later outputs read the cache or the files just written: Spark counts that as
+                # input again, but the subtask read its input once.
                 metrics.mark_inputs_read()
             except (
                 TaskCancelledError,
@@ -220,7 +272,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
                     f"{summarize(exc)}"
                 ) from exc
     finally:
-        if persisted:
+        if order.persist:
             root.unpersist(blocking=False)
     try:
         counts = metrics.totals()

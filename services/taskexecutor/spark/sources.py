@@ -12,12 +12,15 @@ the subtasks' results fit together even when a subtask gets no file at all.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from sparkmill.common.core.errors import InputNotFoundError
 from sparkmill.common.pipeline import plan as S
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,13 @@ def read_files(spark: Any, source: S.FileSource, subtask: int, parallelism: int)
     elif schema is None and files:
         if source.format == "parquet":
             # Every file of a source is expected to share one schema: read it from the share
-            # (or the first file when the share is empty).
-            schema = _reader(spark, source).load(mine or [files[0].path]).schema
+            # (or the first file when the share is empty), from the footer on the driver when
+            # Spark wrote the file, else as Spark infers it (a Spark job of its own).
+            first = mine or [files[0].path]
+            if _partitioned_base(source) is None:
+                schema = spark_parquet_schema(spark, first[0])
+            if schema is None:
+                schema = _reader(spark, source).load(first).schema
         else:
             schema = _reader(spark, source).load([f.path for f in files]).schema
     if not mine:
@@ -112,6 +120,40 @@ def read_files(spark: Any, source: S.FileSource, subtask: int, parallelism: int)
     if schema is not None:
         reader = reader.schema(schema)
     return reader.load(mine)
+
+
+SPARK_SCHEMA_KEY = "org.apache.spark.sql.parquet.row.metadata"
+
+
+def spark_parquet_schema(spark: Any, path: str) -> Any:
+    """The schema Spark recorded in the footer of a Parquet file it wrote (the schema it infers
+    for that file), read on the driver: no Spark job. ``None`` for another writer's file (or a
+    footer that cannot be read): then Spark infers the schema. Not for a partitioned table
+    read under its base directory, whose partition columns are not in any footer."""
+    import json
+
+    from pyspark.sql.types import StructType
+
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    reader = None
+    try:
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        input_file = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromPath(hadoop_path, conf)
+        reader = jvm.org.apache.parquet.hadoop.ParquetFileReader.open(input_file)
+        text = reader.getFooter().getFileMetaData().getKeyValueMetaData().get(SPARK_SCHEMA_KEY)
+        if text is None:
+            return None
+        return StructType.fromJson(json.loads(str(text)))
+    except Exception:
+        log.debug("could not read the Spark schema in the footer of %s", path, exc_info=True)
+        return None
+    finally:
+        if reader is not None:
+            try:
+                reader.close()
+            except Exception:
+                log.debug("closing the footer reader of %s failed", path, exc_info=True)
 
 
 def read_range(spark: Any, source: S.RangeSource, subtask: int, parallelism: int) -> Any:
