@@ -3,6 +3,8 @@ from a persisted result where reading files back would change what an output get
 
 from __future__ import annotations
 
+from typing import Any
+
 from sparkmill.common.pipeline import plan as S
 from sparkmill.services.taskexecutor.spark.runner import OutputOrder, has_order, output_order
 
@@ -51,3 +53,43 @@ class _NoPlan:
 
 def test_a_result_whose_order_cannot_be_read_counts_as_ordered() -> None:
     assert has_order(_NoPlan())
+
+
+def test_a_footer_schema_becomes_nullable_as_spark_infers_it() -> None:
+    from sparkmill.services.taskexecutor.spark.sources import _nullable
+
+    footer: dict[str, Any] = {
+        "type": "struct",
+        "fields": [
+            {"name": "k", "type": "integer", "nullable": False, "metadata": {"nullable": 1}},
+            {
+                "name": "tags",
+                "type": {"type": "array", "elementType": "string", "containsNull": False},
+                "nullable": False,
+                "metadata": {},
+            },
+            {
+                "name": "m",
+                "type": {
+                    "type": "map",
+                    "keyType": "string",
+                    "valueType": {
+                        "type": "struct",
+                        "fields": [
+                            {"name": "x", "type": "long", "nullable": False, "metadata": {}}
+                        ],
+                    },
+                    "valueContainsNull": False,
+                },
+                "nullable": True,
+                "metadata": {},
+            },
+        ],
+    }
+    result = _nullable(footer)
+    k, tags, m = result["fields"]
+    assert k == {"name": "k", "type": "integer", "nullable": True, "metadata": {"nullable": 1}}
+    assert tags["nullable"] and tags["type"]["containsNull"]
+    assert m["type"]["valueContainsNull"]
+    assert m["type"]["valueType"]["fields"][0]["nullable"]
+    assert footer["fields"][0]["nullable"] is False  # the input is left alone

@@ -184,13 +184,27 @@ def output_order(outputs: list[S.Output], ordered: bool) -> OutputOrder:
     return OutputOrder([primary, *(o for o in outputs if o is not primary)], read_back=True)
 
 
+# Logical plan nodes whose rows come in an order (a sort), or whose order cannot be seen (a
+# cached plan): a result over any of them keeps its order through every output.
+_ORDERED_NODES = frozenset({"Sort", "InMemoryRelation"})
+
+
 def has_order(df: Any) -> bool:
-    """Whether the rows of ``df`` come in an order its outputs must keep (a sort, possibly
-    under a limit or a projection), from its optimized logical plan: no Spark job runs."""
+    """Whether the rows of ``df`` may come in an order its outputs must keep: its optimized
+    logical plan has a sort anywhere (``outputOrdering`` is not enough: a projection that
+    drops the sort key forgets the order, yet the rows still come sorted). No Spark job runs;
+    a sort the optimizer found useless (under an aggregation) is gone already."""
     try:
-        return not bool(df._jdf.queryExecution().optimizedPlan().outputOrdering().isEmpty())
+        todo = [df._jdf.queryExecution().optimizedPlan()]
+        while todo:
+            node = todo.pop()
+            if str(node.nodeName()) in _ORDERED_NODES:
+                return True
+            children = node.children()
+            todo.extend(children.apply(i) for i in range(int(children.size())))
+        return False
     except Exception:  # cannot tell (another kind of DataFrame): keep the order
-        log.debug("could not read the output ordering of a result", exc_info=True)
+        log.debug("could not read the plan of a result", exc_info=True)
         return True
 
 

@@ -144,7 +144,7 @@ def spark_parquet_schema(spark: Any, path: str) -> Any:
         text = reader.getFooter().getFileMetaData().getKeyValueMetaData().get(SPARK_SCHEMA_KEY)
         if text is None:
             return None
-        return StructType.fromJson(json.loads(str(text)))
+        return StructType.fromJson(_nullable(json.loads(str(text))))
     except Exception:
         log.debug("could not read the Spark schema in the footer of %s", path, exc_info=True)
         return None
@@ -154,6 +154,33 @@ def spark_parquet_schema(spark: Any, path: str) -> Any:
                 reader.close()
             except Exception:
                 log.debug("closing the footer reader of %s failed", path, exc_info=True)
+
+
+def _nullable(data_type: Any) -> Any:
+    """The JSON form of a data type with every field, array element and map value nullable, as
+    Spark makes the schema it infers for files (a footer keeps the writer's nullability)."""
+    if not isinstance(data_type, dict):
+        return data_type  # a simple type: "long", "string", ...
+    kind = data_type.get("type")
+    if kind == "struct":
+        fields = [
+            {**f, "nullable": True, "type": _nullable(f["type"])} for f in data_type["fields"]
+        ]
+        return {**data_type, "fields": fields}
+    if kind == "array":
+        return {
+            **data_type,
+            "containsNull": True,
+            "elementType": _nullable(data_type["elementType"]),
+        }
+    if kind == "map":
+        return {
+            **data_type,
+            "valueContainsNull": True,
+            "keyType": _nullable(data_type["keyType"]),
+            "valueType": _nullable(data_type["valueType"]),
+        }
+    return data_type  # a user-defined type stays as it is
 
 
 def read_range(spark: Any, source: S.RangeSource, subtask: int, parallelism: int) -> Any:
