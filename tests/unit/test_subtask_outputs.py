@@ -93,3 +93,12 @@ def test_a_footer_schema_becomes_nullable_as_spark_infers_it() -> None:
     assert m["type"]["valueContainsNull"]
     assert m["type"]["valueType"]["fields"][0]["nullable"]
     assert footer["fields"][0]["nullable"] is False  # the input is left alone
+
+
+def test_a_footer_schema_is_whole_only_for_files_directly_in_the_source_directory() -> None:
+    from sparkmill.services.taskexecutor.spark.sources import InputFile, _flat
+
+    flat = [InputFile("file:/data/t/part-0.parquet", 1), InputFile("file:///data/t/b.parquet", 2)]
+    assert _flat(flat, "/data/t") and _flat(flat, "file:/data/t/")
+    nested = [*flat, InputFile("file:/data/t/k=1/part-0.parquet", 1)]
+    assert not _flat(nested, "/data/t")

@@ -94,6 +94,17 @@ def _partitioned_base(source: S.FileSource) -> str | None:
     return path
 
 
+def _local(path: str) -> str:
+    return os.path.normpath(path.removeprefix("file://").removeprefix("file:"))
+
+
+def _flat(files: list[InputFile], base: str) -> bool:
+    """Whether every file lies directly in ``base``: then no partition column comes from a
+    ``key=value/`` directory, and a footer's schema is the whole schema."""
+    root = _local(base)
+    return all(os.path.dirname(_local(f.path)) == root for f in files)
+
+
 def read_files(spark: Any, source: S.FileSource, subtask: int, parallelism: int) -> Any:
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -108,7 +119,8 @@ def read_files(spark: Any, source: S.FileSource, subtask: int, parallelism: int)
             # (or the first file when the share is empty), from the footer on the driver when
             # Spark wrote the file, else as Spark infers it (a Spark job of its own).
             first = mine or [files[0].path]
-            if _partitioned_base(source) is None:
+            base = _partitioned_base(source)
+            if base is None or _flat(files, base):
                 schema = spark_parquet_schema(spark, first[0])
             if schema is None:
                 schema = _reader(spark, source).load(first).schema
