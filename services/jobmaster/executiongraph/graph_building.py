@@ -1,0 +1,65 @@
+"""Building a job's :class:`ExecutionGraph` without holding the JobMaster's event loop.
+
+A 10,000 x 10,000 job has 20,000 subtasks, each with its first attempt and its partitions:
+about 0.2 s of CPU on an idle core, seconds on a loaded one. Built in one go on the loop, that
+stalls every other job of the job-master process (their heartbeats, RPCs and deployments).
+
+:func:`build_execution_graph` drives :meth:`ExecutionGraph.build_in_steps` on the loop and gives
+the loop a turn whenever a slice of about :data:`BUILD_SLICE_S` has run. It is built on the
+loop rather than in a worker thread: the graph is pure Python (a thread would hold the GIL the
+loop needs anyway), and on the loop the builder can be stopped between two slices without any
+hand-over. Until the build returns, the graph is reachable only from the builder: it becomes
+the JobMaster's state in one step at the end, so nobody ever sees half a graph.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from sparkmill.common.jobgraph.model import JobGraph
+from sparkmill.services.jobmaster.executiongraph.execution_graph import (
+    BUILD_CHUNK,
+    ExecutionGraph,
+)
+
+BUILD_SLICE_S = 0.01
+"""How long the builder may hold the loop before it gives the loop a turn."""
+
+
+async def build_execution_graph(
+    job_graph: JobGraph,
+    *,
+    stopped: Callable[[], bool],
+    clock: Callable[[], float] = time.time,
+    slice_s: float = BUILD_SLICE_S,
+    chunk: int = BUILD_CHUNK,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> ExecutionGraph | None:
+    """Build the execution graph of ``job_graph`` in slices, yielding to the loop between them.
+
+    ``stopped`` is asked after every pause: when it answers True (the job was cancelled or the
+    JobMaster let go of it meanwhile) the half-built graph is dropped and None is returned.
+    ``clock`` stamps the attempts' states; ``monotonic`` measures the slices. Raises what
+    :meth:`ExecutionGraph.build` raises for a malformed job graph.
+    """
+    steps = ExecutionGraph.build_in_steps(job_graph, clock=clock, chunk=chunk)
+    try:
+        slice_started = monotonic()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                graph: ExecutionGraph = done.value
+                return graph
+            if monotonic() - slice_started >= slice_s:
+                await asyncio.sleep(0)
+                if stopped():
+                    return None
+                slice_started = monotonic()
+    finally:
+        steps.close()
+
+
+__all__ = ["BUILD_SLICE_S", "build_execution_graph"]
