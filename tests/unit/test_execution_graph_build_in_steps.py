@@ -20,6 +20,8 @@ from tests.unit.execution_graph_builders import (
     PIPELINED,
     POINTWISE,
     JobBuilder,
+    naive_regions,
+    region_members,
 )
 
 
@@ -236,3 +238,24 @@ def test_a_malformed_graph_fails_the_build_like_the_one_go_build() -> None:
         ExecutionGraph.build(b.job())
     with pytest.raises(ValueError):
         asyncio.run(build_execution_graph(b.job(), stopped=lambda: False, slice_s=0, chunk=1))
+
+
+def _cyclic_regions() -> JobGraph:
+    # PIPELINED pairs joined by BLOCKING edges both ways: their regions must be merged.
+    b = JobBuilder()
+    for name in ("a", "b", "c", "d"):
+        b.vertex(name, 3)
+    b.edge("a", "b", POINTWISE, PIPELINED)
+    b.edge("c", "d", POINTWISE, PIPELINED)
+    b.edge("a", "d", ALL_TO_ALL, BLOCKING)
+    b.edge("c", "b", ALL_TO_ALL, BLOCKING)
+    return b.job()
+
+
+@pytest.mark.parametrize("shape", [*SHAPES, "cyclic regions"])
+def test_regions_computed_a_vertex_at_a_time_are_the_brute_force_ones(shape: str) -> None:
+    job_graph = _cyclic_regions() if shape == "cyclic regions" else SHAPES[shape]()
+    graph, _ = _stepwise(job_graph, chunk=1)
+    computed = sorted(({*region_members(r)} for r in graph.pipelined_regions()), key=sorted)
+    assert computed == naive_regions(graph)
+    assert all(graph.region_of(v) is not None for v in graph.all_execution_vertices())

@@ -55,7 +55,10 @@ from sparkmill.services.jobmaster.executiongraph.execution_topology import (
     PartitionID,
     PipelinedRegion,
 )
-from sparkmill.services.jobmaster.executiongraph.pipelined_regions import compute_pipelined_regions
+from sparkmill.services.jobmaster.executiongraph.pipelined_regions import (
+    compute_pipelined_regions,
+    compute_pipelined_regions_in_steps,
+)
 
 MAX_PRIOR_ATTEMPTS_KEPT = 16
 """How many superseded attempts an execution vertex remembers (for failure history displays)."""
@@ -119,6 +122,10 @@ class ExecutionGraph:
         graph = cls(job_graph, clock)
         for job_vertex in job_graph.topological_order():
             yield from graph._attach_in_steps(job_vertex, chunk)
+        # The regions too: the scheduler and the recovery ask for them first thing.
+        graph._regions = yield from compute_pipelined_regions_in_steps(
+            graph._vertices, graph._groups, chunk=chunk
+        )
         return graph
 
     def _attach_in_steps(self, job_vertex: JobVertex, chunk: int) -> Iterator[None]:
