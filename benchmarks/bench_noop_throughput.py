@@ -14,7 +14,8 @@ deployment, state updates, scheduling of consumers, slot reuse.
 
 Each run also prints the longest stall of the JobMaster's event loop during the run (its
 ``sparkmill_event_loop_lag_max_seconds``, scraped every second: the worst since the previous
-scrape), which is what holds up the heartbeats and RPCs of every job of that process.
+scrape), which is what holds up the heartbeats and RPCs of every job of that process, and what
+the JobMaster logged about building the job's execution graph (its slices, the longest one).
 
 With ``SPARKMILL_PROFILE_DIR=DIR`` in the environment every service process writes a cProfile
 of its event loop's thread to ``DIR/{role}-{pid}.prof`` when the cluster stops.
@@ -120,7 +121,7 @@ def main() -> None:
                         _print_memory(cluster, args.memory)
                         continue
                     elapsed = time.monotonic() - t0
-                    lag_text = lag.stop()
+                    lag_text = lag.stop() + _graph_build_text(cluster, job_id)
                     if result.status != common_pb2.FINISHED:
                         print(
                             f"run {run + 1}: job ended {result.failure.message} after "
@@ -149,6 +150,17 @@ def _job_master_metrics_url(cluster: LocalCluster) -> str:
             found = re.search(r"metrics at (http://\S+)", Path(proc.log_file).read_text())
             if found:
                 return found.group(1)
+    return ""
+
+
+def _graph_build_text(cluster: LocalCluster, job_id: str) -> str:
+    """What the JobMaster logged about building the job's execution graph (slices, longest)."""
+    pattern = re.compile(rf"job {job_id[:8]}: execution graph of (.*)")
+    for proc in cluster.processes:
+        if proc.role == "job-master":
+            found = pattern.search(Path(proc.log_file).read_text())
+            if found:
+                return f"\n  graph: {found.group(1)}"
     return ""
 
 

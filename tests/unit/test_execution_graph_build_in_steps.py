@@ -13,7 +13,10 @@ import pytest
 
 from sparkmill.common.jobgraph.model import JobGraph
 from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
-from sparkmill.services.jobmaster.executiongraph.graph_building import build_execution_graph
+from sparkmill.services.jobmaster.executiongraph.graph_building import (
+    BuildStats,
+    build_execution_graph,
+)
 from tests.unit.execution_graph_builders import (
     ALL_TO_ALL,
     BLOCKING,
@@ -259,3 +262,24 @@ def test_regions_computed_a_vertex_at_a_time_are_the_brute_force_ones(shape: str
     computed = sorted(({*region_members(r)} for r in graph.pipelined_regions()), key=sorted)
     assert computed == naive_regions(graph)
     assert all(graph.region_of(v) is not None for v in graph.all_execution_vertices())
+
+
+def test_the_build_reports_its_slices() -> None:
+    job_graph = _two(40, 30, ALL_TO_ALL)
+    _, pauses = _stepwise(job_graph, chunk=4)
+    ticks = itertools.count()
+    stats = BuildStats()
+    graph = asyncio.run(
+        build_execution_graph(
+            job_graph,
+            stopped=lambda: False,
+            slice_s=0,
+            chunk=4,
+            monotonic=lambda: next(ticks) * 0.001,  # 1 ms per reading
+            stats=stats,
+        )
+    )
+    assert graph is not None
+    assert stats.slices == pauses + 1  # slice_s=0: a turn of the loop at every pause
+    assert stats.longest_slice_s == pytest.approx(0.001)
+    assert stats.elapsed_s > stats.longest_slice_s

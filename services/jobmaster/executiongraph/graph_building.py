@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from sparkmill.common.jobgraph.model import JobGraph
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
@@ -28,6 +29,16 @@ BUILD_SLICE_S = 0.01
 """How long the builder may hold the loop before it gives the loop a turn."""
 
 
+@dataclass
+class BuildStats:
+    """How a build went: how many slices, the longest one (what the loop waited at worst) and
+    the whole time from the first slice to the last (turns of the loop included)."""
+
+    slices: int = 0
+    longest_slice_s: float = 0.0
+    elapsed_s: float = 0.0
+
+
 async def build_execution_graph(
     job_graph: JobGraph,
     *,
@@ -36,24 +47,36 @@ async def build_execution_graph(
     slice_s: float = BUILD_SLICE_S,
     chunk: int = BUILD_CHUNK,
     monotonic: Callable[[], float] = time.monotonic,
+    stats: BuildStats | None = None,
 ) -> ExecutionGraph | None:
     """Build the execution graph of ``job_graph`` in slices, yielding to the loop between them.
 
     ``stopped`` is asked after every pause: when it answers True (the job was cancelled or the
     JobMaster let go of it meanwhile) the half-built graph is dropped and None is returned.
-    ``clock`` stamps the attempts' states; ``monotonic`` measures the slices. Raises what
-    :meth:`ExecutionGraph.build` raises for a malformed job graph.
+    ``clock`` stamps the attempts' states; ``monotonic`` measures the slices (and ``stats``,
+    if given, is filled in). Raises what :meth:`ExecutionGraph.build` raises for a malformed
+    job graph.
     """
+    stats = stats if stats is not None else BuildStats()
     steps = ExecutionGraph.build_in_steps(job_graph, clock=clock, chunk=chunk)
+    started = slice_started = monotonic()
+
+    def end_slice(now: float) -> None:
+        stats.slices += 1
+        stats.longest_slice_s = max(stats.longest_slice_s, now - slice_started)
+        stats.elapsed_s = now - started
+
     try:
-        slice_started = monotonic()
         while True:
             try:
                 next(steps)
             except StopIteration as done:
+                end_slice(monotonic())
                 graph: ExecutionGraph = done.value
                 return graph
-            if monotonic() - slice_started >= slice_s:
+            now = monotonic()
+            if now - slice_started >= slice_s:
+                end_slice(now)
                 await asyncio.sleep(0)
                 if stopped():
                     return None
@@ -62,4 +85,4 @@ async def build_execution_graph(
         steps.close()
 
 
-__all__ = ["BUILD_SLICE_S", "build_execution_graph"]
+__all__ = ["BUILD_SLICE_S", "BuildStats", "build_execution_graph"]

@@ -101,12 +101,14 @@ def compute_pipelined_regions_in_steps(
         members.setdefault(uf.find(vertex._index), []).append(vertex)
         if position % chunk == 0:
             yield
-    regions = [PipelinedRegion(i, vs) for i, vs in enumerate(members.values())]
+    regions: list[PipelinedRegion] = []
     work = 0
-    for region in regions:
-        for vertex in region.vertices:
+    for index, region_vertices in enumerate(members.values()):
+        region = PipelinedRegion(index, region_vertices)
+        regions.append(region)
+        for vertex in region_vertices:
             vertex._region = region
-        work += len(region.vertices)
+        work += len(region_vertices)
         if work >= chunk:
             work = 0
             yield
