@@ -50,10 +50,7 @@ from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import (
     deployment_proto_of,
 )
 from sparkmill.services.jobmaster.executiongraph.execution_graph import Execution, ExecutionGraph
-from sparkmill.services.jobmaster.executiongraph.graph_building import (
-    BuildStats,
-    build_execution_graph,
-)
+from sparkmill.services.jobmaster.executiongraph.graph_building import build_execution_graph
 from sparkmill.services.jobmaster.host import JobMasterHost
 from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.job_outcome import hand_job_back, job_result, status_report
@@ -183,12 +180,9 @@ class JobMaster:
         """
         if self._scheduler is not None:
             raise IllegalStateBug(f"job {short(self.job_id)}: its graph was built already")
-        stats = BuildStats()
         try:
             graph = await build_execution_graph(
-                self.job_graph,
-                stopped=lambda: self.status is not JobStatus.INITIALIZING,
-                stats=stats,
+                self.job_graph, stopped=lambda: self.status is not JobStatus.INITIALIZING
             )
         except ValueError as exc:
             self.status = JobStatus.FAILED
@@ -200,14 +194,6 @@ class JobMaster:
                 f"job {short(self.job_id)} was {self.status.name} while its JobMaster built the "
                 "execution graph"
             )
-        log.info(
-            "job %s: execution graph of %d subtasks built in %.3f s, %d slices, longest %.1f ms",
-            short(self.job_id),
-            graph.num_execution_vertices,
-            stats.elapsed_s,
-            stats.slices,
-            stats.longest_slice_s * 1000,
-        )
         self.graph = graph
         self._scheduler = DefaultScheduler(
             graph,

@@ -15,15 +15,19 @@ the JobMaster's state in one step at the end, so nobody ever sees half a graph.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sparkmill.common.core.ids import short
 from sparkmill.common.jobgraph.model import JobGraph
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     BUILD_CHUNK,
     ExecutionGraph,
 )
+
+log = logging.getLogger(__name__)
 
 BUILD_SLICE_S = 0.01
 """How long the builder may hold the loop before it gives the loop a turn."""
@@ -53,9 +57,9 @@ async def build_execution_graph(
 
     ``stopped`` is asked after every pause: when it answers True (the job was cancelled or the
     JobMaster let go of it meanwhile) the half-built graph is dropped and None is returned.
-    ``clock`` stamps the attempts' states; ``monotonic`` measures the slices (and ``stats``,
-    if given, is filled in). Raises what :meth:`ExecutionGraph.build` raises for a malformed
-    job graph.
+    ``clock`` stamps the attempts' states; ``monotonic`` measures the slices (``stats``, if
+    given, is filled in; a completed build is logged with them). Raises what
+    :meth:`ExecutionGraph.build` raises for a malformed job graph.
     """
     stats = stats if stats is not None else BuildStats()
     steps = ExecutionGraph.build_in_steps(job_graph, clock=clock, chunk=chunk)
@@ -73,6 +77,15 @@ async def build_execution_graph(
             except StopIteration as done:
                 end_slice(monotonic())
                 graph: ExecutionGraph = done.value
+                log.info(
+                    "job %s: execution graph of %d subtasks built in %.3f s, %d slices, "
+                    "longest %.1f ms",
+                    short(job_graph.job_id),
+                    graph.num_execution_vertices,
+                    stats.elapsed_s,
+                    stats.slices,
+                    stats.longest_slice_s * 1000,
+                )
                 return graph
             now = monotonic()
             if now - slice_started >= slice_s:
