@@ -12,6 +12,11 @@ deployment, state updates, scheduling of consumers, slot reuse.
         --timeout-s 300 --memory --config heartbeat.interval=10s --config heartbeat.timeout=50s
         # the 10,000 x 10,000 job, bounded, with peak RSS per role and Flink's heartbeat timing
 
+Each run also prints the longest stall of the JobMaster's event loop during the run (its
+``sparkmill_event_loop_lag_max_seconds``, scraped every second: the worst since the previous
+scrape), which is what holds up the heartbeats and RPCs of every job of that process, and what
+the JobMaster logged about building the job's execution graph (its slices, the longest one).
+
 With ``SPARKMILL_PROFILE_DIR=DIR`` in the environment every service process writes a cProfile
 of its event loop's thread to ``DIR/{role}-{pid}.prof`` when the cluster stops.
 """
@@ -20,8 +25,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from sparkmill.client import ClusterClient
@@ -102,20 +110,22 @@ def main() -> None:
                     )
                     graph = pipeline.build_job_graph()
                     load = os.getloadavg()[0]
+                    lag = LoopLagSampler(_job_master_metrics_url(cluster))
                     t0 = time.monotonic()
                     job_id = client.submit(graph)
                     try:
                         result = client.wait(job_id, poll_s=0.05, timeout=args.timeout_s)
                     except DeadlineExceededError as exc:
-                        print(f"run {run + 1}: gave up: {exc} (load {load:.1f})")
+                        print(f"run {run + 1}: gave up: {exc} (load {load:.1f}){lag.stop()}")
                         client.cancel(job_id)
                         _print_memory(cluster, args.memory)
                         continue
                     elapsed = time.monotonic() - t0
+                    lag_text = lag.stop() + _graph_build_text(cluster, job_id)
                     if result.status != common_pb2.FINISHED:
                         print(
                             f"run {run + 1}: job ended {result.failure.message} after "
-                            f"{elapsed:.1f}s (load {load:.1f})"
+                            f"{elapsed:.1f}s (load {load:.1f}){lag_text}"
                         )
                         _print_memory(cluster, args.memory)
                         continue
@@ -123,11 +133,80 @@ def main() -> None:
                         f"run {run + 1}: {subtasks} subtasks ({args.vertices} x "
                         f"{args.parallelism}, {args.pattern}) in {elapsed:.2f}s = "
                         f"{subtasks / elapsed:.0f} subtasks/s "
-                        f"(load {load:.1f} -> {os.getloadavg()[0]:.1f})"
+                        f"(load {load:.1f} -> {os.getloadavg()[0]:.1f}){lag_text}"
                     )
                     _print_memory(cluster, args.memory)
         finally:
             cluster.stop()
+
+
+_LAG_SAMPLE = re.compile(r"^sparkmill_event_loop_lag_max_seconds\{[^}]*\} (\S+)$", re.M)
+
+
+def _job_master_metrics_url(cluster: LocalCluster) -> str:
+    """The job-master process's /metrics URL, from the line its log starts with."""
+    for proc in cluster.processes:
+        if proc.role == "job-master":
+            found = re.search(r"metrics at (http://\S+)", Path(proc.log_file).read_text())
+            if found:
+                return found.group(1)
+    return ""
+
+
+def _graph_build_text(cluster: LocalCluster, job_id: str) -> str:
+    """What the JobMaster logged about building the job's execution graph (slices, longest)."""
+    pattern = re.compile(rf"job {job_id[:8]}: execution graph of (.*)")
+    for proc in cluster.processes:
+        if proc.role == "job-master":
+            found = pattern.search(Path(proc.log_file).read_text())
+            if found:
+                return f"\n  graph: {found.group(1)}"
+    return ""
+
+
+class LoopLagSampler:
+    """Scrapes the JobMaster's loop lag every ``interval_s`` in a thread and keeps the worst.
+
+    The gauge is the worst lag since the previous scrape, so the first scrape (at start) clears
+    what came before the run and the last one (at :meth:`stop`) covers its end.
+    """
+
+    def __init__(self, url: str, interval_s: float = 1.0) -> None:
+        self.url = url
+        self.interval_s = interval_s
+        self.worst_s = 0.0
+        self.scrapes = 0
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        if url:
+            self._scrape()  # discard the lag from before the run
+            self.worst_s, self.scrapes = 0.0, 0
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def _scrape(self) -> None:
+        try:
+            with urllib.request.urlopen(self.url, timeout=10) as response:
+                text = response.read().decode()
+        except OSError:
+            return
+        found = _LAG_SAMPLE.search(text)
+        if found:
+            self.worst_s = max(self.worst_s, float(found.group(1)))
+            self.scrapes += 1
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval_s):
+            self._scrape()
+
+    def stop(self) -> str:
+        """Stop sampling; the text that reports it (empty when the URL is unknown)."""
+        if self._thread is None:
+            return ""
+        self._done.set()
+        self._thread.join()
+        self._scrape()
+        return f"; JobMaster loop lag max {self.worst_s * 1000:.0f} ms ({self.scrapes} scrapes)"
 
 
 def _print_memory(cluster: LocalCluster, enabled: bool) -> None:

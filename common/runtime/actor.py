@@ -29,7 +29,10 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-LAG_PROBE_INTERVAL_S = 0.1
+LAG_PROBE_INTERVAL_S = 0.02
+"""How often the lag probe wakes. A stall is seen as the probe's late wake-up, so one that
+starts just after a wake-up is under-reported by up to this much: short enough to tell a
+100 ms stall from a 50 ms one, long enough to cost nothing (50 wake-ups/s, ~0.1% of a core)."""
 LAG_WARN_S = 1.0
 
 

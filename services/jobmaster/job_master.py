@@ -1,6 +1,7 @@
 """The JobMaster of one job (Flink's ``JobMaster``).
 
-It owns the job's :class:`ExecutionGraph`, :class:`SlotPool` and :class:`DefaultScheduler`,
+It owns the job's :class:`ExecutionGraph` (built in slices when it starts, before it runs for
+the job's leadership), :class:`SlotPool` and :class:`DefaultScheduler`,
 and does their I/O: it registers at the resource manager leader (with back-off, again after a
 leader change) and asks it for slots; it accepts slot offers from task executors, heartbeats
 them, deploys tasks to them and cancels them; it reports every job status change to the
@@ -16,12 +17,16 @@ import time
 from dataclasses import dataclass
 
 from sparkmill.common.config.configuration import Configuration
-from sparkmill.common.core.errors import ErrorCode, RpcError, UnavailableError, error_from_code
-from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
+from sparkmill.common.core.errors import (
+    IllegalStateBug,
+    InvalidArgumentError,
+    UnavailableError,
+    error_from_code,
+)
+from sparkmill.common.core.ids import AllocationID, JobID, ResourceID, short
 from sparkmill.common.core.proto_convert import profile_from_proto, profile_to_proto
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.states import JobStatus
-from sparkmill.common.deployment.state_update import TaskStateUpdate
 from sparkmill.common.exchange.layout import cleanup_job
 from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo
 from sparkmill.common.jobgraph.model import JobGraph
@@ -45,14 +50,22 @@ from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import (
     deployment_proto_of,
 )
 from sparkmill.services.jobmaster.executiongraph.execution_graph import Execution, ExecutionGraph
+from sparkmill.services.jobmaster.executiongraph.graph_building import build_execution_graph
 from sparkmill.services.jobmaster.host import JobMasterHost
 from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.job_outcome import hand_job_back, job_result, status_report
+from sparkmill.services.jobmaster.peer_calls import (
+    cancel_unknown_attempt,
+    disconnect_from_resource_manager,
+    disconnect_task_executor,
+    free_slot,
+)
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
 from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
 from sparkmill.services.jobmaster.scheduler.deployments import DeploymentTracker
 from sparkmill.services.jobmaster.scheduler.heartbeat_reconciliation import apply_heartbeat_report
 from sparkmill.services.jobmaster.scheduler.restart_strategy import restart_strategy_from_settings
+from sparkmill.services.jobmaster.scheduler.state_reports import apply_task_state_updates
 from sparkmill.services.jobmaster.scheduler.task_submissions import TaskSubmissionBatcher
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PhysicalSlot,
@@ -103,7 +116,10 @@ class JobMaster:
         self.job_settings = job_settings_from_config(
             config.with_overrides(graph.config, job_scope=True)
         )
-        self.graph = ExecutionGraph.build(graph)
+        # Empty until start() has built the real graph in slices (it is never built in one go
+        # on the loop, see graph_building); only then are there subtasks and a scheduler.
+        self.graph = ExecutionGraph(graph)
+        self._scheduler: DefaultScheduler | None = None
         self.timers = AsyncioTimerService()
         self.slot_pool = SlotPool(
             self.job_id,
@@ -115,15 +131,6 @@ class JobMaster:
             idle_slot_timeout_s=settings.slot_idle_timeout_s,
         )
         self.progress = ProgressRecorder(host.progress_store, self.job_id, runtime)
-        self.scheduler = DefaultScheduler(
-            self.graph,
-            self.slot_pool,
-            self,
-            restart_strategy_from_settings(self.job_settings.restart),
-            failover_strategy=self.job_settings.failover_strategy,
-            progress=self.progress,
-            fail_on_repeated_error=self.job_settings.restart.fail_on_repeated_error,
-        )
         self.results_lost_with_executor = settings.results_lost_with_executor
         self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
         self.deployments = DeploymentTracker()
@@ -150,9 +157,53 @@ class JobMaster:
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    @property
+    def scheduler(self) -> DefaultScheduler:
+        if self._scheduler is None:
+            raise IllegalStateBug(
+                f"job {short(self.job_id)}: the scheduler was used before the graph was built"
+            )
+        return self._scheduler
+
     async def start(self) -> None:
+        """Build the execution graph, then run for the job's leadership."""
+        await self.build_graph()
         self.heartbeats.start()
         await self.election.start(self)
+
+    async def build_graph(self) -> None:
+        """Build the execution graph in slices (the loop runs between them) and the scheduler.
+
+        Raises :class:`UnavailableError` when the job was cancelled or let go of meanwhile
+        (nothing was acquired yet: the half-built graph is dropped), and
+        :class:`InvalidArgumentError` for a job graph that cannot be expanded.
+        """
+        if self._scheduler is not None:
+            raise IllegalStateBug(f"job {short(self.job_id)}: its graph was built already")
+        try:
+            graph = await build_execution_graph(
+                self.job_graph, stopped=lambda: self.status is not JobStatus.INITIALIZING
+            )
+        except ValueError as exc:
+            self.status = JobStatus.FAILED
+            self.host.job_master_done(self)
+            raise InvalidArgumentError(f"job {short(self.job_id)} cannot be run: {exc}") from exc
+        if graph is None or self.status is not JobStatus.INITIALIZING:
+            self.host.job_master_done(self)
+            raise UnavailableError(
+                f"job {short(self.job_id)} was {self.status.name} while its JobMaster built the "
+                "execution graph"
+            )
+        self.graph = graph
+        self._scheduler = DefaultScheduler(
+            graph,
+            self.slot_pool,
+            self,
+            restart_strategy_from_settings(self.job_settings.restart),
+            failover_strategy=self.job_settings.failover_strategy,
+            progress=self.progress,
+            fail_on_repeated_error=self.job_settings.restart.fail_on_repeated_error,
+        )
 
     async def grant_leadership(self, session_id: str) -> None:
         if self.session_id or self.status is not JobStatus.INITIALIZING:
@@ -205,6 +256,9 @@ class JobMaster:
         if self.status.is_terminal:
             return
         log.warning("job %s suspended: %s", short(self.job_id), cause)
+        if self._scheduler is None:  # still building the graph: start() lets go of the job
+            self.status = JobStatus.SUSPENDED
+            return
         was_leading = bool(self.session_id) and tell_dispatcher
         self.status = JobStatus.SUSPENDED
         self.progress.stop()
@@ -225,7 +279,14 @@ class JobMaster:
         )
 
     def cancel(self) -> None:
-        self.scheduler.cancel()
+        if self._scheduler is None:
+            # Still building the graph: nothing runs or is held yet. start() drops the graph.
+            if self.status is JobStatus.INITIALIZING:
+                log.info("job %s cancelled while its graph was built", short(self.job_id))
+                self.status = JobStatus.CANCELED
+                self.ended_at = time.time()
+            return
+        self._scheduler.cancel()
 
     # -- SchedulerActions -------------------------------------------------------------------
 
@@ -246,9 +307,7 @@ class JobMaster:
         # TaskExecutor does while its partition tracker tracks the job's partitions): the job
         # is over, so let them go now rather than when our heartbeats stop.
         for te in list(self.task_executors.values()):
-            self.runtime.spawn(
-                self._disconnect_task_executor(te, f"the job ended {status.name}"), "te-disconnect"
-            )
+            self._disconnect_task_executor(te, f"the job ended {status.name}")
         if not self.election.has_leadership(self.session_id):
             # Deposed while the job ended here (e.g. frozen past the ZooKeeper session): the
             # new leader owns the job, its results and its files. Touch nothing.
@@ -299,15 +358,9 @@ class JobMaster:
         if self._rm_registration is not None:
             self._rm_registration.cancel()
         if self.rm_client is not None:
-            try:
-                await self.rm_client.disconnect_job_master(
-                    resource_manager_pb2.DisconnectJobMasterRequest(
-                        job_id=self.job_id, job_master_session_id=self.session_id, cause=cause
-                    ),
-                    timeout=2.0,
-                )
-            except RpcError as exc:
-                log.info("could not disconnect from the resource manager: %s", exc)
+            await disconnect_from_resource_manager(
+                self.rm_client, self.job_id, self.session_id, cause
+            )
         await self.heartbeats.stop()
         self.timers.cancel_all()
 
@@ -383,19 +436,7 @@ class JobMaster:
                 self.clients.get(task_executor.address), fencing_token=self.session_id
             )
         )
-
-        async def free() -> None:
-            try:
-                await client.free_slot(
-                    task_executor_pb2.FreeSlotRequest(
-                        job_id=self.job_id, allocation_id=allocation_id, cause=cause
-                    ),
-                    timeout=5.0,
-                )
-            except RpcError as exc:
-                log.debug("freeing slot %s failed: %s", short(allocation_id), exc)
-
-        self.runtime.spawn(free(), "free-slot")
+        self.runtime.spawn(free_slot(client, self.job_id, allocation_id, cause), "free-slot")
 
     def slot_lost(self, slot: PhysicalSlot, cause: BaseException) -> None:
         self.scheduler.slot_lost(slot, cause)
@@ -493,18 +534,12 @@ class JobMaster:
             heartbeat_sent_at=sent_at,
         )
         for attempt_id in to_cancel:
-            self.runtime.spawn(self._cancel_unknown(te, attempt_id), "cancel-unknown")
-
-    async def _cancel_unknown(
-        self, te: _TaskExecutorConnection, attempt_id: ExecutionAttemptID
-    ) -> None:
-        try:
-            await te.client.cancel_task(
-                task_executor_pb2.CancelTaskRequest(job_id=self.job_id, attempt_id=attempt_id),
-                timeout=self.settings.rpc_timeout_s,
+            self.runtime.spawn(
+                cancel_unknown_attempt(
+                    te.client, self.job_id, attempt_id, self.settings.rpc_timeout_s
+                ),
+                "cancel-unknown",
             )
-        except RpcError as exc:
-            log.debug("cancelling unknown attempt %s: %s", short(attempt_id), exc)
 
     def offer_slots(
         self, resource_id: str, address: str, offers: list[job_master_pb2.SlotOffer]
@@ -535,26 +570,21 @@ class JobMaster:
         self.deployments.forget_task_executor(rid)
         # It may only be hung and come back: tell it to drop whatever it still runs for us
         # (best effort; its slots are written off here either way).
-        self.runtime.spawn(
-            self._disconnect_task_executor(te, f"the JobMaster wrote this executor off: {cause}"),
-            "te-disconnect",
-        )
+        self._disconnect_task_executor(te, f"the JobMaster wrote this executor off: {cause}")
         self.slot_pool.release_task_executor(
             rid, UnavailableError(f"task executor {short(rid)} is lost: {cause}")
         )
         if self.results_lost_with_executor:
             self.scheduler.results_lost_with_task_executor(rid, cause)
 
-    async def _disconnect_task_executor(self, te: _TaskExecutorConnection, cause: str) -> None:
-        try:
-            await te.client.disconnect_job_master(
-                task_executor_pb2.DisconnectJobMasterFromTaskExecutorRequest(
-                    job_id=self.job_id, cause=cause
-                ),
-                timeout=self.settings.heartbeat_timeout_s,
-            )
-        except RpcError as exc:
-            log.debug("task executor %s not told to disconnect: %s", short(te.resource_id), exc)
+    def _disconnect_task_executor(self, te: _TaskExecutorConnection, cause: str) -> None:
+        """Tell it to let go of the job (best effort)."""
+        self.runtime.spawn(
+            disconnect_task_executor(
+                te.client, te.resource_id, self.job_id, cause, self.settings.heartbeat_timeout_s
+            ),
+            "te-disconnect",
+        )
 
     def _on_heartbeat_timeout(self, target: str, reason: str) -> None:
         if target == "rm":
@@ -565,23 +595,7 @@ class JobMaster:
     def update_task_execution_states(
         self, resource_id: str, updates: list[job_master_pb2.TaskExecutionState]
     ) -> None:
-        # Decoded first: a malformed message refuses the whole batch before any of it applies.
-        decoded = [TaskStateUpdate.from_proto(update) for update in updates]
-        for update in decoded:
-            failure = update.failure
-            self.scheduler.update_task_execution_state(
-                update.attempt_id,
-                update.state,
-                message=failure.message if failure else "",
-                details=failure.details if failure else "",
-                exception_type=failure.exception_type if failure else "",
-                suppress_restarts=failure.suppress_restarts if failure else False,
-                # INTERNAL: the task's own code raised it (not its executor's environment).
-                raised_by_task=failure is not None and failure.code is ErrorCode.INTERNAL,
-                io=update.io,
-                accumulator=update.accumulator,
-                lost_partitions=[p.as_tuple() for p in failure.lost_partitions] if failure else (),
-            )
+        apply_task_state_updates(self.scheduler, updates)
 
     # -- details ----------------------------------------------------------------------------
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import InvalidArgumentError, UnavailableError
 from sparkmill.common.core.ids import JobID
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.ha.job_stores import InMemoryJobResultStore
@@ -204,3 +207,113 @@ def test_standalone_epochs_increase_within_a_process() -> None:
     one, two, stale = asyncio.run(confirm())
     assert one is not None and two is not None and two > one > 0
     assert stale is None
+
+
+# -- the execution graph is built in slices, before the JobMaster runs for leadership ----------
+
+
+class RecordingElection(StandaloneLeaderElectionService):
+    """The standalone election, remembering whether the JobMaster ever ran for leadership."""
+
+    __test__ = False
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(session_id)
+        self.started = False
+
+    async def start(self, contender: Any) -> None:
+        self.started = True
+        await super().start(contender)
+
+
+def _wide_job_master(
+    host: TestingJobMasterHost, runtime: ServiceRuntime, election: RecordingElection
+) -> JobMaster:
+    config = Configuration()
+    return JobMaster(
+        # 2 x 4,000 subtasks: many slices of the builder (BUILD_SLICE_S each).
+        noop_pipeline("wide", parallelism=4000, vertices=2).build_job_graph(),
+        settings=settings_from_config(config),
+        config=config,
+        runtime=runtime,
+        host=host,
+        election=election,
+        clients=RpcClientPool("test"),
+        submitted_at=1.0,
+    )
+
+
+def test_the_graph_is_built_before_leadership_and_published_whole() -> None:
+    host = TestingJobMasterHost()
+    election = RecordingElection("session-1")
+    seen: list[int] = []
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _wide_job_master(host, runtime, election)
+        start = asyncio.create_task(jm.start())
+        while not start.done():  # the loop gets turns while the graph is built
+            seen.append(jm.graph.num_execution_vertices)
+            await asyncio.sleep(0)
+        await start
+        assert jm.graph.num_execution_vertices == 8000
+        assert jm.session_id == "session-1" and election.started
+        await jm.suspend("test over", tell_dispatcher=False)
+
+    _run(scenario)
+    assert seen.count(0) > 2  # the loop had turns while the graph was built
+    assert set(seen) == {0, 8000}  # never half a graph: empty until it is complete
+
+
+def test_a_job_cancelled_while_its_graph_is_built_ends_canceled_and_holds_nothing() -> None:
+    host = TestingJobMasterHost()
+    election = RecordingElection("session-1")
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _wide_job_master(host, runtime, election)
+        start = asyncio.create_task(jm.start())
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert not start.done()
+        jm.cancel()
+        with pytest.raises(UnavailableError, match="CANCELED"):
+            await start
+        assert jm.status is JobStatus.CANCELED and jm.ended_at > 0
+        assert jm.graph.num_execution_vertices == 0  # the half-built graph was dropped
+        assert not election.started and jm.session_id == ""
+        assert host.done == [jm] and host.reports == []
+        assert jm.heartbeats._checker is None  # heartbeats never started
+        jm.cancel()  # again: nothing to do
+        await jm.suspend("later", tell_dispatcher=False)
+        assert jm.status is JobStatus.CANCELED
+
+    _run(scenario)
+
+
+def test_a_job_master_suspended_while_its_graph_is_built_lets_go_of_the_job() -> None:
+    host = TestingJobMasterHost()
+    election = RecordingElection("session-1")
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _wide_job_master(host, runtime, election)
+        start = asyncio.create_task(jm.start())
+        await asyncio.sleep(0)
+        await jm.suspend("the job-master process is shutting down", tell_dispatcher=False)
+        with pytest.raises(UnavailableError, match="SUSPENDED"):
+            await start
+        assert jm.status is JobStatus.SUSPENDED
+        assert not election.started and host.done == [jm] and host.reports == []
+
+    _run(scenario)
+
+
+def test_a_job_graph_that_cannot_be_expanded_is_refused_as_invalid() -> None:
+    host = TestingJobMasterHost()
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _job_master(host, runtime)
+        jm.job_graph.vertices[0].parallelism = 0  # past the validation somehow
+        with pytest.raises(InvalidArgumentError, match="parallelism 0"):
+            await jm.start()
+        assert jm.status is JobStatus.FAILED and host.done == [jm]
+
+    _run(scenario)

@@ -40,6 +40,7 @@ class RecordingTaskExecutor:
 def test_a_finished_attempt_still_listed_by_its_task_executor_is_not_cancelled() -> None:
     async def scenario(runtime: ServiceRuntime) -> None:
         jm = _job_master(TestingJobMasterHost(), runtime)
+        await jm.build_graph()  # the graph only; no leadership, nothing scheduled
         vertex = next(iter(jm.graph.all_execution_vertices()))
         execution = vertex.current_execution
         for state in (ES.SCHEDULED, ES.DEPLOYING, ES.INITIALIZING, ES.RUNNING, ES.FINISHED):

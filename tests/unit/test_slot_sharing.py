@@ -180,3 +180,20 @@ def test_a_lost_shared_slot_fails_all_its_logical_slots() -> None:
         assert len(h.rm.requested) == 2
 
     run(job_graph, scenario, restart_strategy=FixedDelayRestartStrategy(3, 0.0))
+
+
+def test_groups_are_made_on_demand_and_are_the_ones_listed() -> None:
+    strategy = SlotSharingStrategy(
+        [TestingVertex(JobVertexID("a"), 3), TestingVertex(JobVertexID("b"), 5)]
+    )
+    late = strategy.group_of(_ev("b", 4))  # made first, alone
+    assert [m.job_vertex_id for m in late.members] == ["b"]
+    early = strategy.group_of(_ev("b", 1))
+    assert strategy.group_of(_ev("a", 1)) is early
+    assert [m.job_vertex_id for m in early.members] == ["a", "b"]  # job order
+    listed = strategy.groups
+    assert [g.id.index for g in listed] == [0, 1, 2, 3, 4]  # job order, whatever came first
+    assert listed[1] is early and listed[4] is late
+    for unknown in (_ev("c", 0), _ev("a", 3), _ev("b", -1)):
+        with pytest.raises(IllegalStateBug, match="not a subtask"):
+            strategy.group_of(unknown)

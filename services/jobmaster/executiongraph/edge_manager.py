@@ -29,7 +29,7 @@ reached FINISHED), so "can this group be consumed?" is an O(1) question.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from sparkmill.common.core.errors import IllegalStateBug
 from sparkmill.common.exchange.pointwise import pointwise_readers
@@ -72,29 +72,35 @@ def connect(
     Each consumer subtask gets exactly one new entry in its ``consumed_partition_groups`` (so
     entry ``k`` is its ``k``-th input). Returns the groups created, each exactly once.
     """
+    return list(connect_in_steps(consumer, result, pattern))
+
+
+def connect_in_steps(
+    consumer: ExecutionJobVertex, result: IntermediateResult, pattern: DistributionPattern
+) -> Iterator[ConsumedPartitionGroup]:
+    """:func:`connect`, one group at a time: each group is wired when it is yielded, so a
+    caller may pause between groups (a POINTWISE connection of wide vertices makes thousands).
+    The connection is complete only once the iterator is exhausted."""
     partitions = result.partitions
     consumers = consumer.task_vertices
     if pattern is DistributionPattern.ALL_TO_ALL:
-        return [_link(partitions, consumers, result)]
+        yield _link(partitions, consumers, result)
+        return
     if pattern is not DistributionPattern.POINTWISE:
         raise IllegalStateBug(f"unknown distribution pattern {pattern!r}")
 
     sources, targets = len(partitions), len(consumers)
-    groups: list[ConsumedPartitionGroup] = []
     # Consecutive partitions with the same readers form one group: with S > T a consumer's
     # contiguous run of partitions, otherwise a single partition and its readers.
     for readers, run in itertools.groupby(
         range(sources), key=lambda p: pointwise_readers(p, sources, targets)
     ):
         numbers = list(run)
-        groups.append(
-            _link(
-                partitions[numbers[0] : numbers[-1] + 1],
-                consumers[readers.start : readers.stop],
-                result,
-            )
+        yield _link(
+            partitions[numbers[0] : numbers[-1] + 1],
+            consumers[readers.start : readers.stop],
+            result,
         )
-    return groups
 
 
-__all__ = ["connect"]
+__all__ = ["connect", "connect_in_steps"]

@@ -10,6 +10,10 @@
   :mod:`sparkmill.services.jobmaster.executiongraph.edge_manager`);
 * each execution vertex starts with one :class:`Execution` (attempt 0) in state CREATED.
 
+:meth:`ExecutionGraph.build_in_steps` does the same a chunk of work at a time (a generator), so
+the JobMaster can build a 10,000 x 10,000 job without holding its event loop for long (see
+:mod:`~sparkmill.services.jobmaster.executiongraph.graph_building`).
+
 An :class:`Execution` is one attempt to run a subtask. Its state changes are checked against
 :data:`~sparkmill.common.core.states.EXECUTION_STATE_TRANSITIONS`; the graph reacts to each change
 in O(1) per affected group: it keeps the per-state counts, marks the produced partitions finished
@@ -25,7 +29,7 @@ Nothing here is thread-safe: the graph lives on the job master's event loop.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 from sparkmill.common.core.errors import IllegalStateBug
 from sparkmill.common.core.ids import (
@@ -37,7 +41,7 @@ from sparkmill.common.core.ids import (
 )
 from sparkmill.common.core.states import ExecutionState
 from sparkmill.common.jobgraph.model import JobGraph, JobVertex
-from sparkmill.services.jobmaster.executiongraph.edge_manager import connect
+from sparkmill.services.jobmaster.executiongraph.edge_manager import connect_in_steps
 from sparkmill.services.jobmaster.executiongraph.execution_topology import (
     ConsumedPartitionGroup,
     ConsumerVertexGroup,
@@ -51,10 +55,17 @@ from sparkmill.services.jobmaster.executiongraph.execution_topology import (
     PartitionID,
     PipelinedRegion,
 )
-from sparkmill.services.jobmaster.executiongraph.pipelined_regions import compute_pipelined_regions
+from sparkmill.services.jobmaster.executiongraph.pipelined_regions import (
+    compute_pipelined_regions,
+    compute_pipelined_regions_in_steps,
+)
 
 MAX_PRIOR_ATTEMPTS_KEPT = 16
 """How many superseded attempts an execution vertex remembers (for failure history displays)."""
+
+BUILD_CHUNK = 512
+"""Units of work between two pauses of :meth:`ExecutionGraph.build_in_steps`: about 2-5 ms of
+CPU on an idle core."""
 
 _TERMINAL_STATES = tuple(s for s in ExecutionState if s.is_terminal)
 
@@ -78,36 +89,76 @@ class ExecutionGraph:
     def build(
         cls, job_graph: JobGraph, *, clock: Callable[[], float] = time.time
     ) -> ExecutionGraph:
-        """Expand ``job_graph``. ``clock`` gives the wall-clock state timestamps.
+        """Expand ``job_graph`` in one go. ``clock`` gives the wall-clock state timestamps.
 
         Raises ``ValueError`` on a cycle, on an input whose data set is unknown, or on a
         parallelism below 1 (the dispatcher's validation should have refused such a graph).
         """
+        steps = cls.build_in_steps(job_graph, clock=clock)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                graph: ExecutionGraph = done.value
+                return graph
+
+    @classmethod
+    def build_in_steps(
+        cls,
+        job_graph: JobGraph,
+        *,
+        clock: Callable[[], float] = time.time,
+        chunk: int = BUILD_CHUNK,
+    ) -> Generator[None, None, ExecutionGraph]:
+        """:meth:`build` as a generator that pauses (yields) after about ``chunk`` units of work
+        (a subtask with its partitions, or a subtask or partition wired into a group) and
+        returns the graph when exhausted; the same errors are raised while it runs.
+
+        The graph is complete only at the end: whoever drives the steps must not hand it to
+        anyone before, and may drop it (closing the generator) at any pause.
+        """
+        if chunk < 1:
+            raise ValueError(f"chunk must be at least 1, not {chunk}")
         graph = cls(job_graph, clock)
         for job_vertex in job_graph.topological_order():
-            graph._attach(job_vertex)
+            yield from graph._attach_in_steps(job_vertex, chunk)
+        # The regions too: the scheduler and the recovery ask for them first thing.
+        graph._regions = yield from compute_pipelined_regions_in_steps(
+            graph._vertices, graph._groups, chunk=chunk
+        )
         return graph
 
-    def _attach(self, job_vertex: JobVertex) -> None:
+    def _attach_in_steps(self, job_vertex: JobVertex, chunk: int) -> Iterator[None]:
         if job_vertex.id in self._job_vertices:
             raise ValueError(f"vertex '{job_vertex.name}' appears twice in the job graph")
-        ejv = ExecutionJobVertex(self, job_vertex, len(self._vertices))
+        ejv = ExecutionJobVertex(self, job_vertex, len(self._vertices), create_subtasks=False)
+        while not ejv.has_all_subtasks:
+            created = ejv.add_subtasks(chunk)
+            self._vertices.extend(created)
+            executions = self._executions
+            for ev in created:
+                execution = ev.current_execution
+                executions[execution.attempt_id] = execution
+            self._state_counts[ExecutionState.CREATED] += len(created)
+            yield
         for edge in job_vertex.inputs:
             result = self._results.get(edge.source)
             if result is None:  # topological_order() already checked this; be explicit
                 raise ValueError(f"vertex '{job_vertex.name}' reads unknown data set {edge.source}")
             ejv.inputs.append(result)
-            self._groups.extend(connect(ejv, result, edge.pattern))
+            wired = 0
+            for group in connect_in_steps(ejv, result, edge.pattern):
+                self._groups.append(group)
+                wired += len(group.partitions) + len(group.consumer_vertex_group.vertices)
+                if wired >= chunk:
+                    wired = 0
+                    yield
         for result in ejv.produced_results:
             if result.id in self._results:
                 raise ValueError(f"data set {result.id} is produced twice")
             self._results[result.id] = result
         self._job_vertices[job_vertex.id] = ejv
-        self._vertices.extend(ejv.task_vertices)
-        for ev in ejv.task_vertices:
-            execution = ev.current_execution
-            self._executions[execution.attempt_id] = execution
-        self._state_counts[ExecutionState.CREATED] += len(ejv.task_vertices)
+        yield
 
     # ---------------------------------------------------------------- structure queries
 

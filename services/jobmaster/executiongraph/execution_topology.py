@@ -213,9 +213,25 @@ class ExecutionJobVertex:
     """The run-time side of one :class:`~sparkmill.common.jobgraph.model.JobVertex`: all of its
     subtasks."""
 
-    __slots__ = ("graph", "inputs", "job_vertex", "produced_results", "task_vertices")
+    __slots__ = (
+        "_first_index",
+        "graph",
+        "inputs",
+        "job_vertex",
+        "produced_results",
+        "task_vertices",
+    )
 
-    def __init__(self, graph: ExecutionOwner, job_vertex: JobVertex, first_index: int) -> None:
+    def __init__(
+        self,
+        graph: ExecutionOwner,
+        job_vertex: JobVertex,
+        first_index: int,
+        *,
+        create_subtasks: bool = True,
+    ) -> None:
+        """``create_subtasks=False``: none yet; they come by :meth:`add_subtasks` (a graph
+        built in steps creates a wide vertex's subtasks a chunk at a time)."""
         if job_vertex.parallelism < 1:
             raise ValueError(
                 f"vertex '{job_vertex.name}' has parallelism {job_vertex.parallelism}, "
@@ -223,18 +239,33 @@ class ExecutionJobVertex:
             )
         self.graph = graph
         self.job_vertex = job_vertex
+        self._first_index = first_index
         self.produced_results = [IntermediateResult(ds, self) for ds in job_vertex.produced]
         # inputs[k] is the result read through job_vertex.inputs[k].
         self.inputs: list[IntermediateResult] = []
-        self.task_vertices = [
-            ExecutionVertex(self, i, first_index + i) for i in range(job_vertex.parallelism)
-        ]
+        self.task_vertices: list[ExecutionVertex] = []
+        if create_subtasks:
+            self.add_subtasks(job_vertex.parallelism)
+
+    def add_subtasks(self, count: int) -> list[ExecutionVertex]:
+        """Create the next ``count`` subtasks (fewer once ``parallelism`` is reached), each with
+        its partition of every produced result; returns them."""
+        start = len(self.task_vertices)
+        stop = min(start + count, self.job_vertex.parallelism)
+        first = self._first_index
+        created = [ExecutionVertex(self, i, first + i) for i in range(start, stop)]
+        self.task_vertices.extend(created)
         for result in self.produced_results:
             partitions = result.partitions
-            for ev in self.task_vertices:
+            for ev in created:
                 partition = IntermediateResultPartition(result, ev)
                 partitions.append(partition)
                 ev.produced_partitions.append(partition)
+        return created
+
+    @property
+    def has_all_subtasks(self) -> bool:
+        return len(self.task_vertices) == self.job_vertex.parallelism
 
     @property
     def id(self) -> JobVertexID:

@@ -16,7 +16,7 @@ through its shared groups, never pair by pair.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Iterator, Sequence
 
 from sparkmill.common.jobgraph.graphs import strongly_connected_components
 from sparkmill.common.jobgraph.model import ResultPartitionType
@@ -60,8 +60,23 @@ def compute_pipelined_regions(
 
     Sets ``_region`` on every vertex and returns the regions ordered by their first vertex.
     """
+    steps = compute_pipelined_regions_in_steps(vertices, groups, chunk=len(vertices) + 1)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            regions: list[PipelinedRegion] = done.value
+            return regions
+
+
+def compute_pipelined_regions_in_steps(
+    vertices: Sequence[ExecutionVertex], groups: Sequence[ConsumedPartitionGroup], *, chunk: int
+) -> Generator[None, None, list[PipelinedRegion]]:
+    """:func:`compute_pipelined_regions`, pausing (yielding) after about ``chunk`` vertices or
+    wired members; returns the regions when exhausted (part of the graph built in steps)."""
     uf = _UnionFind(len(vertices))
     blocking: list[ConsumedPartitionGroup] = []
+    work = 0
     for group in groups:
         if group.result_type is not ResultPartitionType.PIPELINED:
             blocking.append(group)
@@ -71,19 +86,33 @@ def compute_pipelined_regions(
             uf.union(anchor, partition.producer._index)
         for consumer in group.consumer_vertex_group.vertices:
             uf.union(anchor, consumer._index)
+        work += len(group.partitions) + len(group.consumer_vertex_group.vertices)
+        if work >= chunk:
+            work = 0
+            yield
 
     if blocking and any(uf.find(i) != i for i in range(len(vertices))):
         # Some region has several vertices, so BLOCKING edges might close a cycle of regions.
         _merge_regions_on_cycles(uf, blocking)
+        yield
 
     members: dict[int, list[ExecutionVertex]] = {}
-    for vertex in vertices:
+    for position, vertex in enumerate(vertices, 1):
         members.setdefault(uf.find(vertex._index), []).append(vertex)
-    regions = [PipelinedRegion(i, vs) for i, vs in enumerate(members.values())]
-    for region in regions:
-        for vertex in region.vertices:
+        if position % chunk == 0:
+            yield
+    regions: list[PipelinedRegion] = []
+    work = 0
+    for index, region_vertices in enumerate(members.values()):
+        region = PipelinedRegion(index, region_vertices)
+        regions.append(region)
+        for vertex in region_vertices:
             vertex._region = region
-    _attach_blocking_inputs(regions, blocking)
+        work += len(region_vertices)
+        if work >= chunk:
+            work = 0
+            yield
+    yield from _attach_blocking_inputs(regions, blocking, chunk)
     return regions
 
 
@@ -122,15 +151,20 @@ def _merge_regions_on_cycles(uf: _UnionFind, blocking: Sequence[ConsumedPartitio
 
 
 def _attach_blocking_inputs(
-    regions: Sequence[PipelinedRegion], blocking: Sequence[ConsumedPartitionGroup]
-) -> None:
+    regions: Sequence[PipelinedRegion], blocking: Sequence[ConsumedPartitionGroup], chunk: int
+) -> Iterator[None]:
     # A group whose producers all sit in one region is internal to that region (only possible
     # after a cycle merge); find that region once per group, in O(partitions).
     sole_producer_region: dict[int, PipelinedRegion | None] = {}
+    work = 0
     for group in blocking:
         first = group.partitions[0].producer._region
         same = all(p.producer._region is first for p in group.partitions)
         sole_producer_region[id(group)] = first if same else None
+        work += len(group.partitions)
+        if work >= chunk:
+            work = 0
+            yield
     for region in regions:
         seen: set[int] = set()
         inputs: list[ConsumedPartitionGroup] = []
@@ -143,6 +177,10 @@ def _attach_blocking_inputs(
                 if sole_producer_region[key] is not region:
                     inputs.append(group)
         region.blocking_consumed_groups = tuple(inputs)
+        work += len(region.vertices)
+        if work >= chunk:
+            work = 0
+            yield
 
 
-__all__ = ["compute_pipelined_regions"]
+__all__ = ["compute_pipelined_regions", "compute_pipelined_regions_in_steps"]

@@ -85,32 +85,50 @@ class ExecutionSlotSharingGroup:
 
 
 class SlotSharingStrategy:
-    """Maps every subtask of a job to its execution slot sharing group."""
+    """Maps every subtask of a job to its execution slot sharing group.
+
+    A group is made the first time one of its members asks for it: a 10,000 x 10,000 job has
+    10,000 groups of two, and making them all when the job starts would hold the JobMaster's
+    loop for tens of milliseconds for groups that mostly come much later.
+    """
 
     def __init__(self, vertices: Iterable[SharingVertex]) -> None:
-        self._groups: dict[ExecutionSlotSharingGroupID, ExecutionSlotSharingGroup] = {}
-        self._group_of: dict[ExecutionVertexID, ExecutionSlotSharingGroup] = {}
+        self._vertices: dict[JobVertexID, SharingVertex] = {}
+        # The vertices of each slot sharing group, in job order (the order of a group's members).
+        self._sharing: dict[str, list[SharingVertex]] = {}
         for vertex in vertices:
-            for index in range(vertex.parallelism):
-                group_id = ExecutionSlotSharingGroupID(vertex.slot_sharing_group, index)
-                group = self._groups.get(group_id)
-                if group is None:
-                    group = ExecutionSlotSharingGroup(group_id)
-                    self._groups[group_id] = group
-                member = ExecutionVertexID(vertex.id, index)
-                group.members.append(member)
-                group.profiles.append(vertex.resource_profile)
-                self._group_of[member] = group
+            self._vertices[vertex.id] = vertex
+            self._sharing.setdefault(vertex.slot_sharing_group, []).append(vertex)
+        self._groups: dict[ExecutionSlotSharingGroupID, ExecutionSlotSharingGroup] = {}
+
+    def _group(self, name: str, index: int) -> ExecutionSlotSharingGroup:
+        group_id = ExecutionSlotSharingGroupID(name, index)
+        group = self._groups.get(group_id)
+        if group is None:
+            group = ExecutionSlotSharingGroup(group_id)
+            for vertex in self._sharing[name]:
+                if index < vertex.parallelism:
+                    group.members.append(ExecutionVertexID(vertex.id, index))
+                    group.profiles.append(vertex.resource_profile)
+            self._groups[group_id] = group
+        return group
 
     @property
     def groups(self) -> list[ExecutionSlotSharingGroup]:
-        return list(self._groups.values())
+        """Every group, in job order (this makes them all)."""
+        found: dict[ExecutionSlotSharingGroupID, ExecutionSlotSharingGroup] = {}
+        for name, vertices in self._sharing.items():
+            for index in range(max(v.parallelism for v in vertices)):
+                group = self._group(name, index)
+                found[group.id] = group
+        return list(found.values())
 
     def group_of(self, vertex_id: ExecutionVertexID) -> ExecutionSlotSharingGroup:
-        try:
-            return self._group_of[vertex_id]
-        except KeyError:
-            raise IllegalStateBug(f"{vertex_id} is not a subtask of this job") from None
+        vertex = self._vertices.get(vertex_id.job_vertex_id)
+        index = vertex_id.subtask_index
+        if vertex is None or not 0 <= index < vertex.parallelism:
+            raise IllegalStateBug(f"{vertex_id} is not a subtask of this job")
+        return self._group(vertex.slot_sharing_group, index)
 
 
 class SharedSlot:
