@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import (
@@ -45,6 +44,7 @@ from sparkmill.common.v1 import (
     task_executor_pb2,
 )
 from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
+from sparkmill.services.jobmaster import peer_calls
 from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import (
     InputGateCache,
     deployment_proto_of,
@@ -54,12 +54,7 @@ from sparkmill.services.jobmaster.executiongraph.graph_building import build_exe
 from sparkmill.services.jobmaster.host import JobMasterHost
 from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.job_outcome import hand_job_back, job_result, status_report
-from sparkmill.services.jobmaster.peer_calls import (
-    cancel_unknown_attempt,
-    disconnect_from_resource_manager,
-    disconnect_task_executor,
-    free_slot,
-)
+from sparkmill.services.jobmaster.peer_calls import TaskExecutorConnection
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
 from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
 from sparkmill.services.jobmaster.scheduler.deployments import DeploymentTracker
@@ -76,13 +71,6 @@ from sparkmill.services.jobmaster.slotpool.slot_pool import (
 from sparkmill.services.jobmaster.slotpool.slot_requests import SlotRequestBatcher
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _TaskExecutorConnection:
-    resource_id: ResourceID
-    address: str
-    client: TaskExecutorClient
 
 
 class JobMaster:
@@ -132,7 +120,7 @@ class JobMaster:
         )
         self.progress = ProgressRecorder(host.progress_store, self.job_id, runtime)
         self.results_lost_with_executor = settings.results_lost_with_executor
-        self.task_executors: dict[ResourceID, _TaskExecutorConnection] = {}
+        self.task_executors: dict[ResourceID, TaskExecutorConnection] = {}
         self.deployments = DeploymentTracker()
         self.input_gates = InputGateCache(self.job_settings.deployment_offload_min_partitions)
         self.task_submissions = TaskSubmissionBatcher(
@@ -358,7 +346,7 @@ class JobMaster:
         if self._rm_registration is not None:
             self._rm_registration.cancel()
         if self.rm_client is not None:
-            await disconnect_from_resource_manager(
+            await peer_calls.disconnect_from_resource_manager(
                 self.rm_client, self.job_id, self.session_id, cause
             )
         await self.heartbeats.stop()
@@ -429,14 +417,12 @@ class JobMaster:
         self, task_executor: TaskExecutorInfo, allocation_id: AllocationID, cause: str
     ) -> None:
         te = self.task_executors.get(task_executor.resource_id)
-        client = (
-            te.client
-            if te is not None
-            else TaskExecutorClient(
-                self.clients.get(task_executor.address), fencing_token=self.session_id
-            )
-        )
-        self.runtime.spawn(free_slot(client, self.job_id, allocation_id, cause), "free-slot")
+        client = te.client if te else self._client_at(task_executor.address)
+        call = peer_calls.free_slot(client, self.job_id, allocation_id, cause)
+        self.runtime.spawn(call, "free-slot")
+
+    def _client_at(self, address: str) -> TaskExecutorClient:
+        return TaskExecutorClient(self.clients.get(address), fencing_token=self.session_id)
 
     def slot_lost(self, slot: PhysicalSlot, cause: BaseException) -> None:
         self.scheduler.slot_lost(slot, cause)
@@ -494,8 +480,8 @@ class JobMaster:
         rid = ResourceID(resource_id)
         if rid in self.task_executors:
             return
-        client = TaskExecutorClient(self.clients.get(address), fencing_token=self.session_id)
-        self.task_executors[rid] = _TaskExecutorConnection(rid, address, client)
+        client = self._client_at(address)
+        self.task_executors[rid] = TaskExecutorConnection(rid, address, client)
         self.heartbeats.monitor(
             rid,
             lambda: self._heartbeat_task_executor(rid),
@@ -518,7 +504,7 @@ class JobMaster:
 
     def _reconcile(
         self,
-        te: _TaskExecutorConnection,
+        te: TaskExecutorConnection,
         report: task_executor_pb2.AllocatedSlotReport,
         sent_at: float,
     ) -> None:
@@ -535,7 +521,7 @@ class JobMaster:
         )
         for attempt_id in to_cancel:
             self.runtime.spawn(
-                cancel_unknown_attempt(
+                peer_calls.cancel_unknown_attempt(
                     te.client, self.job_id, attempt_id, self.settings.rpc_timeout_s
                 ),
                 "cancel-unknown",
@@ -577,10 +563,10 @@ class JobMaster:
         if self.results_lost_with_executor:
             self.scheduler.results_lost_with_task_executor(rid, cause)
 
-    def _disconnect_task_executor(self, te: _TaskExecutorConnection, cause: str) -> None:
+    def _disconnect_task_executor(self, te: TaskExecutorConnection, cause: str) -> None:
         """Tell it to let go of the job (best effort)."""
         self.runtime.spawn(
-            disconnect_task_executor(
+            peer_calls.disconnect_task_executor(
                 te.client, te.resource_id, self.job_id, cause, self.settings.heartbeat_timeout_s
             ),
             "te-disconnect",

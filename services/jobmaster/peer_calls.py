@@ -9,9 +9,10 @@ finds out by itself (the heartbeats between them stop).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from sparkmill.common.core.errors import RpcError
-from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, short
+from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
 from sparkmill.common.v1 import resource_manager_pb2, task_executor_pb2
 from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
 
@@ -19,6 +20,15 @@ log = logging.getLogger(__name__)
 
 FREE_SLOT_TIMEOUT_S = 5.0
 RM_DISCONNECT_TIMEOUT_S = 2.0
+
+
+@dataclass
+class TaskExecutorConnection:
+    """A task executor that offered the JobMaster slots: where it is and the client to call it."""
+
+    resource_id: ResourceID
+    address: str
+    client: TaskExecutorClient
 
 
 async def free_slot(

@@ -16,7 +16,7 @@ from sparkmill.common.core.ids import ExecutionAttemptID, ResourceID
 from sparkmill.common.core.states import ExecutionState
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
-from sparkmill.services.jobmaster.job_master import _TaskExecutorConnection
+from sparkmill.services.jobmaster.peer_calls import TaskExecutorConnection
 from tests.unit.test_job_master import TestingJobMasterHost, _job_master, _run, _settle
 
 ES = ExecutionState
@@ -47,7 +47,7 @@ def test_a_finished_attempt_still_listed_by_its_task_executor_is_not_cancelled()
             execution.transition_to(state)
         execution.task_executor_id = TE
         gateway = RecordingTaskExecutor()
-        te = _TaskExecutorConnection(TE, "tcp://te:1", gateway)  # type: ignore[arg-type]
+        te = TaskExecutorConnection(TE, "tcp://te:1", gateway)  # type: ignore[arg-type]
         report = task_executor_pb2.AllocatedSlotReport(
             resource_id=TE, hosted_attempt_ids=[execution.attempt_id, UNKNOWN]
         )
