@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +28,14 @@ TIMEOUT_S = 850.0
 class CheckResult:
     returncode: int
     output: str
+    ran_s: float  # from its start to its end (or to now, when it was stopped)
+    waited_s: float  # how long the test waited for it
 
 
 class _Check:
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    started = 0.0
 
     @classmethod
     def start(cls) -> None:
@@ -40,6 +44,7 @@ class _Check:
         env = dict(os.environ)
         # The venv running the tests is the project's: the script installs Ansible into it.
         env.setdefault("VENV", str(Path(sys.prefix)))
+        cls.started = time.monotonic()
         fd, name = tempfile.mkstemp(prefix="sparkmill-check-deploy-", suffix=".log")
         cls.log = Path(name)
         with os.fdopen(fd, "wb") as log:
@@ -58,15 +63,18 @@ class _Check:
         run started now."""
         cls.start()
         assert cls.process is not None and cls.log is not None
+        asked = time.monotonic()
         try:
             returncode = cls.process.wait(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
             cls.stop()
             returncode = -1
+        ended = time.monotonic()
+        ran = os.stat(cls.log).st_mtime - time.time() + ended - cls.started  # its last output
         output = cls.log.read_text(encoding="utf-8", errors="replace")
         if returncode == -1:
             output += f"\ncheck_deploy.sh did not end within {TIMEOUT_S:.0f} s: stopped"
-        return CheckResult(returncode, output)
+        return CheckResult(returncode, output, ran_s=ran, waited_s=ended - asked)
 
     @classmethod
     def stop(cls) -> None:

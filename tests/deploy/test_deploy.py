@@ -21,6 +21,8 @@ EXIT_CANNOT_INSTALL = 77
 def test_check_deploy_passes() -> None:
     result = check_result()
     output = result.output
+    # Where the suite's time goes: the check ran in the background (see check_run).
+    print(f"\ncheck_deploy.sh: {result.ran_s:.0f} s, waited for {result.waited_s:.0f} s")
     if result.returncode == EXIT_CANNOT_INSTALL:
         reason = next(
             (line for line in output.splitlines() if "SKIPPED" in line),
