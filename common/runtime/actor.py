@@ -29,10 +29,11 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-LAG_PROBE_INTERVAL_S = 0.02
+LAG_PROBE_INTERVAL_S = 0.1
 """How often the lag probe wakes. A stall is seen as the probe's late wake-up, so one that
-starts just after a wake-up is under-reported by up to this much: short enough to tell a
-100 ms stall from a 50 ms one, long enough to cost nothing (50 wake-ups/s, ~0.1% of a core)."""
+starts just after a wake-up is under-reported by up to this much. Waking every 20 ms instead
+was measured to cost a service about 6 ms of CPU a second (an idle local cluster of five
+processes: 0.021 -> 0.053 cores), which every process of a cluster pays all the time."""
 LAG_WARN_S = 1.0
 
 
