@@ -35,7 +35,7 @@ class CheckResult:
 class _Check:
     process: subprocess.Popen[bytes] | None = None
     log: Path | None = None
-    started = 0.0
+    started = 0.0  # wall clock, to compare with the log's last write
 
     @classmethod
     def start(cls) -> None:
@@ -44,7 +44,7 @@ class _Check:
         env = dict(os.environ)
         # The venv running the tests is the project's: the script installs Ansible into it.
         env.setdefault("VENV", str(Path(sys.prefix)))
-        cls.started = time.monotonic()
+        cls.started = time.time()
         fd, name = tempfile.mkstemp(prefix="sparkmill-check-deploy-", suffix=".log")
         cls.log = Path(name)
         with os.fdopen(fd, "wb") as log:
@@ -67,10 +67,10 @@ class _Check:
         try:
             returncode = cls.process.wait(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            cls.stop()
+            cls.end_process()  # the log stays: its output says where the check hung
             returncode = -1
         ended = time.monotonic()
-        ran = os.stat(cls.log).st_mtime - time.time() + ended - cls.started  # its last output
+        ran = cls.log.stat().st_mtime - cls.started  # to its last output
         output = cls.log.read_text(encoding="utf-8", errors="replace")
         if returncode == -1:
             output += f"\ncheck_deploy.sh did not end within {TIMEOUT_S:.0f} s: stopped"
@@ -78,7 +78,14 @@ class _Check:
 
     @classmethod
     def stop(cls) -> None:
-        """Ends a check still running (the session stopped before the deploy tier)."""
+        """Ends a check still running (the session stopped before the deploy tier) and removes
+        its log."""
+        cls.end_process()
+        if cls.log is not None:
+            cls.log.unlink(missing_ok=True)
+
+    @classmethod
+    def end_process(cls) -> None:
         if cls.process is not None and cls.process.poll() is None:
             for sig, grace in ((signal.SIGTERM, 20.0), (signal.SIGKILL, None)):
                 with contextlib.suppress(ProcessLookupError):
@@ -88,8 +95,6 @@ class _Check:
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        if cls.log is not None:
-            cls.log.unlink(missing_ok=True)
 
 
 def start_in_background() -> None:
