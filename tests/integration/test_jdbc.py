@@ -351,3 +351,30 @@ def test_staging_tables_of_a_cancelled_job_go_with_the_next_commit_to_the_databa
     recorded = postgres.psql(f"SELECT COUNT(*) FROM sparkmill_staged WHERE job_id = '{job_id}'")
     assert recorded == [["0"]]
     assert postgres.psql("SELECT to_regclass('cancelled_target') IS NULL") == [["t"]]
+
+
+def test_an_attempt_that_fails_after_staging_its_rows_drops_its_staging_table(
+    cluster: LocalCluster,
+    client: ClusterClient,
+    postgres: PostgresServer,
+    credentials: Path,
+) -> None:
+    # The bookkeeping table of this schema refuses every record (a column it cannot fill): each
+    # attempt stages its rows, then fails recording them. Nothing else names such a table (a
+    # late attempt whose job has committed and been cleaned up already is one), so the attempt
+    # drops it itself, not the next commit to the database.
+    postgres.psql(
+        "CREATE SCHEMA refusing; CREATE TABLE refusing.sparkmill_staged (job_id VARCHAR(64),"
+        " target VARCHAR(512), subtask INTEGER, epoch BIGINT, attempt INTEGER,"
+        " staging VARCHAR(512), columns_json TEXT, refused INTEGER NOT NULL)"
+    )
+    pipeline = sm.Pipeline(
+        "fails-after-staging", parallelism=2, config={"restart-strategy.type": "none"}
+    )
+    pipeline.range(500).write_jdbc(
+        postgres.url, "refusing.target", credentials_file=str(credentials)
+    )
+    result = client.wait(client.submit(pipeline.build_job_graph()), timeout=300)
+    assert result.status == common_pb2.FAILED
+    assert "recording the staged rows" in result.failure.message, result.failure.message
+    assert [t for t in leftovers(postgres) if t.startswith("target__sm_")] == []

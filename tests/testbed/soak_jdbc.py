@@ -14,6 +14,7 @@ name has no row, no staging table is left, and no host's journal holds the passw
 from __future__ import annotations
 
 import shlex
+import time
 from collections import Counter
 from dataclasses import dataclass
 from types import TracebackType
@@ -40,6 +41,7 @@ class JdbcCheck:
     duplicated: int = 0
     staging_left: int = 0
     password_in_journals: int = 0
+    staging_tables: tuple[str, ...] = ()  # the names of those left, to find their jobs
 
 
 def available() -> bool:
@@ -119,17 +121,32 @@ class SoakDatabase:
                 duplicated += max(count - 1, 0)
         # What is left: rows of jobs that did not finish, of no job of this soak, or bad ids.
         wrong += sum(rows.values())
-        staging = self.server.psql(
-            "SELECT COUNT(*) FROM information_schema.tables"
-            f" WHERE table_name LIKE '{TABLE}\\_\\_sm\\_%'"
-        )
+        staging = self._staging_tables()
         return JdbcCheck(
             rows=total,
             wrong=wrong,
             duplicated=duplicated,
-            staging_left=int(staging[0][0]),
+            staging_left=len(staging),
             password_in_journals=self._password_in_journals(),
+            staging_tables=staging,
         )
+
+    def _staging_tables(self, grace_s: float = 30.0) -> tuple[str, ...]:
+        """The staging tables still there once ``grace_s`` has passed: an attempt that outlived
+        its JobMaster (a paused host's) ends a little after its job did, and drops its table
+        then, whether it was cancelled or found the job committed."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            names = tuple(
+                row[0]
+                for row in self.server.psql(
+                    "SELECT table_name FROM information_schema.tables"
+                    f" WHERE table_name LIKE '{TABLE}\\_\\_sm\\_%' ORDER BY table_name"
+                )
+            )
+            if not names or time.monotonic() > deadline:
+                return names
+            time.sleep(1.0)
 
     def _password_in_journals(self) -> int:
         """Lines of the hosts' journals holding the password (counted on the hosts: the

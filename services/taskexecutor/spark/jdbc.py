@@ -21,6 +21,10 @@ Spark JDBC predicate; without one, subtask 0 reads everything.
    ``sparkmill_commits`` does nothing: a repeated or concurrent commit never adds a row twice.
    Afterwards the job's staging tables are dropped.
 
+**An attempt that fails or is cancelled after writing its staging table and before recording
+it** drops that table itself (``discard_attempt``): it may be a late attempt whose job has
+committed and been cleaned up already, so no one else would.
+
 **Jobs that fail or are cancelled** leave staging tables behind, and the JobMaster that ends
 them has no database driver. So every attempt first registers its table in the job's exchange
 directory; when the job ends the JobMaster's clean-up moves that record to the exchange
@@ -154,6 +158,23 @@ def write_attempt(
             _execute(conn, f"DROP TABLE IF EXISTS {staging}")
         raise failure(what, exc, credentials) from None
     return staging
+
+
+def discard_attempt(spark: Any, output: S.JdbcSinkOutput, staging: str) -> None:
+    """Drop the staging table of an attempt that wrote it but will not record it (cancelled or
+    failed in between). Nothing else names that table, and the job's commit may have come and
+    gone already (an attempt that outlived its JobMaster's session): left here, nothing would
+    ever drop it. Best effort - a failure is logged, never raised."""
+    try:
+        credentials = load_credentials(output.credentials_file, f"dropping {staging}")
+        with connect(spark, output.url, credentials) as conn:
+            _execute(conn, f"DROP TABLE IF EXISTS {staging}")
+    except Exception as exc:
+        log.warning(
+            "could not drop the staging table %s of an attempt that will not commit: %s",
+            staging,
+            summarize(exc).splitlines()[0],
+        )
 
 
 @contextlib.contextmanager

@@ -209,6 +209,26 @@ def has_order(df: Any) -> bool:
 
 
 def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> TaskOutcome:
+    staged: list[tuple[S.JdbcSinkOutput, str, list[str]]] = []
+    try:
+        return _write_and_commit(spark, spec, context, tag, staged)
+    except BaseException:
+        # A staging table this attempt wrote but did not record (cancelled or failed in
+        # between) is named nowhere else: dropped here, or by no one (see jdbc.py).
+        for output, staging, _ in staged:
+            jdbc.discard_attempt(spark, output, staging)
+        raise
+
+
+def _write_and_commit(
+    spark: Any,
+    spec: S.ChainSpec,
+    context: TaskContext,
+    tag: str,
+    staged: list[tuple[S.JdbcSinkOutput, str, list[str]]],
+) -> TaskOutcome:
+    """The chain's outputs written, then its sinks' attempts committed; ``staged`` holds the
+    staging tables written and not recorded yet."""
     built = build(spark, spec, context)
     root = built.frames[spec.root]
     metrics = SparkIOMetrics(spark.sparkContext, tag)
@@ -219,7 +239,6 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
         root = root.persist(StorageLevel.MEMORY_AND_DISK)
     source = root  # what the next output is written from
     written: list[tuple[S.SinkOutput, Any]] = []
-    staged: list[tuple[S.JdbcSinkOutput, str, list[str]]] = []
     accumulator = b""
     collected = 0
     try:
@@ -303,7 +322,8 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
             context.attempt_number,
             context.job_master_epoch,
         )
-    for jdbc_output, staging, columns in staged:
+    while staged:
+        jdbc_output, staging, columns = staged[0]
         jdbc.commit_attempt(
             spark,
             jdbc_output,
@@ -314,6 +334,7 @@ def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) ->
             staging,
             columns,
         )
+        staged.pop(0)  # recorded: the job's commit or clean-up owns it now
     own = IOCounters(records_in=built.rows_in, records_out=collected, bytes_out=len(accumulator))
     return TaskOutcome(io=counts + own, accumulator=accumulator)
 
