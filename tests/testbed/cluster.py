@@ -52,13 +52,18 @@ class HaJob:
     output: Path
     hold: Path | None
     submitted_at: float
+    holders: int = 1  # subtasks that hold on their first run (HA_HOLD_PARALLELISM)
 
     def release(self) -> None:
         assert self.hold is not None
         (self.hold / "release").touch()
 
     def held(self) -> bool:
-        return self.hold is not None and (self.hold / "held").exists()
+        """Every holding subtask is holding."""
+        hold = self.hold
+        return hold is not None and all(
+            (hold / ("held" if i == 0 else f"held-{i}")).exists() for i in range(self.holders)
+        )
 
     def hold_runs(self) -> int:
         return 0 if self.hold is None else len(list(self.hold.glob("run-*")))
@@ -73,8 +78,11 @@ def answer(bed: TestBed) -> dict[str, list[tuple[Any, ...]]]:
     return ha_data.expected(bed.shared / "work" / "ha-input")
 
 
-def submit_ha(client: ClusterClient, bed: TestBed, name: str, *, hold: bool = False) -> HaJob:
-    """Submits the HA pipeline with a fresh output directory (and hold directory) on the share."""
+def submit_ha(
+    client: ClusterClient, bed: TestBed, name: str, *, hold: bool = False, holders: int = 1
+) -> HaJob:
+    """Submits the HA pipeline with a fresh output directory (and hold directory) on the share;
+    ``holders``: the subtasks of the vocabulary, each holding on its first run."""
     # A fresh directory per submission, also on a bed reused across test runs.
     work = bed.shared / "work" / "ha" / f"{name}-{int(time.time() * 1000)}"
     output = work / "out"
@@ -84,6 +92,7 @@ def submit_ha(client: ClusterClient, bed: TestBed, name: str, *, hold: bool = Fa
         "HA_OUTPUT": str(output),
         "HA_VOCABULARY": " ".join(w.lower() for w in ha_data.WORDS),
         "HA_HOLD": str(hold_dir) if hold_dir else "",
+        "HA_HOLD_PARALLELISM": str(holders),
         "HA_NAME": f"ha-{name}",
     }
     saved = {k: os.environ.get(k) for k in env}
@@ -97,7 +106,7 @@ def submit_ha(client: ClusterClient, bed: TestBed, name: str, *, hold: bool = Fa
             else:
                 os.environ[k] = v
     job_id = client.submit(graph, timeout=120)
-    return HaJob(job_id, output, hold_dir, time.time())
+    return HaJob(job_id, output, hold_dir, time.time(), holders)
 
 
 def wait_job(client: ClusterClient, job_id: str, timeout: float = 600) -> jobs_pb2.JobResult:

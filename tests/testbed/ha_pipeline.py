@@ -9,7 +9,10 @@
 With ``HA_HOLD`` set, the vocabulary's subtask waits on its first run until the file
 ``HA_HOLD/release`` exists (later runs do not wait; at most HOLD_LIMIT_S): a test injects its
 fault while the word count is done or under way and the join has not run, then releases. Every
-run of that subtask leaves a marker file in ``HA_HOLD`` so a test can count them.
+run of that subtask leaves a marker file in ``HA_HOLD`` so a test can count them. With
+``HA_HOLD_PARALLELISM=N`` the vocabulary has N subtasks, and the first run of each holds (each
+claims one of the markers ``held``, ``held-1``, ... ``held-{N-1}``): N subtasks in N slots, so
+some hold on a host the test chooses by where they run.
 
 The outputs are JSON lines so the controller checks them with plain Python against
 :func:`tests.testbed.ha_data.expected` (no Spark on the checking side).
@@ -30,16 +33,31 @@ HOLD_LIMIT_S = 300.0
 # The words of the generated input (tests.testbed.ha_data.VOCABULARY), with their lengths.
 VOCABULARY = os.environ["HA_VOCABULARY"].split()
 HOLD = os.environ.get("HA_HOLD", "")
+HOLD_PARALLELISM = int(os.environ.get("HA_HOLD_PARALLELISM", "1"))
 
 
-def _holding(directory: str) -> Any:
+def _held_marker(index: int) -> str:
+    return "held" if index == 0 else f"held-{index}"
+
+
+def _claim_first_run(markers: Path, holders: int) -> bool:
+    """Whether this run is one of the ``holders`` first runs (it created a marker of its own)."""
+    for index in range(holders):
+        try:
+            (markers / _held_marker(index)).touch(exist_ok=False)
+        except FileExistsError:
+            continue
+        return True
+    return False
+
+
+def _holding(directory: str, holders: int) -> Any:
     def hold(df: Any) -> Any:
         markers = Path(directory)
         markers.mkdir(parents=True, exist_ok=True)
         (markers / f"run-{uuid.uuid4().hex}").touch()
-        first, release = markers / "held", markers / "release"
-        if not first.exists():
-            first.touch()
+        release = markers / "release"
+        if _claim_first_run(markers, holders):
             deadline = time.monotonic() + HOLD_LIMIT_S
             while not release.exists() and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -59,5 +77,9 @@ counts = (
 counts.write_json(os.environ["HA_OUTPUT"] + "/counts", mode="error")
 lengths = pipeline.from_rows([(w, len(w)) for w in VOCABULARY], schema="word string, length int")
 if HOLD:
-    lengths = lengths.set_parallelism(1).transform(_holding(HOLD), name="hold").set_parallelism(1)
+    lengths = (
+        lengths.set_parallelism(HOLD_PARALLELISM)
+        .transform(_holding(HOLD, HOLD_PARALLELISM), name="hold")
+        .set_parallelism(HOLD_PARALLELISM)
+    )
 counts.join(lengths, on="word").write_json(os.environ["HA_OUTPUT"] + "/joined", mode="error")
