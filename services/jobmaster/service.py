@@ -320,7 +320,10 @@ class JobMasterProcess(JobMasterServicer):
         self, request: job_master_pb2.JobMasterDisconnectTaskExecutorRequest, context: CallContext
     ) -> common_pb2.Empty:
         job_master = self._job_master(request.job_id)
-        self.task_executor_keys.check(request.resource_id, context.peer, "disconnect it")
+        if not context.peer.startswith("resource-manager:"):
+            # A task executor's key disconnects only its own resource id; the resource manager
+            # reports any task executor it lost.
+            self.task_executor_keys.check(request.resource_id, context.peer, "disconnect it")
         job_master.task_executor_lost(request.resource_id, request.cause)
         return common_pb2.Empty()
 

@@ -8,53 +8,13 @@ import asyncio
 from typing import Any
 
 from sparkmill.common.config.configuration import Configuration
-from sparkmill.common.ha.job_stores import InMemoryJobResultStore
-from sparkmill.common.ha.leader import LeaderInfo, LeaderListener, LeaderRetrievalService
-from sparkmill.common.ha.progress_log import InMemoryJobProgressStore
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.common.v1 import common_pb2
 from sparkmill.services.jobmaster.service import DISPATCHER_HEARTBEAT_TARGET, JobMasterProcess
-
-DISPATCHER = LeaderInfo("tcp://127.0.0.1:9", "dispatcher-session")
-
-
-class TestingRetrieval(LeaderRetrievalService):
-    """Tells its listener one fixed leader when started."""
-
-    __test__ = False
-
-    def __init__(self, leader: LeaderInfo | None) -> None:
-        self.leader = leader
-
-    async def start(self, listener: LeaderListener) -> None:
-        result = listener(self.leader)
-        if asyncio.iscoroutine(result):
-            await result
-
-    async def stop(self) -> None:
-        pass
-
-    def current(self) -> LeaderInfo | None:
-        return self.leader
-
-
-class TestingHa:
-    __test__ = False
-
-    def dispatcher_retrieval(self) -> LeaderRetrievalService:
-        return TestingRetrieval(DISPATCHER)
-
-    def resource_manager_retrieval(self) -> LeaderRetrievalService:
-        return TestingRetrieval(None)
-
-    def job_result_store(self) -> InMemoryJobResultStore:
-        return InMemoryJobResultStore()
-
-    def job_progress_store(self) -> InMemoryJobProgressStore:
-        return InMemoryJobProgressStore()
+from tests.unit.job_master_process_harness import TestingHa
 
 
 class RecordingProcess(JobMasterProcess):
