@@ -65,6 +65,7 @@ from sparkmill.services.dispatcher.job_placement import (
 from sparkmill.services.dispatcher.job_reports import (
     HostedJobAction,
     JobLeaderLookup,
+    adopt_hosted_state,
     check_replacement,
     check_reporter,
     decide_hosted_job,
@@ -408,12 +409,20 @@ class Dispatcher(DispatcherServicer):
         self, request: dispatcher_pb2.RegisterJobMasterProcessRequest, context: CallContext
     ) -> dispatcher_pb2.RegisterJobMasterProcessResponse:
         previous = self.processes.get(request.process_id)
+        kept: set[JobID] = set()
         if previous is not None:
             check_replacement(previous, context)
-            self._lose_process(request.process_id, "it registered again")
+            # The same process again (it stopped hearing us, or a registration queued while it
+            # was cut off): the jobs it hosts are decided below, not started elsewhere at once.
+            self.processes.remove(request.process_id)
+            kept = previous.jobs & {JobID(hosted.job_id) for hosted in request.jobs}
+            for job_id in previous.jobs - kept:
+                if job_id in self.jobs:
+                    self._orphan(self.jobs[job_id])
         process = self.processes.add(
             request.process_id, request.address, request.info, peer=context.peer
         )
+        process.jobs |= kept
         for hosted in request.jobs:
             job = self.jobs.get(JobID(hosted.job_id))
             action, why = await decide_hosted_job(job, hosted, self._job_leader)
@@ -424,6 +433,8 @@ class Dispatcher(DispatcherServicer):
                     short(request.process_id),
                     why,
                 )
+                if job is not None and job.process_id == process.process_id:
+                    self._orphan(job)
             elif action is HostedJobAction.STOP:
                 # That JobMaster must stop and free its slots.
                 self.runtime.spawn(
@@ -432,11 +443,7 @@ class Dispatcher(DispatcherServicer):
                 )
             else:
                 # It survived our leader change: adopt it instead of starting it again.
-                job.session_id = hosted.job_master_session_id
-                hosted_status = JobStatus(hosted.status)
-                if not hosted_status.is_globally_terminal:
-                    # A terminal status only counts with its result, in the JobMaster's report.
-                    job.status = hosted_status
+                adopt_hosted_state(job, hosted)
                 self._assign(job, process.process_id, process.address)
                 log.info(
                     "job %s is led by job-master process %s; adopted",
@@ -461,13 +468,20 @@ class Dispatcher(DispatcherServicer):
             len(orphans),
         )
         for job in orphans:
-            if not job.terminal:
-                job.process_id = ""
-                job.session_id = ""
-                if can_be_released(job.placement):
-                    job.move_to(JobPlacement.WAITING)
-                job.status = JobStatus.INITIALIZING
+            self._orphan(job)
         self._schedule_waiting_jobs()
+
+    def _orphan(self, job: JobRecord) -> None:
+        """``job`` lost its job-master process: it waits to start elsewhere."""
+        process = self.processes.get(job.process_id)
+        if process is not None:
+            process.jobs.discard(job.job_id)
+        if not job.terminal:
+            job.process_id = ""
+            job.session_id = ""
+            if can_be_released(job.placement):
+                job.move_to(JobPlacement.WAITING)
+            job.status = JobStatus.INITIALIZING
 
     # -- queries and control ---------------------------------------------------------------------
 

@@ -101,6 +101,15 @@ async def decide_hosted_job(
     return HostedJobAction.ADOPT, "its JobMaster leads the job"
 
 
+def adopt_hosted_state(job: JobRecord, hosted: jobs_pb2.HostedJob) -> None:
+    """``job`` takes the session and status of the JobMaster a registering process hosts."""
+    job.session_id = hosted.job_master_session_id
+    status = JobStatus(hosted.status)
+    if not status.is_globally_terminal:
+        # A terminal status only counts with its result, in the JobMaster's report.
+        job.status = status
+
+
 def check_replacement(previous: JobMasterProcessRecord, context: CallContext) -> None:
     """Only the key that registered a job-master process id may register it again."""
     if previous.peer != context.peer:

@@ -7,14 +7,16 @@ from collections.abc import Callable
 from sparkmill.common.core.errors import NotLeaderError
 from sparkmill.common.ha.job_stores import InMemoryJobGraphStore, InMemoryJobResultStore
 from sparkmill.common.ha.leader import StandaloneLeaderElectionService
+from sparkmill.common.jobgraph.codec import job_graph_to_proto
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import ClusterSettings
-from sparkmill.common.v1 import common_pb2, envelope_pb2
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, envelope_pb2
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
 from sparkmill.services.dispatcher.job_reports import JobLeaderLookup
+from tests.unit.execution_graph_builders import JobBuilder
 
 LEADER_SESSION = "leader-session"
 
@@ -57,9 +59,10 @@ def leading_dispatcher(
     election: TestingFencedElection | None = None,
     store: RecordingJobGraphStore | None = None,
     job_leader: JobLeaderLookup | None = None,
+    dispatcher_class: type[Dispatcher] = Dispatcher,
 ) -> Dispatcher:
     """A Dispatcher that leads with :data:`LEADER_SESSION` (call inside a loop)."""
-    dispatcher = Dispatcher(
+    dispatcher = dispatcher_class(
         ClusterSettings(),
         ServiceRuntime("dispatcher-test"),
         election or TestingFencedElection(),
@@ -75,3 +78,12 @@ def leading_dispatcher(
 
 def call_context(peer: str = "") -> CallContext:
     return CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0, peer=peer)
+
+
+def submission() -> dispatcher_pb2.SubmitJobRequest:
+    """A two-vertex job to submit."""
+    builder = JobBuilder()
+    builder.vertex("src", 2)
+    builder.vertex("dst", 1)
+    builder.edge("src", "dst")
+    return dispatcher_pb2.SubmitJobRequest(job_graph=job_graph_to_proto(builder.job()))

@@ -14,23 +14,13 @@ import asyncio
 import pytest
 
 from sparkmill.common.core.errors import NotLeaderError
-from sparkmill.common.jobgraph.codec import job_graph_to_proto
-from sparkmill.common.v1 import dispatcher_pb2
 from tests.unit.dispatcher_harness import (
     RecordingJobGraphStore,
     TestingFencedElection,
     call_context,
     leading_dispatcher,
+    submission,
 )
-from tests.unit.execution_graph_builders import JobBuilder
-
-
-def submission() -> dispatcher_pb2.SubmitJobRequest:
-    builder = JobBuilder()
-    builder.vertex("src", 2)
-    builder.vertex("dst", 1)
-    builder.edge("src", "dst")
-    return dispatcher_pb2.SubmitJobRequest(job_graph=job_graph_to_proto(builder.job()))
 
 
 def test_the_graph_is_stored_with_the_leaders_fence_before_the_job_is_known() -> None:
