@@ -285,6 +285,9 @@ sparkmill_task_executor_stable_ids: true
 sparkmill_heartbeat_interval: 2 s
 sparkmill_heartbeat_timeout: 10 s
 sparkmill_restart_sec: 2
+# rolling-restart.yml waits until each restarted service is ready (its metrics) and then
+# counts systemd's restarts of it: a short settle still sees a service that fails right away.
+sparkmill_restart_settle_seconds: 2
 # Task executors on demand: the whole machinery is installed (the template unit, the resource
 # managers' SSH key behind the systemctl gate, the hosts' host keys) and the second converge
 # proves it idempotent, but the resource managers' driver stays off (resourcemanager.driver
