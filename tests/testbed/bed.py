@@ -81,6 +81,22 @@ def recap(output: str) -> dict[str, dict[str, int]]:
     return result
 
 
+def changed_tasks(output: str) -> str:
+    """The tasks and handlers of an ansible-playbook run that changed something, each with its
+    ``changed:`` lines (what an idempotence failure has to show, wherever it is in the log)."""
+    shown: list[str] = []
+    header = ""
+    for line in output.splitlines():
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            header = line.rstrip(" *")
+        elif line.startswith("changed:"):
+            if header:
+                shown.append(header)
+                header = ""
+            shown.append("  " + line)
+    return "\n".join(shown)
+
+
 @dataclass
 class TestBed:
     __test__ = False  # not a test class, despite its name
