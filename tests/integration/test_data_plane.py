@@ -343,6 +343,39 @@ def test_a_failing_user_function_fails_the_job_with_its_error(cluster: DataClust
     assert "UNRESOLVED_COLUMN" in message and "'Project" not in message, message
 
 
+def _spark_cancel_warnings(cluster: DataCluster) -> int:
+    logs = cluster.cluster.log_dir.glob("*.log")
+    return sum(p.read_text(errors="replace").count("Failed to cancel job group") for p in logs)
+
+
+def test_cancelling_an_attempt_between_its_spark_jobs_logs_no_warning_per_retry(
+    cluster: DataCluster, tmp_path: Path
+) -> None:
+    # The attempt's own Python code runs (a transform that waits, on the driver): no Spark job
+    # is there to cancel. The task executor retries the cancellation until the attempt ends,
+    # in case a Spark job starts meanwhile, and must not make Spark warn at every retry.
+    started = tmp_path / "started"
+
+    def wait_on_the_driver(df: Any) -> Any:
+        started.touch()
+        time.sleep(4.0)
+        return df
+
+    before = _spark_cancel_warnings(cluster)
+    pipeline = sm.Pipeline("waits-on-the-driver", parallelism=1)
+    pipeline.range(10).transform(wait_on_the_driver, name="wait").collect()
+    job_id = cluster.client.submit(pipeline.build_job_graph())
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not started.exists():
+        assert time.monotonic() < deadline, "the transform never ran"
+        time.sleep(0.1)
+    cluster.client.cancel(job_id)
+    result = cluster.client.wait(job_id, timeout=60)
+    assert result.status == common_pb2.CANCELED
+    time.sleep(5.0)  # the attempt ends once the transform returns; its retries stop then
+    assert _spark_cancel_warnings(cluster) == before
+
+
 def test_cancel_stops_the_running_spark_job(cluster: DataCluster, tmp_path: Path) -> None:
     heartbeat = tmp_path / "heartbeat"
 

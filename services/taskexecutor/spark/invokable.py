@@ -102,10 +102,20 @@ class SparkInvokable:
         deadline = time.monotonic() + CANCEL_GIVE_UP_S
         while self._running.is_set():
             try:
-                sc.cancelJobGroup(tag)
-                sc.cancelJobsWithTag(tag)
+                # Only while one of its Spark jobs runs: between them (the attempt's own Python
+                # code, a transform that sleeps) Spark would log a warning for every call.
+                if _has_active_jobs(sc, tag):
+                    sc.cancelJobGroup(tag)
+                    sc.cancelJobsWithTag(tag)
             except Exception:
                 log.warning("cancelling the Spark jobs of %s failed", tag, exc_info=True)
                 return
             if self._finished.wait(CANCEL_REPEAT_S) or time.monotonic() > deadline:
                 return
+
+
+def _has_active_jobs(sc: Any, tag: str) -> bool:
+    """Whether a Spark job of the attempt's job group runs now (the driver's status tracker:
+    no Spark job runs for this)."""
+    tracker = sc.statusTracker()
+    return bool(set(tracker.getJobIdsForGroup(tag)) & set(tracker.getActiveJobsIds()))
