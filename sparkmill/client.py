@@ -29,6 +29,7 @@ from sparkmill.common.core.states import job_status_name, job_status_of
 from sparkmill.common.ha.leader import LeaderInfo
 from sparkmill.common.jobgraph.codec import job_graph_to_proto
 from sparkmill.common.jobgraph.model import JobGraph
+from sparkmill.common.rpc.addresses import split_tcp
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.security import TransportSecurity, security_from_config
 from sparkmill.common.runtime.settings import ClusterSettings
@@ -39,6 +40,9 @@ T = TypeVar("T")
 G = TypeVar("G", DispatcherClient, ResourceManagerClient)
 
 ATTEMPT_TIMEOUT_S = 2.0
+# A first contact gives up at once when every contact point has refused TCP connections for
+# this long: nothing listens there (a service restarting by systemd listens again within it).
+REFUSED_FOR_S = 1.0
 # While waiting for a job, one status query may ride out a leader failover.
 STATUS_TIMEOUT_S = 90.0
 # How long one GetJobResult long poll of ``wait`` may wait at the dispatcher.
@@ -204,6 +208,8 @@ class ClusterClient:
         first_contact = not self._answered and self._contact_timeout is not None
         if first_contact and self._contact_timeout is not None:
             timeout = min(timeout, self._contact_timeout)
+            if self.settings.ha_mode != "zookeeper":
+                await self._refuse_when_nothing_listens()
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -225,6 +231,29 @@ class ClusterClient:
                         ) from None
                     raise
                 await asyncio.sleep(0.2)
+
+    async def _refuse_when_nothing_listens(self) -> None:
+        """Raise :class:`UnavailableError` when the configured addresses refuse every TCP
+        connection for :data:`REFUSED_FOR_S`.
+
+        ZeroMQ reconnects quietly to a port nobody listens on, so without this a command line
+        pointed at no cluster would wait out its whole contact timeout. A probe that does not
+        end in a refusal (a firewall that drops, a slow network) proves nothing: the RPC
+        attempt and its timeout decide then."""
+        addresses = [self.settings.dispatcher_address, self.settings.resource_manager_address]
+        deadline = time.monotonic() + REFUSED_FOR_S
+        while True:
+            answers = await asyncio.gather(*(_tcp_refused(a) for a in addresses))
+            if not all(answers):
+                return
+            if time.monotonic() >= deadline:
+                raise UnavailableError(
+                    f"nothing listens at the {self.contact_points()} (connection refused for "
+                    f"{REFUSED_FOR_S:g}s); is the cluster running? Start one with `sparkmill "
+                    "local-cluster up --dir DIR`, or give the configuration of a running "
+                    "cluster with --config or SPARKMILL_CONFIG"
+                )
+            await asyncio.sleep(0.2)
 
     # -- jobs ----------------------------------------------------------------------------------
 
@@ -423,3 +452,17 @@ class ClusterClient:
             return ClusterView(found.dispatcher, list(found.job_master_processes), status, standbys)
 
         return self._run(query())
+
+
+async def _tcp_refused(address: str, timeout: float = 0.5) -> bool:
+    """Whether a TCP connection to ``tcp://host:port`` is refused (closed at once if not)."""
+    host, port = split_tcp(address)
+    try:
+        async with asyncio.timeout(timeout):
+            _, writer = await asyncio.open_connection(host, int(port))
+    except ConnectionRefusedError:
+        return True
+    except (OSError, TimeoutError, ValueError):
+        return False  # unreachable, filtered or slow: not proof that nothing listens
+    writer.close()
+    return False

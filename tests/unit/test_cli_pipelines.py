@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -202,7 +203,35 @@ def test_no_cluster_fails_fast_naming_the_addresses(tmp_path: Path, command: lis
     elapsed = time.monotonic() - started
     assert run.returncode == 3, run.stderr
     assert "127.0.0.1:1" in run.stderr and "local-cluster up" in run.stderr
+    # Both ports refuse connections: the client says so after 1 s instead of waiting out its
+    # 3 s contact timeout (the rest is the interpreter, the imports and loading p.py).
+    assert "connection refused" in run.stderr, run.stderr
     assert elapsed < 5.0, elapsed
+
+
+def test_a_port_that_listens_but_never_answers_waits_out_the_contact_timeout() -> None:
+    """A listener that accepts and stays silent is no refusal: the RPC attempt decides."""
+    from sparkmill.client import ClusterClient
+    from sparkmill.common.config.configuration import Configuration
+    from sparkmill.common.core.errors import UnavailableError
+    from sparkmill.common.runtime.settings import settings_from_config
+
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        config = Configuration.from_mapping(
+            {
+                "dispatcher.rpc-address": f"tcp://127.0.0.1:{port}",
+                "resourcemanager.rpc-address": "tcp://127.0.0.1:1",
+                "security.curve.enabled": "false",
+            }
+        )
+        started = time.monotonic()
+        with (
+            ClusterClient(settings_from_config(config), config, contact_timeout=1.5) as client,
+            pytest.raises(UnavailableError, match=r"nothing answered within 1\.5s"),
+        ):
+            client.list_jobs()
+        assert time.monotonic() - started >= 1.4
 
 
 def test_sparkmill_config_and_d_overrides_are_validated(tmp_path: Path) -> None:
