@@ -10,6 +10,7 @@ and admits the bed's network (``allow``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import secrets
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 USER = "sparkmill"
@@ -184,6 +186,47 @@ class PostgresServer:
         if done.returncode != 0:
             raise RuntimeError(f"psql failed: {done.stderr.strip()}")
         return [line.split("\t") for line in done.stdout.splitlines() if line]
+
+    @contextlib.contextmanager
+    def open_transaction(self, sql: str) -> Iterator[None]:
+        """A session that runs ``sql`` inside a transaction and leaves it open until the block
+        ends: what the server sees of a client that died in the middle of a write."""
+        session = subprocess.Popen(
+            [
+                str(self.bin / "psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                USER,
+                "-d",
+                DATABASE,
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PGPASSWORD": self.password},
+        )
+        assert session.stdin is not None and session.stdout is not None
+        try:
+            session.stdin.write(f"BEGIN;\n{sql};\n\\echo transaction-open\n")
+            session.stdin.flush()
+            said = session.stdout.readline()
+            if "transaction-open" not in said:
+                raise RuntimeError(f"psql did not open the transaction: {said.strip()}")
+            yield
+        finally:
+            session.stdin.close()  # psql ends; the server rolls the transaction back
+            try:
+                session.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                session.kill()
+                session.wait(timeout=30)
 
     def credentials_file(self, directory: Path, *, password: str | None = None) -> Path:
         path = directory / "db.credentials"

@@ -24,6 +24,7 @@ from sparkmill.client import ClusterClient
 from sparkmill.common.ha.zookeeper.server import zookeeper_available
 from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
+from sparkmill.services.taskexecutor.spark.jdbc import staging_table
 from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
 from tests.integration.postgres import PostgresServer, postgres_available
 from tests.integration.test_pyspark_failover import job_master_of, sigkill
@@ -378,3 +379,33 @@ def test_an_attempt_that_fails_after_staging_its_rows_drops_its_staging_table(
     assert result.status == common_pb2.FAILED
     assert "recording the staged rows" in result.failure.message, result.failure.message
     assert [t for t in leftovers(postgres) if t.startswith("target__sm_")] == []
+
+
+def test_a_staging_table_held_by_a_dead_writer_neither_hangs_the_commit_nor_stays(
+    cluster: LocalCluster,
+    client: ClusterClient,
+    postgres: PostgresServer,
+    credentials: Path,
+    regions: Path,
+) -> None:
+    # A host that powers off in the middle of an attempt's write leaves that attempt's
+    # transaction open at the database, holding its staging table, until the server finds the
+    # session dead. The job's commit drops the job's staging tables after moving the rows: it
+    # must not wait for that lock (it did, for ever: the job never ended).
+    pipeline = sm.Pipeline("outlived-writer", parallelism=2)
+    pipeline.range(1000).write_jdbc(postgres.url, "outlived", credentials_file=str(credentials))
+    graph = pipeline.build_job_graph()
+    dead = staging_table("outlived", graph.job_id, subtask=0, epoch=99, attempt=9)
+    postgres.psql(f"CREATE TABLE {dead} (id BIGINT)")
+    with postgres.open_transaction(f"INSERT INTO {dead} VALUES (1)"):
+        started = time.monotonic()
+        result = client.wait(client.submit(graph), timeout=120)
+        assert result.status == common_pb2.FINISHED, result.failure.message
+        assert time.monotonic() - started < 60
+        rows = postgres.psql("SELECT id, COUNT(*) FROM outlived GROUP BY id")
+        assert sorted((int(i), int(n)) for i, n in rows) == [(i, 1) for i in range(1000)]
+        assert [t for t in leftovers(postgres) if t.startswith("outlived__sm_")] == [dead]
+    # The session is gone (here it ends; on a real failure the server's keepalive probes end
+    # it): the next commit to the database drops the table.
+    run(client, summary_pipeline(postgres, credentials, regions, "after_outlived"))
+    assert [t for t in leftovers(postgres) if t.startswith("outlived__sm_")] == []

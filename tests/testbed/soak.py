@@ -50,7 +50,7 @@ from tests.testbed.soak_jdbc import available as database_available
 
 FAULT_S = (10.0, 25.0)  # how long each fault lasts
 CALM_S = (5.0, 15.0)  # between the cluster being whole again and the next fault
-DRAIN_S = 600.0  # at most this long for the jobs still running at the end
+DRAIN_S = 300.0  # at most this long for the jobs still running at the end
 
 
 @dataclass
@@ -111,6 +111,7 @@ class Soak:
         self.report = SoakReport()
         self.jobs: list[HaJob] = []
         self.results: dict[str, int] = {}  # job id -> terminal status
+        self.last_seen: dict[str, str] = {}  # job id -> what its last status query said
         self.appends: dict[str, int] = {}  # job id -> the day an appending job writes
         self.writes: dict[str, str] = {}  # job id -> the name a database job writes
         self.database: SoakDatabase | None = None
@@ -125,8 +126,10 @@ class Soak:
         except NotFoundError:
             self.results[job.job_id] = -1  # the cluster forgot it: lost
             return
-        except SparkmillError:
+        except SparkmillError as exc:
+            self.last_seen[job.job_id] = f"{type(exc).__name__}: {exc}"
             return  # a failover under way: ask again later
+        self.last_seen[job.job_id] = status_name(status)
         if status in TERMINAL:
             self.results[job.job_id] = status
 
@@ -232,6 +235,23 @@ class Soak:
             wait_services(self.bed)
             wait_cluster(self.bed)
             self.drain(client)
+            if self.database is not None:
+                self._last_database_job(client)
+
+    def _last_database_job(self, client: ClusterClient) -> None:
+        """One more database job once every fault has healed: its commit drops the staging
+        tables that attempts killed in the middle of a write left behind (their sessions held
+        them until the database's keepalive probes found them dead)."""
+        assert self.database is not None
+        name = f"soak-last-{int(time.time())}"
+        try:
+            job_id = self.database.submit(client, name)
+        except SparkmillError as exc:
+            self.report.problems.append(f"submit {name}: {type(exc).__name__}: {exc}")
+            return
+        self.writes[job_id] = name
+        self.jobs.append(HaJob(job_id, self.bed.shared, None, time.time()))
+        self.drain(client)
 
     def check(self) -> None:
         r = self.report
@@ -250,7 +270,17 @@ class Soak:
                     r.problems.append(f"job {job.job_id[:8]} ({job.output}): {got}")
             elif status is None or status == -1:
                 r.lost += 1
-                r.problems.append(f"job {job.job_id[:8]} lost (status {status})")
+                kind = (
+                    "database "
+                    if job.job_id in self.writes
+                    else "appending "
+                    if job.job_id in self.appends
+                    else ""
+                )
+                seen = self.last_seen.get(job.job_id, "never answered")
+                r.problems.append(
+                    f"{kind}job {job.job_id} lost (status {status}; last seen: {seen})"
+                )
             else:
                 r.failed += 1
                 r.problems.append(f"job {job.job_id[:8]} ended {status_name(status)}")

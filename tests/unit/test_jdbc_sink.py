@@ -160,9 +160,24 @@ def test_credentials_come_from_a_private_file(tmp_path: Path) -> None:
         "driver": "org.postgresql.Driver",
         "user": "report",
         "password": "s3cr=t",
+        "options": jdbc_access.SERVER_KEEPALIVES,
     }
     assert jdbc_access.scrub("login with s3cr=t failed", credentials) == "login with *** failed"
     assert jdbc_access.load_credentials("", "x") == jdbc_access.Credentials()
+
+
+def test_postgresql_sessions_ask_the_server_to_probe_for_dead_clients() -> None:
+    # A writer whose host powered off leaves an open transaction holding its staging table:
+    # the server must find that session dead in about a minute, not the kernel's two hours.
+    none = jdbc_access.Credentials()
+    assert "tcp_keepalives_idle=30" in jdbc_access.properties(URL, none)["options"]
+    # The user's own session options stay, the probes join them; their own probes win.
+    own = jdbc_access.properties(URL, none, {"options": "-c search_path=reports"})
+    assert own["options"] == f"-c search_path=reports {jdbc_access.SERVER_KEEPALIVES}"
+    tuned = {"options": "-c tcp_keepalives_idle=5"}
+    assert jdbc_access.properties(URL, none, tuned)["options"] == "-c tcp_keepalives_idle=5"
+    # Other databases are left to their drivers.
+    assert "options" not in jdbc_access.properties("jdbc:h2:mem:x", none)
 
 
 def test_a_readable_or_malformed_credentials_file_is_refused_without_echoing_it(

@@ -25,6 +25,12 @@ Spark JDBC predicate; without one, subtask 0 reads everything.
 it** drops that table itself (``discard_attempt``): it may be a late attempt whose job has
 committed and been cleaned up already, so no one else would.
 
+**No drop waits for long**: a staging table may still be locked by an attempt's transaction
+that nobody will end (its host powered off in the middle of the write: the database finds the
+session dead only after its keepalive probes, see ``jdbc_access.SERVER_KEEPALIVES``). Every
+``DROP`` gives up after :data:`DROP_LOCK_WAIT_S`; the table is then dropped by a later commit to
+the same database, like those of ended jobs below. The commit never hangs on it.
+
 **Jobs that fail or are cancelled** leave staging tables behind, and the JobMaster that ends
 them has no database driver. So every attempt first registers its table in the job's exchange
 directory; when the job ends the JobMaster's clean-up moves that record to the exchange
@@ -65,6 +71,9 @@ log = logging.getLogger(__name__)
 
 COMMITS_TABLE = "sparkmill_commits"
 STAGED_TABLE = "sparkmill_staged"
+DROP_LOCK_WAIT_S = 3
+"""How long a ``DROP TABLE`` of a staging table may wait for its lock (whole seconds: JDBC's
+query timeout)."""
 # -- reading --------------------------------------------------------------------------------------
 
 
@@ -155,7 +164,7 @@ def write_attempt(
             contextlib.suppress(Exception),
             connect(df.sparkSession, output.url, credentials) as conn,
         ):
-            _execute(conn, f"DROP TABLE IF EXISTS {staging}")
+            _drop(conn, staging)
         raise failure(what, exc, credentials) from None
     return staging
 
@@ -168,7 +177,7 @@ def discard_attempt(spark: Any, output: S.JdbcSinkOutput, staging: str) -> None:
     try:
         credentials = load_credentials(output.credentials_file, f"dropping {staging}")
         with connect(spark, output.url, credentials) as conn:
-            _execute(conn, f"DROP TABLE IF EXISTS {staging}")
+            _drop(conn, staging)
     except Exception as exc:
         log.warning(
             "could not drop the staging table %s of an attempt that will not commit: %s",
@@ -209,9 +218,12 @@ def connect(spark: Any, url: str, credentials: Credentials) -> Iterator[Any]:
             conn.close()
 
 
-def _execute(conn: Any, sql: str, *params: Any) -> int:
+def _execute(conn: Any, sql: str, *params: Any, timeout_s: int = 0) -> int:
+    """``timeout_s``: the statement is cancelled after that long (0: no limit)."""
     statement = conn.prepareStatement(sql)
     try:
+        if timeout_s:
+            statement.setQueryTimeout(timeout_s)
         for i, value in enumerate(params, 1):
             if isinstance(value, int):
                 statement.setLong(i, value)
@@ -220,6 +232,12 @@ def _execute(conn: Any, sql: str, *params: Any) -> int:
         return int(statement.executeUpdate())
     finally:
         statement.close()
+
+
+def _drop(conn: Any, table: str) -> None:
+    """Drop ``table`` if it exists, waiting at most :data:`DROP_LOCK_WAIT_S` for its lock (a
+    timeout raises, like any database error)."""
+    _execute(conn, f"DROP TABLE IF EXISTS {table}", timeout_s=DROP_LOCK_WAIT_S)
 
 
 def _query(conn: Any, sql: str, *params: Any) -> list[tuple[Any, ...]]:
@@ -299,7 +317,7 @@ def commit_attempt(
         with connect(spark, output.url, credentials) as conn:
             _ensure_bookkeeping(conn, output.table)
             if _committed_subtasks(conn, output, job_id):
-                _execute(conn, f"DROP TABLE IF EXISTS {staging}")
+                _drop(conn, staging)
                 return False
             conn.setAutoCommit(False)
             key = (job_id, output.table, subtask, epoch, attempt)
@@ -451,9 +469,11 @@ def _move_rows(
 
 def _drop_staging(conn: Any, table: str, job_id: str) -> bool:
     """Drop every staging table of the job (recorded ones, and those of attempts that died
-    before recording theirs), then their records; False (and a warning) when that failed: a
-    failure only costs a leftover table."""
+    before recording theirs), then their records; False (and a warning) when a table could not
+    be dropped: that only costs a leftover table until the next commit to the database, found by
+    its name's prefix."""
     schema, _ = _split(table)
+    left: list[str] = []
     try:
         metadata = conn.getMetaData()
         names = set()
@@ -474,7 +494,11 @@ def _drop_staging(conn: Any, table: str, job_id: str) -> bool:
         while results.next():
             names.add(_qualified(schema, str(results.getString("TABLE_NAME"))))
         for name in sorted(names):
-            _execute(conn, f"DROP TABLE IF EXISTS {name}")
+            try:
+                _drop(conn, name)
+            except Exception as exc:
+                # Most likely locked by the open transaction of an attempt whose host is gone.
+                left.append(f"{name} ({summarize(exc).splitlines()[0]})")
         if _exists(metadata, schema, STAGED_TABLE):
             _execute(
                 conn,
@@ -484,11 +508,14 @@ def _drop_staging(conn: Any, table: str, job_id: str) -> bool:
                 table,
             )
     except Exception as exc:
+        left.append(summarize(exc).splitlines()[0])
+    if left:
         log.warning(
-            "job %s: could not drop the staging tables of %s: %s",
+            "job %s: could not drop every staging table of %s, a later commit to the database"
+            " will: %s",
             job_id,
             table,
-            summarize(exc).splitlines()[0],
+            "; ".join(left),
         )
         return False
     return True

@@ -30,6 +30,15 @@ _PERMANENT_STATES = ("28", "42", "3D")
 _PERMANENT_TEXT = ("No suitable driver", "ClassNotFoundException")
 UNIQUE_VIOLATION = "23505"
 
+SERVER_KEEPALIVES = (
+    "-c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3"
+)
+"""Session settings every PostgreSQL connection asks for (the driver's ``options`` property):
+the server probes an idle client after 30 s and drops it after three unanswered probes. A host
+that powers off in the middle of a write leaves its transaction open, holding its staging table,
+and the server otherwise waits for the operating system's two hours of TCP keepalive before it
+notices; a client that is slow or paused still answers the probes and keeps its session."""
+
 
 @dataclass(frozen=True)
 class Credentials:
@@ -81,6 +90,8 @@ def properties(
     for prefix, driver in DRIVERS.items():
         if url.startswith(prefix):
             props.setdefault("driver", driver)
+    if url.startswith("jdbc:postgresql:") and "tcp_keepalives" not in props.get("options", ""):
+        props["options"] = f"{props.get('options', '')} {SERVER_KEEPALIVES}".strip()
     if credentials.user:
         props["user"] = credentials.user
     if credentials.password:
