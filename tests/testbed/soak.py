@@ -235,13 +235,13 @@ class Soak:
             wait_services(self.bed)
             wait_cluster(self.bed)
             self.drain(client)
-            if self.database is not None:
+            if self.database is not None and self.database.staging_tables_now():
                 self._last_database_job(client)
 
     def _last_database_job(self, client: ClusterClient) -> None:
-        """One more database job once every fault has healed: its commit drops the staging
-        tables that attempts killed in the middle of a write left behind (their sessions held
-        them until the database's keepalive probes found them dead)."""
+        """One more database job once every fault has healed, when staging tables are left: its
+        commit drops those that attempts killed in the middle of a write left behind (their
+        sessions held them until the database's keepalive probes found them dead)."""
         assert self.database is not None
         name = f"soak-last-{int(time.time())}"
         try:

@@ -137,16 +137,19 @@ class SoakDatabase:
         then, whether it was cancelled or found the job committed."""
         deadline = time.monotonic() + grace_s
         while True:
-            names = tuple(
-                row[0]
-                for row in self.server.psql(
-                    "SELECT table_name FROM information_schema.tables"
-                    f" WHERE table_name LIKE '{TABLE}\\_\\_sm\\_%' ORDER BY table_name"
-                )
-            )
+            names = self.staging_tables_now()
             if not names or time.monotonic() > deadline:
                 return names
             time.sleep(1.0)
+
+    def staging_tables_now(self) -> tuple[str, ...]:
+        return tuple(
+            row[0]
+            for row in self.server.psql(
+                "SELECT table_name FROM information_schema.tables"
+                f" WHERE table_name LIKE '{TABLE}\\_\\_sm\\_%' ORDER BY table_name"
+            )
+        )
 
     def _password_in_journals(self) -> int:
         """Lines of the hosts' journals holding the password (counted on the hosts: the
