@@ -39,6 +39,11 @@ CONTROLLER_ADDRESS = os.environ.get("SPARKMILL_TESTBED_NET", "198.18.0") + ".1"
 # Spark sessions load it from the same path on the hosts (tests/testbed/soak_jdbc.py).
 JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 
+bed_used_next = True
+"""Whether a test of the bed runs after the one being torn down (set by the directory's
+conftest before each teardown): a module that changed hosts restores them only then, since the
+bed is removed otherwise. True unless known otherwise."""
+
 # The units each inventory group puts on a host (one task executor instance per host).
 GROUP_UNITS = {
     "zookeeper": ["zookeeper-sparkmill.service"],

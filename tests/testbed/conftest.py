@@ -23,6 +23,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import FAILED_KEY, tier_of
+from tests.testbed import bed as bed_state
 from tests.testbed.bed import (
     VENV_BIN,
     CannotRun,
@@ -89,6 +90,16 @@ def bed(bed_converging: TestBed) -> TestBed:
     """The bed with no play running on it: free to be changed."""
     bed_converging.settle()
     return bed_converging
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Before the fixtures of ``item`` are torn down: tell them whether a test of the bed runs
+    next (``bed.bed_used_next``), so that a module does not restore hosts the bed's removal is
+    about to throw away."""
+    bed_state.bed_used_next = os.environ.get("SPARKMILL_TESTBED_REUSE") == "1" or (
+        nextitem is not None and tier_of(nextitem.path) == "testbed"
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ import pytest
 
 from sparkmill.client import ClusterClient
 from sparkmill.common.v1 import common_pb2
+from tests.testbed import bed as bed_state
 from tests.testbed import ha_data
 from tests.testbed.bed import TestBed
 from tests.testbed.cluster import (
@@ -121,10 +122,13 @@ def standalone(bed: TestBed) -> Iterator[str]:
         wait_cluster(bed)
         yield url
     finally:
-        _on_each(executors, lambda host: restore_config(bed, host, TE_CONFIG, TE_UNIT))
-        for host in {MASTER_HOST, *WORKER_HOSTS}:
-            bed.ssh(host, "systemctl stop spark-worker spark-master", check=False)
-        wait_cluster(bed)
+        # The last module of the suite: the bed's removal follows, nothing to restore for
+        # (about 30 s of restarting task executors).
+        if bed_state.bed_used_next:
+            _on_each(executors, lambda host: restore_config(bed, host, TE_CONFIG, TE_UNIT))
+            for host in {MASTER_HOST, *WORKER_HOSTS}:
+                bed.ssh(host, "systemctl stop spark-worker spark-master", check=False)
+            wait_cluster(bed)
 
 
 def _master_state(bed: TestBed) -> dict[str, Any]:
