@@ -13,6 +13,13 @@ ZeroMQ reconnects by itself, so a client outlives restarts of its target; whethe
 does offer is a hint: :meth:`RpcClient.watch_connection` reports when the TCP connection to the
 target closes and when it is made again (a ZeroMQ socket monitor). A killed process's connections
 close at once, so a heartbeat sender can probe right away instead of waiting out its interval.
+
+One thing ZeroMQ does not reconnect after is a **refused handshake**: the server's ZAP handler
+did not admit this process's key, or the two sides speak different security mechanisms (CURVE
+against none). libzmq then ends the connection for good and a request would wait out its whole
+deadline. The same socket monitor sees the refusal: every request waiting on it fails at once
+with :class:`~sparkmill.common.core.errors.PermissionDeniedError` naming the cause, and the socket
+is replaced, so that the next request tries again (the key may be admitted by then).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from sparkmill.common.core.errors import (
     DeadlineExceededError,
     ErrorCode,
     InternalError,
+    PermissionDeniedError,
     UnavailableError,
     error_from_code,
 )
@@ -45,6 +53,13 @@ log = logging.getLogger(__name__)
 
 ConnectionListener = Callable[[bool], None]
 """Called with ``False`` when the connection to the target closed, ``True`` when it is up."""
+
+_MONITORED = (
+    zmq.EVENT_CONNECTED
+    | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+)
 
 
 class RpcClient:
@@ -85,15 +100,27 @@ class RpcClient:
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
             sock.setsockopt(zmq.SNDHWM, 100_000)
             sock.setsockopt(zmq.RCVHWM, 100_000)
+            # The monitor before the connection: a refused handshake takes a millisecond.
+            monitor: zmq.asyncio.Socket | None = None
+            try:
+                monitor = sock.get_monitor_socket(_MONITORED)
+            except zmq.ZMQError as exc:
+                # Only hints and faster refusals: without it the deadlines still decide.
+                log.info("no connection monitor for %s: %s", self.address, exc)
             try:
                 sock.connect(self.address)
             except zmq.ZMQError as exc:
                 # An address that passed the format checks but libzmq cannot use (a port out
                 # of range, a name it cannot parse): a typed error for the caller, not a crash.
+                if monitor is not None:
+                    sock.disable_monitor()
+                    monitor.close(linger=0)
                 sock.close(linger=0)
                 raise UnavailableError(f"cannot connect to {self.address}: {exc}") from None
             self._socket = sock
             self._receiver = asyncio.create_task(self._receive_loop(sock))
+            if monitor is not None:
+                self._monitor = asyncio.create_task(self._monitor_loop(sock, monitor))
         return self._socket
 
     async def call(
@@ -122,9 +149,20 @@ class RpcClient:
         frames = framing.encode_request(header, request)
 
         async def exchange() -> tuple[envelope_pb2.ResponseHeader, bytes]:
-            # The send is bounded too: a DEALER whose only peer refused the CURVE handshake (a
-            # key the server does not admit) has no pipe left, and its send would wait forever.
-            await sock.send_multipart(frames)
+            # The send is bounded too: a DEALER with no connection yet (or whose only peer
+            # refused the handshake) has no pipe, and its send waits. A refusal seen by the
+            # monitor fails ``future``: that ends the wait at once.
+            # A future already (pyzmq's asyncio sockets): ensure_future only types it.
+            sent = asyncio.ensure_future(sock.send_multipart(frames))
+            if not sent.done():
+                try:
+                    await asyncio.wait((sent, future), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not sent.done():
+                        sent.cancel()
+                if future.done():
+                    return future.result()
+            await sent
             return await future
 
         try:
@@ -172,11 +210,8 @@ class RpcClient:
         """Call ``listener(False)`` whenever the TCP connection to the target closes and
         ``listener(True)`` when one is made; returns a function that stops the calls."""
         try:
-            sock = self._ensure_connected()
-            if self._monitor is None:
-                monitor = sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
-                self._monitor = asyncio.create_task(self._monitor_loop(monitor))
-        except (UnavailableError, zmq.ZMQError) as exc:
+            self._ensure_connected()
+        except UnavailableError as exc:
             # Only a hint: without it the heartbeats still find a lost target.
             log.info("no connection watch for %s: %s", self.address, exc)
             return lambda: None
@@ -188,16 +223,20 @@ class RpcClient:
 
         return stop
 
-    async def _monitor_loop(self, monitor: zmq.asyncio.Socket) -> None:
+    async def _monitor_loop(self, sock: zmq.asyncio.Socket, monitor: zmq.asyncio.Socket) -> None:
         try:
             while True:
                 try:
                     frames = await monitor.recv_multipart()
-                    event = parse_monitor_message(frames)["event"]
+                    message = parse_monitor_message(frames)
+                    event, value = message["event"], message["value"]
                 except zmq.ZMQError:
                     return
                 except (ValueError, KeyError, IndexError):
                     continue  # not a monitor event this libzmq version speaks
+                if event in (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
+                    self._refused(sock, _refusal(self.address, event, int(value)))
+                    return
                 if event not in (zmq.EVENT_CONNECTED, zmq.EVENT_DISCONNECTED):
                     continue
                 up = event == zmq.EVENT_CONNECTED
@@ -208,6 +247,24 @@ class RpcClient:
                         log.exception("connection listener for %s failed", self.address)
         finally:
             monitor.close(linger=0)
+
+    def _refused(self, sock: zmq.asyncio.Socket, reason: str) -> None:
+        """The handshake was refused and libzmq will not connect ``sock`` again: fail what waits
+        on it and drop it (the next call makes a new one)."""
+        log.warning("%s", reason)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(PermissionDeniedError(reason))
+        if self._socket is not sock:
+            return
+        self._socket = None
+        self._monitor = None  # this task, ending
+        if self._receiver is not None:
+            self._receiver.cancel()
+            self._receiver = None
+        with contextlib.suppress(zmq.ZMQError):
+            sock.disable_monitor()
+        sock.close(linger=0)
 
     async def close(self) -> None:
         self._closed = True
@@ -247,3 +304,16 @@ class RpcClientPool:
     async def close(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+def _refusal(address: str, event: int, value: int) -> str:
+    if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return (
+            f"{address} refused this process's key (ZAP status {value}): it is not admitted "
+            "there. Check that the public half of this process's key file is in the public "
+            "keys directory of that service's host (sparkmill keys list)"
+        )
+    return (
+        f"the handshake with {address} failed: the two sides speak different security "
+        "mechanisms (security.curve.enabled must be the same on every member and client)"
+    )

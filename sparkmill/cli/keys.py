@@ -150,8 +150,10 @@ def rest_tokens_note(config_path: Path) -> str:
 def unanswered_hint(config_path: Path | None) -> str:
     """Why a secure cluster may not answer this client at all, for the CLI's error message.
 
-    A CURVE server's ZAP handler drops a client whose key it does not admit before any message
-    is read, so the client sees no refusal, only silence: say so, naming the key file.
+    A key the servers do not admit is refused in the handshake, which the client reports at
+    once (``PermissionDeniedError``); a client holding the wrong *server* key gets no such
+    refusal, only silence, as does one whose servers are down: say what to check, naming the
+    key file.
     """
     from sparkmill.common.config import options as opt
     from sparkmill.common.config.configuration import Configuration

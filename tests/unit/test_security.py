@@ -5,6 +5,7 @@ real CURVE server in this process (real ZeroMQ sockets; the servicer is the hand
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -247,7 +248,8 @@ def test_only_admitted_keys_get_in_and_only_their_roles_methods_run(tmp_path: Pa
             assert servicer.jobs == {"job-1": "x"}
             assert server.stats.errors["SubmitJob:PERMISSION_DENIED"] == 1
 
-            # A key the cluster does not know never gets a connection: nothing is answered.
+            # A key the cluster does not know never gets a connection, and the client hears the
+            # refusal at once instead of waiting out its deadline (libzmq never retries it).
             stranger_public, stranger_secret = zmq.curve_keypair()
             own = security_from_config(cluster_config(tmp_path), "client", serves=False)
             from sparkmill.common.rpc.security import CurveKeyPair
@@ -258,14 +260,64 @@ def test_only_admitted_keys_get_in_and_only_their_roles_methods_run(tmp_path: Pa
                     True, CurveKeyPair(stranger_public, stranger_secret), own.server_public
                 ),
             )
-            with pytest.raises(DeadlineExceededError):
-                await stranger.list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=0.5)
+            for _ in range(2):  # each call tries again (the key may be admitted meanwhile)
+                started = time.monotonic()
+                with pytest.raises(PermissionDeniedError, match=r"key .* is not admitted"):
+                    await stranger.list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=5)
+                assert time.monotonic() - started < 2.5
             # ...nor does a client that speaks no CURVE at all.
             plain = client("client", TransportSecurity.disabled())
-            with pytest.raises(DeadlineExceededError):
-                await plain.get_service_info(common_pb2.GetServiceInfoRequest(), timeout=0.5)
+            with pytest.raises(PermissionDeniedError, match="different security mechanisms"):
+                await plain.get_service_info(common_pb2.GetServiceInfoRequest(), timeout=5)
             assert servicer.jobs == {"job-1": "x"}
             assert (await alice.list_jobs(dispatcher_pb2.ListJobsRequest())).jobs
+
+    run(body)
+
+
+def test_a_refused_key_is_tried_again_once_the_server_admits_it(tmp_path: Path) -> None:
+    """libzmq never reconnects after a refused handshake: without a new socket, a member whose
+    key reached the servers after its first attempt would stay locked out until restarted."""
+    config = cluster_config(tmp_path)
+    made = generate_key(tmp_path / "late", "client", "late")
+    assert made is not None
+    late_path = tmp_path / "late.yaml"
+    values = yaml.safe_load((tmp_path / "cluster.yaml").read_text())
+    late_path.write_text(yaml.safe_dump({**values, "security.curve.secret-key-file": str(made[1])}))
+    late = security_from_config(Configuration.load(late_path), "client", serves=False)
+
+    async def body() -> None:
+        ctx = zmq.asyncio.Context()
+
+        async def server(address: str) -> RpcServer:
+            rpc_server = RpcServer(
+                address,
+                name="secure-dispatcher",
+                context=ctx,
+                security=security_from_config(config, "dispatcher", serves=True),
+            )
+            rpc_server.add_servicer(FakeDispatcher())
+            await rpc_server.start()
+            return rpc_server
+
+        first = await server("tcp://127.0.0.1:0")
+        rpc = RpcClient(first.address, context=ctx, security=late)
+        dispatcher = DispatcherClient(rpc, fencing_token=TOKEN)
+        try:
+            with pytest.raises(PermissionDeniedError, match="not admitted"):
+                await dispatcher.list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=5)
+            await first.stop()
+            # The operator admits the key and restarts the service, on the same address.
+            (tmp_path / "public" / made[0].name).write_bytes(made[0].read_bytes())
+            second = await server(first.address)
+            try:
+                reply = await dispatcher.list_jobs(dispatcher_pb2.ListJobsRequest(), timeout=5)
+                assert list(reply.jobs) == []
+            finally:
+                await second.stop()
+        finally:
+            await rpc.close()
+            ctx.destroy(linger=0)
 
     run(body)
 
