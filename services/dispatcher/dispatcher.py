@@ -476,12 +476,7 @@ class Dispatcher(DispatcherServicer):
         process = self.processes.get(job.process_id)
         if process is not None:
             process.jobs.discard(job.job_id)
-        if not job.terminal:
-            job.process_id = ""
-            job.session_id = ""
-            if can_be_released(job.placement):
-                job.move_to(JobPlacement.WAITING)
-            job.status = JobStatus.INITIALIZING
+        job.lose_process()
 
     # -- queries and control ---------------------------------------------------------------------
 

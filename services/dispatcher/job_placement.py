@@ -116,6 +116,16 @@ class JobRecord:
         JOB_PLACEMENT_TRANSITIONS.check(self.placement, placement, f"job {short(self.job_id)}")
         self.placement = placement
 
+    def lose_process(self) -> None:
+        """Its job-master process is gone: unless the job ended, it waits to start elsewhere."""
+        if self.terminal:
+            return
+        self.process_id = ""
+        self.session_id = ""
+        if can_be_released(self.placement):
+            self.move_to(JobPlacement.WAITING)
+        self.status = JobStatus.INITIALIZING
+
     def record_result(self, result: jobs_pb2.JobResult) -> jobs_pb2.JobResult:
         self.result = result
         self.ended.set()
