@@ -348,6 +348,16 @@ def _spark_cancel_warnings(cluster: DataCluster) -> int:
     return sum(p.read_text(errors="replace").count("Failed to cancel job group") for p in logs)
 
 
+def _submit_and_await(cluster: DataCluster, pipeline: sm.Pipeline, marker: Path, what: str) -> str:
+    """Submit ``pipeline``; its job id once ``marker`` exists (``what`` writes it)."""
+    job_id = cluster.client.submit(pipeline.build_job_graph())
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not marker.exists():
+        assert time.monotonic() < deadline, f"{what} never started"
+        time.sleep(0.1)
+    return job_id
+
+
 def test_cancelling_an_attempt_between_its_spark_jobs_logs_no_warning_per_retry(
     cluster: DataCluster, tmp_path: Path
 ) -> None:
@@ -364,11 +374,7 @@ def test_cancelling_an_attempt_between_its_spark_jobs_logs_no_warning_per_retry(
     before = _spark_cancel_warnings(cluster)
     pipeline = sm.Pipeline("waits-on-the-driver", parallelism=1)
     pipeline.range(10).transform(wait_on_the_driver, name="wait").collect()
-    job_id = cluster.client.submit(pipeline.build_job_graph())
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while not started.exists():
-        assert time.monotonic() < deadline, "the transform never ran"
-        time.sleep(0.1)
+    job_id = _submit_and_await(cluster, pipeline, started, "the transform")
     cluster.client.cancel(job_id)
     result = cluster.client.wait(job_id, timeout=60)
     assert result.status == common_pb2.CANCELED
@@ -391,11 +397,7 @@ def test_cancel_stops_the_running_spark_job(cluster: DataCluster, tmp_path: Path
 
     pipeline = sm.Pipeline("long-running", parallelism=1)
     pipeline.range(100_000).transform(slow, name="slow").collect()
-    job_id = cluster.client.submit(pipeline.build_job_graph())
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while not heartbeat.exists():
-        assert time.monotonic() < deadline, "the Spark job never started"
-        time.sleep(0.2)
+    job_id = _submit_and_await(cluster, pipeline, heartbeat, "the Spark job")
     time.sleep(1.0)
     cancelled_at = time.monotonic()
     cluster.client.cancel(job_id)
