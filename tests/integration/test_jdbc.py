@@ -211,9 +211,17 @@ def test_task_executor_killed_during_the_write_leaves_every_row_once(
 
 def _holding(markers: Path, release: Path, held: tuple[int, ...]) -> Any:
     def hold(df: Any) -> Any:
+        import itertools
+
         markers.mkdir(parents=True, exist_ok=True)
-        run = len(list(markers.glob("run-*")))
-        (markers / f"run-{uuid.uuid4().hex}").touch()
+        # This run's number is the first run-N marker it creates exclusively: two subtasks
+        # entering at the same moment never both count the same markers (and both run on).
+        for run in itertools.count():
+            try:
+                (markers / f"run-{run}").open("x").close()
+                break
+            except FileExistsError:
+                continue
         if run in held:
             (markers / f"held-{uuid.uuid4().hex}").touch()
             deadline = time.monotonic() + 300
