@@ -223,7 +223,9 @@ def _execute(conn: Any, sql: str, *params: Any, timeout_s: int = 0) -> int:
     statement = conn.prepareStatement(sql)
     try:
         if timeout_s:
-            statement.setQueryTimeout(timeout_s)
+            # A driver without query timeouts runs the statement unbounded rather than not at all.
+            with contextlib.suppress(Exception):
+                statement.setQueryTimeout(timeout_s)
         for i, value in enumerate(params, 1):
             if isinstance(value, int):
                 statement.setLong(i, value)
