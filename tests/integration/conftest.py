@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,28 @@ def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float 
             return last
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s; last result: {last!r}")
+
+
+def holding(markers: Path, release: Path, held: tuple[int, ...]) -> Any:
+    """The n-th run (0-based, over all attempts) waits for ``release`` if n is in ``held``."""
+
+    def hold(df: Any) -> Any:
+        import itertools
+
+        markers.mkdir(parents=True, exist_ok=True)
+        # This run's number is the first run-N marker it creates exclusively: two subtasks
+        # entering at the same moment never both count the same markers (and both run on).
+        for run in itertools.count():
+            try:
+                (markers / f"run-{run}").open("x").close()
+                break
+            except FileExistsError:
+                continue
+        if run in held:
+            (markers / f"held-{uuid.uuid4().hex}").touch()
+            deadline = time.monotonic() + 300
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        return df
+
+    return hold

@@ -157,30 +157,24 @@ class PostgresServer:
         except OSError:
             return ""
 
+    def _psql(self, *args: str) -> list[str]:
+        """psql's command line for this server's database, stopping at the first error."""
+        return [
+            str(self.bin / "psql"),
+            *("-h", "127.0.0.1", "-p", str(self.port), "-U", USER, "-d", DATABASE),
+            *("-v", "ON_ERROR_STOP=1", *args),
+        ]
+
+    def _psql_env(self) -> dict[str, str]:
+        return {**os.environ, "PGPASSWORD": self.password}
+
     def psql(self, sql: str) -> list[list[str]]:
         """Run ``sql`` (statements separated by ';') and return the rows of the last one."""
         done = subprocess.run(
-            [
-                str(self.bin / "psql"),
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "-U",
-                USER,
-                "-d",
-                DATABASE,
-                "-At",
-                "-F",
-                "\t",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-c",
-                sql,
-            ],
+            self._psql("-At", "-F", "\t", "-c", sql),
             capture_output=True,
             text=True,
-            env={**os.environ, "PGPASSWORD": self.password},
+            env=self._psql_env(),
             timeout=120,
         )
         if done.returncode != 0:
@@ -192,25 +186,12 @@ class PostgresServer:
         """A session that runs ``sql`` inside a transaction and leaves it open until the block
         ends: what the server sees of a client that died in the middle of a write."""
         session = subprocess.Popen(
-            [
-                str(self.bin / "psql"),
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(self.port),
-                "-U",
-                USER,
-                "-d",
-                DATABASE,
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-            ],
+            self._psql("-q"),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "PGPASSWORD": self.password},
+            env=self._psql_env(),
         )
         assert session.stdin is not None and session.stdout is not None
         try:

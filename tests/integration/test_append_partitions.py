@@ -9,7 +9,6 @@ day; the table must hold every row exactly once whatever was killed while a job 
 from __future__ import annotations
 
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,12 @@ from sparkmill.client import ClusterClient
 from sparkmill.common.ha.zookeeper.server import zookeeper_available
 from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
-from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
+from tests.integration.conftest import (
+    SPARK_SESSIONS,
+    eventually,
+    holding,
+    start_local_cluster,
+)
 from tests.integration.test_pyspark_failover import job_master_of, sigkill
 
 pytestmark = [
@@ -54,31 +58,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     )
     yield local
     local.stop()
-
-
-def _holding(markers: Path, release: Path, held: tuple[int, ...]) -> Any:
-    """The n-th run (0-based, over all attempts) waits for ``release`` if n is in ``held``."""
-
-    def hold(df: Any) -> Any:
-        import itertools
-
-        markers.mkdir(parents=True, exist_ok=True)
-        # This run's number is the first run-N marker it creates exclusively: two subtasks
-        # entering at the same moment never both count the same markers (and both run on).
-        for run in itertools.count():
-            try:
-                (markers / f"run-{run}").open("x").close()
-                break
-            except FileExistsError:
-                continue
-        if run in held:
-            (markers / f"held-{uuid.uuid4().hex}").touch()
-            deadline = time.monotonic() + 300
-            while not release.exists() and time.monotonic() < deadline:
-                time.sleep(0.2)
-        return df
-
-    return hold
 
 
 def _slow(df: Any) -> Any:
@@ -198,7 +177,7 @@ def test_job_master_killed_after_some_subtasks_committed_appends_once(
     table, markers, release = tmp_path / "events", tmp_path / "markers", tmp_path / "release"
     run(client, nightly(table, [1]))
     # Four sink subtasks start at once: the first two to run commit, the next two hold.
-    hold = _holding(markers, release, held=(2, 3))
+    hold = holding(markers, release, held=(2, 3))
     job_id = client.submit(nightly(table, [4, 5], transform=hold).build_job_graph())
 
     def two_committed_two_held() -> bool:

@@ -25,7 +25,12 @@ from sparkmill.common.ha.zookeeper.server import zookeeper_available
 from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
 from sparkmill.services.taskexecutor.spark.jdbc import staging_table
-from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
+from tests.integration.conftest import (
+    SPARK_SESSIONS,
+    eventually,
+    holding,
+    start_local_cluster,
+)
 from tests.integration.postgres import PostgresServer, postgres_available
 from tests.integration.test_pyspark_failover import job_master_of, sigkill
 
@@ -209,29 +214,6 @@ def test_task_executor_killed_during_the_write_leaves_every_row_once(
     assert leftovers(postgres) == []
 
 
-def _holding(markers: Path, release: Path, held: tuple[int, ...]) -> Any:
-    def hold(df: Any) -> Any:
-        import itertools
-
-        markers.mkdir(parents=True, exist_ok=True)
-        # This run's number is the first run-N marker it creates exclusively: two subtasks
-        # entering at the same moment never both count the same markers (and both run on).
-        for run in itertools.count():
-            try:
-                (markers / f"run-{run}").open("x").close()
-                break
-            except FileExistsError:
-                continue
-        if run in held:
-            (markers / f"held-{uuid.uuid4().hex}").touch()
-            deadline = time.monotonic() + 300
-            while not release.exists() and time.monotonic() < deadline:
-                time.sleep(0.2)
-        return df
-
-    return hold
-
-
 def test_job_master_killed_after_some_subtasks_committed_writes_once(
     cluster: LocalCluster,
     client: ClusterClient,
@@ -249,7 +231,7 @@ def test_job_master_killed_after_some_subtasks_committed_writes_once(
         lambda: client.cluster_status(timeout=60).resource_manager.slots_total >= 4, timeout=180
     )
     markers, release = tmp_path / "markers", tmp_path / "release"
-    hold = _holding(markers, release, held=(2, 3))
+    hold = holding(markers, release, held=(2, 3))
     pipeline = summary_pipeline(postgres, credentials, regions, "summary_jm", transform=hold)
     job_id = client.submit(pipeline.build_job_graph())
 
@@ -327,7 +309,7 @@ def test_staging_tables_of_a_cancelled_job_go_with_the_next_commit_to_the_databa
     (
         rows.key_by("id")
         .agg(F.count("*").alias("n"))
-        .transform(_holding(markers, release, held=(0, 1)), name="hold")
+        .transform(holding(markers, release, held=(0, 1)), name="hold")
         .write_json(str(tmp_path / "held-out"))
     )
     job_id = client.submit(pipeline.build_job_graph())
