@@ -200,12 +200,16 @@ class RpcServer:
         host, _, port = self._bind_address.rpartition(":")
         if "[" in host:  # an IPv6 address or "::" (all interfaces, both families)
             sock.setsockopt(zmq.IPV6, 1)
-        if port in ("0", "*"):
-            bound = sock.bind_to_random_port(host)
-            self.bound_address = f"{host}:{bound}"
-        else:
-            sock.bind(self._bind_address)
-            self.bound_address = self._bind_address
+        try:
+            if port in ("0", "*"):
+                bound = sock.bind_to_random_port(host)
+                self.bound_address = f"{host}:{bound}"
+            else:
+                sock.bind(self._bind_address)
+                self.bound_address = self._bind_address
+        except zmq.ZMQError:
+            sock.close(linger=0)  # e.g. the port is in use: a retry starts with a new socket
+            raise
         self.address = (
             with_bound_port(self._advertised_address, self.bound_address)
             if self._advertised_address
