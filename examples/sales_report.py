@@ -54,7 +54,7 @@ OUTPUT = parser.parse_args().output
 sample_data(DATA)
 prices = [(product, price) for product, price in PRODUCTS.items()]
 
-pipeline = sm.Pipeline("sales-report", parallelism=2)
+pipeline = sm.Pipeline("sales-report")
 orders = pipeline.read_csv(
     str(DATA / "orders-*.csv"),
     schema="order_id BIGINT, customer_id BIGINT, product STRING, quantity INT",

@@ -64,7 +64,12 @@ parser.add_argument(
     default=os.environ.get("WORDCOUNT_OUTPUT") or str(BASE / "wordcount-output"),
     help="where the counts are written as Parquet (replaced)",
 )
-parser.add_argument("--parallelism", type=int, default=4, help="subtasks per operator")
+parser.add_argument(
+    "--parallelism",
+    type=int,
+    default=None,
+    help="subtasks per operator (default: the cluster decides from the input's size)",
+)
 args = parser.parse_args()
 source = args.input or sample_text(BASE / "wordcount-input")
 

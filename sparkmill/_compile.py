@@ -4,6 +4,8 @@
 2. Parallelism: an explicit ``set_parallelism`` wins; sources, aggregations, hash joins and
    operators after ``rebalance()`` take the pipeline's default; other operators inherit their
    (forward) input's, a broadcast join its probe side's and a union the largest of its inputs'.
+   A pipeline without a default leaves those open (``AUTO_PARALLELISM``): the JobMaster decides
+   them from the input's size, so a vertex with file sources declares their paths.
 3. Aggregations made only of aliased ``count``/``sum``/``min``/``max`` are split in two: a
    partial aggregation chained to the upstream operator, then the exchange, then the merge.
 4. Chaining: an operator joins its input's vertex when the edge is forward, both have the same
@@ -31,6 +33,7 @@ from sparkmill.common.core.ids import new_dataset_id, new_job_id, new_vertex_id
 from sparkmill.common.core.partitions import NO_DATA_PARTITIONER
 from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
 from sparkmill.common.jobgraph.model import (
+    AUTO_PARALLELISM,
     SPARK_OPERATOR_KIND,
     DistributionPattern,
     IntermediateDataSet,
@@ -128,7 +131,7 @@ class _NoCombine:
 def _default_parallelism(
     pipeline: LogicalPlan, node: Node, inputs: list[tuple[_Op, str, tuple[str, ...]]]
 ) -> int:
-    default = pipeline.parallelism
+    default = AUTO_PARALLELISM if pipeline.parallelism is None else pipeline.parallelism
     if not inputs or isinstance(node.op, S.Aggregate):
         return default
     if isinstance(node.op, S.Join):
@@ -297,6 +300,9 @@ def _build_graph(
         )
         if root.slot_sharing_group:
             vertex.slot_sharing_group = root.slot_sharing_group
+        for member in members:
+            if isinstance(member.op, S.FileSource):
+                vertex.source_paths.extend(member.op.paths)
         entry = _Vertex(vertex, members)
         built.append(entry)
         for member in members:
@@ -351,10 +357,11 @@ def _build_graph(
                         root.op.mode,
                         root.parallelism,
                         root.op.partition_by,
+                        done.id,
                     )
                 )
             elif isinstance(root.op, S.JdbcSinkOutput):
-                jdbc_commits.append(S.JdbcCommit(root.op, root.parallelism))
+                jdbc_commits.append(S.JdbcCommit(root.op, root.parallelism, done.id))
             else:
                 collect_vertices[root.op.name] = entry.vertex.name
         entry.vertex.operator.payload = _encode(_chain_spec(entry, gate_of))
@@ -528,5 +535,6 @@ def describe_graph(graph: JobGraph) -> str:
         inputs = ", ".join(
             f"{producer[e.source]} ({e.partitioner}, {e.pattern.name})" for e in vertex.inputs
         )
-        lines.append(f"[{vertex.parallelism}] {vertex.name}" + (f"  <- {inputs}" if inputs else ""))
+        shown = "auto" if vertex.is_auto else vertex.parallelism
+        lines.append(f"[{shown}] {vertex.name}" + (f"  <- {inputs}" if inputs else ""))
     return "\n".join(lines)

@@ -42,6 +42,10 @@ _JDBC_MODES = ("append", "overwrite")
 class Pipeline:
     """A batch pipeline; ``parallelism`` is the default number of subtasks per operator.
 
+    Left out (``None``), the cluster decides the parallelism of every operator not given one
+    with :meth:`DataSet.set_parallelism` when the job starts, from the size of its input
+    (``execution.batch.adaptive.auto-parallelism.*``).
+
     ``config`` overrides job-scoped cluster keys (restart strategy, slot request timeout...);
     values may be strings or typed (ints, floats, bools, ``datetime.timedelta`` durations) and
     are checked here, so a misspelt key or a bad value fails before anything is submitted.
@@ -50,11 +54,11 @@ class Pipeline:
     def __init__(
         self,
         name: str,
-        parallelism: int = 2,
+        parallelism: int | None = None,
         *,
         config: Mapping[str, JobConfigValue] | None = None,
     ) -> None:
-        if parallelism < 1:
+        if parallelism is not None and parallelism < 1:
             raise PipelineError(f"parallelism must be at least 1, not {parallelism}")
         try:
             job_config = normalize_job_config(config or {})

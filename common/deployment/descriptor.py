@@ -52,6 +52,9 @@ class TaskDeployment:
     # What to read: each gate names the finished producer attempts whose partitions it reads.
     inputs: tuple[InputGateInfo, ...] = ()
     produced_dataset_ids: tuple[str, ...] = ()
+    # Consumer subtasks of each produced data set (the split to write), aligned with
+    # produced_dataset_ids; empty: the numbers in the operator's plan.
+    consumer_parallelism: tuple[int, ...] = ()
 
     def to_proto(self) -> task_executor_pb2.TaskDeploymentDescriptor:
         tdd = task_executor_pb2.TaskDeploymentDescriptor(
@@ -68,6 +71,7 @@ class TaskDeployment:
                 kind=self.operator_kind, payload=self.operator_payload
             ),
             produced_dataset_ids=list(self.produced_dataset_ids),
+            consumer_parallelism=list(self.consumer_parallelism),
             vertex_version=self.vertex_version,
             job_config=dict(self.job_config),
             job_master_epoch=self.job_master_epoch,
@@ -100,6 +104,7 @@ class TaskDeployment:
             job_config=dict(tdd.job_config),
             inputs=tuple(_gate_of(gate, shared_gates) for gate in tdd.inputs),
             produced_dataset_ids=tuple(tdd.produced_dataset_ids),
+            consumer_parallelism=tuple(tdd.consumer_parallelism),
         )
 
 

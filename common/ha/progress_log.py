@@ -75,6 +75,9 @@ class ProgressEvent:
     # ADOPTED: (log name, last trusted sequence number) of every earlier log this one builds on
     trusted: tuple[tuple[str, int], ...] = field(default=())
     seq: int = 0  # position in its session's log, from 1 (given by the writer)
+    # LEADER: the fingerprint of the parallelisms the session ran the job with; a successor
+    # with other parallelisms keeps none of its finished attempts ("" = not recorded).
+    layout: str = ""
 
     def to_json(self) -> str:
         record: dict[str, Any] = {"kind": self.kind, "session": self.session_id, "seq": self.seq}
@@ -94,6 +97,8 @@ class ProgressEvent:
             record["subtasks"] = [list(s) for s in self.subtasks]
         if self.kind == ADOPTED:
             record["trusted"] = dict(self.trusted)
+        if self.layout:
+            record["layout"] = self.layout
         return json.dumps(record, separators=(",", ":"))
 
     @staticmethod
@@ -120,7 +125,13 @@ class ProgressEvent:
         subtasks = tuple((str(v), int(i)) for v, i in record.get("subtasks", ()))
         trusted = tuple(sorted((str(k), int(n)) for k, n in record.get("trusted", {}).items()))
         return ProgressEvent(
-            kind, str(record["session"]), attempt, subtasks, trusted, int(record["seq"])
+            kind,
+            str(record["session"]),
+            attempt,
+            subtasks,
+            trusted,
+            int(record["seq"]),
+            str(record.get("layout", "")),
         )
 
     def to_record(self) -> bytes:
@@ -185,9 +196,10 @@ class Recovered:
     trusted: dict[str, int]
 
 
-def replay(logs: list[SessionLog], own: LogId | None = None) -> Recovered:
+def replay(logs: list[SessionLog], own: LogId | None = None, layout: str = "") -> Recovered:
     """The finished attempts that are still valid, by (vertex id, subtask index), as the logs
-    of every JobMaster before ``own`` left them (see the module docstring)."""
+    of every JobMaster before ``own`` left them (see the module docstring). With ``layout``,
+    the attempts of a session that recorded another layout (other parallelisms) are not."""
     earlier = sorted(
         (log for log in logs if own is None or (log.id.epoch, log.id.name) < (own.epoch, own.name)),
         key=lambda log: (log.id.epoch, log.id.name),
@@ -203,8 +215,11 @@ def replay(logs: list[SessionLog], own: LogId | None = None) -> Recovered:
             break
     finished: dict[tuple[str, int], FinishedAttempt] = {}
     for log in earlier:
-        for event in prefixes[log.id.name][: trusted.get(log.id.name, 0)]:
-            if event.kind == FINISHED and event.attempt is not None:
+        events = prefixes[log.id.name][: trusted.get(log.id.name, 0)]
+        recorded = next((e.layout for e in events if e.kind == LEADER), "")
+        same_layout = not (layout and recorded) or recorded == layout
+        for event in events:
+            if event.kind == FINISHED and event.attempt is not None and same_layout:
                 a = event.attempt
                 finished[(a.vertex_id, a.subtask_index)] = a
             elif event.kind == INVALIDATED:

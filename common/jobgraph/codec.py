@@ -180,6 +180,7 @@ def _vertex_to_proto(
                 for edge in vertex.inputs
             ],
             sink_paths=vertex.sink_paths,
+            source_paths=vertex.source_paths,
         )
     except (TypeError, ValueError) as e:  # e.g. a str field holding a non-str, or bad unicode
         problems.append(f"{label} cannot be encoded: {e}")
@@ -242,6 +243,7 @@ def _vertex_from_proto(message: common_pb2.JobVertex) -> JobVertex:
             for edge in message.inputs
         ],
         sink_paths=list(message.sink_paths),
+        source_paths=list(message.source_paths),
     )
 
 

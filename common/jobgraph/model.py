@@ -20,6 +20,10 @@ from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
 
 DEFAULT_MAX_PARALLELISM = 32768
 
+AUTO_PARALLELISM = -1
+"""The parallelism of a vertex the JobMaster decides when the job starts, from the size of its
+input (Flink's ``ExecutionConfig.PARALLELISM_DEFAULT`` under its adaptive batch scheduler)."""
+
 NOOP_OPERATOR_KIND = "noop"
 """The built-in test operator (its payload: common/pipeline/noop.py)."""
 
@@ -82,6 +86,14 @@ class JobVertex:
     inputs: list[JobEdge] = field(default_factory=list)
     # Where its sinks write, declared for the control plane's checks (the payload is opaque).
     sink_paths: list[str] = field(default_factory=list)
+    # What its file sources read, declared so that an automatic parallelism can be decided
+    # from the input's size (the payload is opaque to the control plane).
+    source_paths: list[str] = field(default_factory=list)
+
+    @property
+    def is_auto(self) -> bool:
+        """Whether the JobMaster decides this vertex's parallelism."""
+        return self.parallelism == AUTO_PARALLELISM
 
 
 @dataclass(slots=True)

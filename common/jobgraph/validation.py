@@ -30,6 +30,7 @@ from sparkmill.common.exchange.layout import sink_path_problem
 from sparkmill.common.jobgraph.graphs import strongly_connected_components
 from sparkmill.common.jobgraph.job_config import normalize_job_config
 from sparkmill.common.jobgraph.model import (
+    AUTO_PARALLELISM,
     DistributionPattern,
     IntermediateDataSet,
     JobEdge,
@@ -53,6 +54,8 @@ MAX_NAME_LENGTH = 1000
 MAX_SHORT_STRING_LENGTH = 256  # operator kinds, partitioners, slot sharing groups, config keys
 MAX_CONFIG_VALUE_LENGTH = 16 * 1024
 MAX_PATH_LENGTH = 4096
+MAX_SOURCE_PATHS = 1024
+"""Most source paths one vertex may declare (each a path or a glob)."""
 # Vertex and data set ids name directories of the exchange (see
 # sparkmill.common.core.ids.is_valid_name_id).
 _NAME_ID_FORMAT = "a safe name (letters, digits, '.', '_', '-'; at most 128 characters)"
@@ -285,8 +288,11 @@ class _Checker:
                     f"of {MAX_SHORT_STRING_LENGTH}"
                 )
         parallelism, max_parallelism = vertex.parallelism, vertex.max_parallelism
-        if parallelism <= 0:
-            problems.append(f"{label} has parallelism {parallelism}; it must be at least 1")
+        if parallelism <= 0 and parallelism != AUTO_PARALLELISM:
+            problems.append(
+                f"{label} has parallelism {parallelism}; it must be at least 1 (or "
+                f"{AUTO_PARALLELISM}: decided by the JobMaster)"
+            )
         if not 0 < max_parallelism <= MAX_MAX_PARALLELISM:
             problems.append(
                 f"{label} has max parallelism {max_parallelism}; it must be between 1 and "
@@ -302,6 +308,18 @@ class _Checker:
             problems.append(f"{label} has no operator kind ({known_kinds})")
         elif kind not in self.known_operator_kinds:
             problems.append(f"{label} runs unknown operator kind {kind!r} ({known_kinds})")
+        if len(vertex.source_paths) > MAX_SOURCE_PATHS:
+            problems.append(
+                f"{label} declares {len(vertex.source_paths)} source paths, more than the "
+                f"maximum of {MAX_SOURCE_PATHS}"
+            )
+        for path in vertex.source_paths[:MAX_SOURCE_PATHS]:
+            if not path or len(path) > MAX_PATH_LENGTH or "\x00" in path:
+                problems.append(
+                    f"{label} declares a source path that is empty, longer than "
+                    f"{MAX_PATH_LENGTH} characters or holds a NUL character"
+                )
+                break
         for path in vertex.sink_paths:
             problem = sink_path_problem(path[:MAX_PATH_LENGTH], self.forbidden_sink_dirs)
             if len(path) > MAX_PATH_LENGTH:

@@ -229,8 +229,11 @@ class SinkCommit:
     path: str
     format: str
     mode: str
-    parallelism: int
+    parallelism: int  # -1: automatic, the number of producers of ``done_dataset_id``
     partition_by: tuple[str, ...] = ()
+    # The empty data set the sink's vertex produces for the commit: its input gate tells the
+    # commit how many subtasks the JobMaster decided for that vertex.
+    done_dataset_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -238,7 +241,8 @@ class JdbcCommit:
     """One database sink for the job's commit: its output and how many subtasks wrote it."""
 
     output: JdbcSinkOutput
-    parallelism: int
+    parallelism: int  # -1: automatic (see SinkCommit)
+    done_dataset_id: str = ""
 
 
 @dataclass(frozen=True)

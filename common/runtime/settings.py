@@ -267,6 +267,20 @@ class RestartSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AutoParallelismSettings:
+    """How the JobMaster decides open parallelisms (``execution.batch.adaptive.*``); see
+    :mod:`sparkmill.services.jobmaster.executiongraph.parallelism_decider`."""
+
+    enabled: bool = _option(opt.AUTO_PARALLELISM_ENABLED)
+    min_parallelism: int = _option(opt.AUTO_PARALLELISM_MIN)
+    max_parallelism: int = _option(opt.AUTO_PARALLELISM_MAX)
+    bytes_per_task: int = _option(opt.AUTO_PARALLELISM_AVG_DATA_VOLUME)
+    default_source_parallelism: int = _option(opt.AUTO_PARALLELISM_DEFAULT_SOURCE)
+    # Bounds every decision too: a decided vertex never exceeds what a submitted one may have.
+    job_graph_max_parallelism: int = _option(opt.JOB_GRAPH_MAX_PARALLELISM)
+
+
+@dataclass(frozen=True, slots=True)
 class JobSettings:
     """What one JobMaster runs its job with: the cluster's options overridden by the job's own
     (the job-overridable keys of its job graph's config)."""
@@ -276,6 +290,9 @@ class JobSettings:
     deployment_offload_min_partitions: int = _option(opt.DEPLOYMENT_OFFLOAD_MIN_PARTITIONS)
     restart: RestartSettings = _setting(  # noqa: RUF009 (a field(), see _setting)
         lambda source: resolve_settings(RestartSettings, source)
+    )
+    auto_parallelism: AutoParallelismSettings = _setting(  # noqa: RUF009 (as above)
+        lambda source: resolve_settings(AutoParallelismSettings, source)
     )
 
 

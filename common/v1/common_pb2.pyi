@@ -231,7 +231,7 @@ class JobEdge(_message.Message):
     def __init__(self, source_dataset_id: _Optional[str] = ..., pattern: _Optional[_Union[DistributionPattern, str]] = ..., partitioner: _Optional[str] = ...) -> None: ...
 
 class JobVertex(_message.Message):
-    __slots__ = ("id", "name", "parallelism", "max_parallelism", "operator", "resource_profile", "slot_sharing_group", "produced", "inputs", "sink_paths")
+    __slots__ = ("id", "name", "parallelism", "max_parallelism", "operator", "resource_profile", "slot_sharing_group", "produced", "inputs", "sink_paths", "source_paths")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARALLELISM_FIELD_NUMBER: _ClassVar[int]
@@ -242,6 +242,7 @@ class JobVertex(_message.Message):
     PRODUCED_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     SINK_PATHS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_PATHS_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     parallelism: int
@@ -252,7 +253,8 @@ class JobVertex(_message.Message):
     produced: _containers.RepeatedCompositeFieldContainer[IntermediateDataSet]
     inputs: _containers.RepeatedCompositeFieldContainer[JobEdge]
     sink_paths: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., max_parallelism: _Optional[int] = ..., operator: _Optional[_Union[OperatorSpec, _Mapping]] = ..., resource_profile: _Optional[_Union[ResourceProfile, _Mapping]] = ..., slot_sharing_group: _Optional[str] = ..., produced: _Optional[_Iterable[_Union[IntermediateDataSet, _Mapping]]] = ..., inputs: _Optional[_Iterable[_Union[JobEdge, _Mapping]]] = ..., sink_paths: _Optional[_Iterable[str]] = ...) -> None: ...
+    source_paths: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., max_parallelism: _Optional[int] = ..., operator: _Optional[_Union[OperatorSpec, _Mapping]] = ..., resource_profile: _Optional[_Union[ResourceProfile, _Mapping]] = ..., slot_sharing_group: _Optional[str] = ..., produced: _Optional[_Iterable[_Union[IntermediateDataSet, _Mapping]]] = ..., inputs: _Optional[_Iterable[_Union[JobEdge, _Mapping]]] = ..., sink_paths: _Optional[_Iterable[str]] = ..., source_paths: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobGraph(_message.Message):
     __slots__ = ("job_id", "name", "vertices", "config")

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VertexDetails(_message.Message):
-    __slots__ = ("vertex_id", "name", "parallelism", "tasks_by_state", "subtask_attempts", "records_in", "records_out", "bytes_in", "bytes_out", "subtask_task_executors", "subtask_states", "subtask_start_times", "subtask_end_times")
+    __slots__ = ("vertex_id", "name", "parallelism", "tasks_by_state", "subtask_attempts", "records_in", "records_out", "bytes_in", "bytes_out", "subtask_task_executors", "subtask_states", "subtask_start_times", "subtask_end_times", "parallelism_decision")
     class TasksByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class VertexDetails(_message.Message):
     SUBTASK_STATES_FIELD_NUMBER: _ClassVar[int]
     SUBTASK_START_TIMES_FIELD_NUMBER: _ClassVar[int]
     SUBTASK_END_TIMES_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_DECISION_FIELD_NUMBER: _ClassVar[int]
     vertex_id: str
     name: str
     parallelism: int
@@ -42,7 +43,8 @@ class VertexDetails(_message.Message):
     subtask_states: _containers.RepeatedScalarFieldContainer[int]
     subtask_start_times: _containers.RepeatedScalarFieldContainer[float]
     subtask_end_times: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, vertex_id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., tasks_by_state: _Optional[_Mapping[int, int]] = ..., subtask_attempts: _Optional[_Iterable[int]] = ..., records_in: _Optional[int] = ..., records_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., subtask_task_executors: _Optional[_Iterable[str]] = ..., subtask_states: _Optional[_Iterable[int]] = ..., subtask_start_times: _Optional[_Iterable[float]] = ..., subtask_end_times: _Optional[_Iterable[float]] = ...) -> None: ...
+    parallelism_decision: str
+    def __init__(self, vertex_id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., tasks_by_state: _Optional[_Mapping[int, int]] = ..., subtask_attempts: _Optional[_Iterable[int]] = ..., records_in: _Optional[int] = ..., records_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., subtask_task_executors: _Optional[_Iterable[str]] = ..., subtask_states: _Optional[_Iterable[int]] = ..., subtask_start_times: _Optional[_Iterable[float]] = ..., subtask_end_times: _Optional[_Iterable[float]] = ..., parallelism_decision: _Optional[str] = ...) -> None: ...
 
 class TaskFailure(_message.Message):
     __slots__ = ("timestamp", "vertex_name", "subtask_index", "attempt_number", "task_executor", "error")

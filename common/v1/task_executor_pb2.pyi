@@ -58,7 +58,7 @@ class InputGate(_message.Message):
     def __init__(self, dataset_id: _Optional[str] = ..., pattern: _Optional[_Union[_common_pb2.DistributionPattern, str]] = ..., partitioner: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[InputPartition, _Mapping]]] = ..., producer_parallelism: _Optional[int] = ..., shared_gate_id: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
 
 class TaskDeploymentDescriptor(_message.Message):
-    __slots__ = ("job_id", "job_name", "vertex_id", "vertex_name", "subtask_index", "parallelism", "attempt_id", "attempt_number", "allocation_id", "operator", "inputs", "produced_dataset_ids", "vertex_version", "job_config", "job_master_epoch")
+    __slots__ = ("job_id", "job_name", "vertex_id", "vertex_name", "subtask_index", "parallelism", "attempt_id", "attempt_number", "allocation_id", "operator", "inputs", "produced_dataset_ids", "vertex_version", "job_config", "job_master_epoch", "consumer_parallelism")
     class JobConfigEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class TaskDeploymentDescriptor(_message.Message):
     VERTEX_VERSION_FIELD_NUMBER: _ClassVar[int]
     JOB_CONFIG_FIELD_NUMBER: _ClassVar[int]
     JOB_MASTER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_PARALLELISM_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_name: str
     vertex_id: str
@@ -96,7 +97,8 @@ class TaskDeploymentDescriptor(_message.Message):
     vertex_version: int
     job_config: _containers.ScalarMap[str, str]
     job_master_epoch: int
-    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., vertex_id: _Optional[str] = ..., vertex_name: _Optional[str] = ..., subtask_index: _Optional[int] = ..., parallelism: _Optional[int] = ..., attempt_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., allocation_id: _Optional[str] = ..., operator: _Optional[_Union[_common_pb2.OperatorSpec, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[InputGate, _Mapping]]] = ..., produced_dataset_ids: _Optional[_Iterable[str]] = ..., vertex_version: _Optional[int] = ..., job_config: _Optional[_Mapping[str, str]] = ..., job_master_epoch: _Optional[int] = ...) -> None: ...
+    consumer_parallelism: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., vertex_id: _Optional[str] = ..., vertex_name: _Optional[str] = ..., subtask_index: _Optional[int] = ..., parallelism: _Optional[int] = ..., attempt_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., allocation_id: _Optional[str] = ..., operator: _Optional[_Union[_common_pb2.OperatorSpec, _Mapping]] = ..., inputs: _Optional[_Iterable[_Union[InputGate, _Mapping]]] = ..., produced_dataset_ids: _Optional[_Iterable[str]] = ..., vertex_version: _Optional[int] = ..., job_config: _Optional[_Mapping[str, str]] = ..., job_master_epoch: _Optional[int] = ..., consumer_parallelism: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SubmitTaskRequest(_message.Message):
     __slots__ = ("tdd", "job_master_address")

@@ -253,11 +253,13 @@ class Dispatcher(DispatcherServicer):
         self.jobs[job_id] = JobRecord(job_id, graph.name, request.job_graph, time.time())
         self.submitted_total += 1
         log.info(
-            "job %s ('%s') submitted: %d vertices, %d subtasks (stored in %.1f ms)",
+            "job %s ('%s') submitted: %d vertices, %d subtasks + %d vertices to decide "
+            "(stored in %.1f ms)",
             short(job_id),
             graph.name,
             len(graph.vertices),
-            sum(v.parallelism for v in graph.vertices),
+            sum(max(0, v.parallelism) for v in graph.vertices),
+            sum(1 for v in graph.vertices if v.is_auto),
             (time.monotonic() - started) * 1000,
         )
         self._schedule_waiting_jobs()

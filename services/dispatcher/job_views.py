@@ -29,8 +29,12 @@ def job_details(
         details.CopyFrom(job.details)
     else:
         for vertex in job.graph.vertices:
+            # An open parallelism is 0 ("auto") until the JobMaster has decided it.
             details.vertices.add(
-                vertex_id=vertex.id, name=vertex.name, parallelism=vertex.parallelism
+                vertex_id=vertex.id,
+                name=vertex.name,
+                parallelism=max(0, vertex.parallelism),
+                parallelism_decision="auto" if vertex.parallelism < 0 else "",
             )
     details.job_id = job.job_id
     details.name = job.name
@@ -54,7 +58,8 @@ def add_job_summary(reply: dispatcher_pb2.ListJobsResponse, job: JobRecord) -> N
         submitted_at=job.submitted_at,
         ended_at=job.ended_at,
     )
-    summary.total_tasks = sum(v.parallelism for v in job.graph.vertices)
+    known = job.details.vertices if job.details is not None else job.graph.vertices
+    summary.total_tasks = sum(max(0, v.parallelism) for v in known)
     if job.details is not None:
         summary.restarts = job.details.restarts
         finished = execution_state_to_proto(ExecutionState.FINISHED)

@@ -122,6 +122,8 @@ def vertex_json(vertex: jobs_pb2.VertexDetails, now: float) -> Json:
         "id": vertex.vertex_id,
         "name": vertex.name,
         "parallelism": vertex.parallelism,
+        # Not Flink's: why the parallelism is what it is ("auto" while still to be decided).
+        "parallelism-decision": vertex.parallelism_decision,
         "status": state,
         "start-time": millis(start),
         "end-time": millis(end),
@@ -216,6 +218,7 @@ def plan_json(details: jobs_pb2.JobDetails, graph: common_pb2.JobGraph | None) -
     for vertex in vertices:
         for dataset in vertex.produced:
             producers[dataset.id] = (vertex.id, RESULT_TYPES.get(dataset.result_type, ""))
+    decided = {v.vertex_id: v.parallelism for v in details.vertices}
     nodes = []
     for vertex in vertices:
         inputs = []
@@ -233,7 +236,10 @@ def plan_json(details: jobs_pb2.JobDetails, graph: common_pb2.JobGraph | None) -
         nodes.append(
             {
                 "id": vertex.id,
-                "parallelism": vertex.parallelism,
+                # An open parallelism (-1 in the graph) as the JobMaster decided it (0: not yet).
+                "parallelism": decided.get(vertex.id, 0)
+                if vertex.parallelism < 0
+                else vertex.parallelism,
                 "operator": vertex.operator.kind,
                 "description": vertex.name,
                 "inputs": inputs,

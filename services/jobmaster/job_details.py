@@ -88,6 +88,7 @@ def _add_vertices(
             records_out=io.records_out if io else 0,
             bytes_in=io.bytes_in if io else 0,
             bytes_out=io.bytes_out if io else 0,
+            parallelism_decision=graph.parallelism_decisions.get(ejv.id, ""),
         )
 
 

@@ -1,10 +1,10 @@
 """The JobMaster of one job (Flink's ``JobMaster``).
 
-It owns the job's :class:`ExecutionGraph` (built in slices when it starts, before it runs for
-the job's leadership), :class:`SlotPool` and :class:`DefaultScheduler`,
-and does their I/O: it registers at the resource manager leader (with back-off, again after a
-leader change) and asks it for slots; it accepts slot offers from task executors, heartbeats
-them, deploys tasks to them and cancels them; it reports every job status change to the
+It owns the job's :class:`ExecutionGraph` (its open parallelisms decided, then built in slices
+when it starts, before it runs for the job's leadership), :class:`SlotPool` and
+:class:`DefaultScheduler`, and does their I/O: it registers at the resource manager leader
+(with back-off, again after a leader change) and asks it for slots; it accepts slot offers,
+heartbeats task executors, deploys and cancels tasks; it reports every job status change to the
 dispatcher. Its leader session id (from the job's leader election) fences every RPC it serves
 and every call it makes to task executors.
 """
@@ -50,7 +50,7 @@ from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import (
     deployment_proto_of,
 )
 from sparkmill.services.jobmaster.executiongraph.execution_graph import Execution, ExecutionGraph
-from sparkmill.services.jobmaster.executiongraph.graph_building import build_execution_graph
+from sparkmill.services.jobmaster.executiongraph.parallelism_decider import build_decided_graph
 from sparkmill.services.jobmaster.host import JobMasterHost
 from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.job_outcome import hand_job_back, job_result, status_report
@@ -104,8 +104,7 @@ class JobMaster:
         self.job_settings = job_settings_from_config(
             config.with_overrides(graph.config, job_scope=True)
         )
-        # Empty until start() has built the real graph in slices (it is never built in one go
-        # on the loop, see graph_building); only then are there subtasks and a scheduler.
+        # Empty until start() built the real graph in slices: only then are there subtasks.
         self.graph = ExecutionGraph(graph)
         self._scheduler: DefaultScheduler | None = None
         self.timers = AsyncioTimerService()
@@ -113,8 +112,7 @@ class JobMaster:
             self.job_id,
             self.timers,
             self,
-            # A little longer than the resource manager's own timeout, so its diagnostic
-            # (what was asked, what exists) normally arrives first.
+            # Longer than the resource manager's own timeout: its diagnostic comes first.
             slot_request_timeout_s=self.job_settings.slot_request_timeout_s + 1.0,
             idle_slot_timeout_s=settings.slot_idle_timeout_s,
         )
@@ -169,8 +167,11 @@ class JobMaster:
         if self._scheduler is not None:
             raise IllegalStateBug(f"job {short(self.job_id)}: its graph was built already")
         try:
-            graph = await build_execution_graph(
-                self.job_graph, stopped=lambda: self.status is not JobStatus.INITIALIZING
+            layout, graph = await build_decided_graph(
+                self.job_graph,
+                self.job_settings.auto_parallelism,
+                self.runtime,
+                stopped=lambda: self.status is not JobStatus.INITIALIZING,
             )
         except ValueError as exc:
             self.status = JobStatus.FAILED
@@ -183,6 +184,7 @@ class JobMaster:
                 "execution graph"
             )
         self.graph = graph
+        self.progress.layout = layout
         self._scheduler = DefaultScheduler(
             graph,
             self.slot_pool,

@@ -70,6 +70,9 @@ class ProgressRecorder:
         self.failed_writes = 0
         # Without HA nothing is kept: skip the work (and the thread hop per batch) entirely.
         self.enabled = not isinstance(store, NoJobProgressStore)
+        # The fingerprint of the job's parallelisms (set once they are decided): attempts of
+        # an earlier JobMaster are kept only if it ran the job with the same ones.
+        self.layout = ""
 
     def start(self, session_id: str, epoch: int) -> None:
         """Open this leader's own log (named by its epoch, so successors read it in order)."""
@@ -77,7 +80,7 @@ class ProgressRecorder:
             return
         self.session_id = session_id
         self.log = LogId(epoch, session_id)
-        self._enqueue(ProgressEvent(LEADER, session_id))
+        self._enqueue(ProgressEvent(LEADER, session_id, layout=self.layout))
 
     def adopt(self, trusted: dict[str, int]) -> None:
         """Record how far this JobMaster trusts each earlier log - before anything else it
@@ -237,7 +240,7 @@ async def recover_finished_subtasks(
             "job %s: progress log unreadable (%s); running it from the start", short(job_id), exc
         )
         logs = []
-    recovered = replay(logs, recorder.log)
+    recovered = replay(logs, recorder.log, recorder.layout)
     # What we build on, recorded (and on disk) before we act: whatever a deposed JobMaster
     # appends from now on is past these marks, so no successor of ours will ever trust it.
     recorder.adopt(recovered.trusted)

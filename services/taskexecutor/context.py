@@ -33,6 +33,9 @@ class TaskContext:
     # data sets to produce.
     inputs: list[InputGateInfo] = field(default_factory=list)
     produced_dataset_ids: list[str] = field(default_factory=list)
+    # Consumer subtasks per produced data set, as the JobMaster decided them (the split to
+    # write; it overrides the operator's plan, which was compiled before the decision).
+    consumer_parallelism: dict[str, int] = field(default_factory=dict)
     # Set by the task executor process.
     resource_id: str = ""
     allocation_id: str = ""

@@ -72,6 +72,13 @@ class Task:
             job_config=dict(deployment.job_config),
             inputs=list(deployment.inputs),
             produced_dataset_ids=list(deployment.produced_dataset_ids),
+            consumer_parallelism={
+                dataset: count
+                for dataset, count in zip(
+                    deployment.produced_dataset_ids, deployment.consumer_parallelism, strict=False
+                )
+                if count > 0
+            },
         )
         self._invokable: Invokable | None = None
         self._lock = threading.Lock()  # guards _invokable between the loop and the task thread

@@ -21,7 +21,16 @@ from sparkmill.cli.pipeline_loading import (
     attach_pipeline_args,
     load_pipeline,
 )
+from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import PipelineError, SparkmillError
+from sparkmill.common.core.ids import JobVertexID
+from sparkmill.common.jobgraph.auto_parallelism import (
+    ParallelismDecision,
+    decide_parallelism,
+    size_sources,
+)
+from sparkmill.common.jobgraph.model import JobGraph
+from sparkmill.common.runtime.settings import job_settings_from_config
 
 
 def add_parser(sub: SubParsers[argparse.ArgumentParser]) -> None:
@@ -81,11 +90,16 @@ def plan_document(pipeline: Any, path: Path, pipeline_args: list[str]) -> dict[s
     producer = {ds.id: v.name for v in graph.vertices for ds in v.produced}
     vertices: list[dict[str, Any]] = []
     exchanges: list[dict[str, str]] = []
+    _, expected = expected_parallelism(graph)
     for vertex in graph.vertices:
+        decision = expected.get(vertex.id)
         vertices.append(
             {
                 "name": vertex.name,
-                "parallelism": vertex.parallelism,
+                "parallelism": "auto" if vertex.is_auto else vertex.parallelism,
+                # What the cluster's defaults would decide from the files as seen here.
+                "expected_parallelism": decision.parallelism if decision else None,
+                "expected_because": decision.reason if decision else None,
                 "operators": operators.get(vertex.name, [vertex.name]),
                 "slot_sharing_group": vertex.slot_sharing_group,
                 "sinks": list(vertex.sink_paths) if vertex.name != "commit" else [],
@@ -113,9 +127,27 @@ def plan_document(pipeline: Any, path: Path, pipeline_args: list[str]) -> dict[s
             for p in v["sinks"]
         ],
         "collects": [{"vertex": v, "name": n} for v, n in collects.items()],
-        "subtasks": sum(v["parallelism"] for v in vertices),
+        # An open vertex counts with its expected parallelism.
+        "subtasks": sum(
+            v["parallelism"] if v["parallelism"] != "auto" else v["expected_parallelism"] or 1
+            for v in vertices
+        ),
+        "auto_vertices": sum(1 for v in vertices if v["parallelism"] == "auto"),
         "config": dict(graph.config),
     }
+
+
+def expected_parallelism(
+    graph: JobGraph,
+) -> tuple[JobGraph, dict[JobVertexID, ParallelismDecision]]:
+    """What a JobMaster with the default keys (and the job's own) would decide for the open
+    vertices, from the input files as this machine sees them."""
+    if not any(vertex.is_auto for vertex in graph.vertices):
+        return graph, {}
+    settings = job_settings_from_config(
+        Configuration().with_overrides(graph.config, job_scope=True)
+    ).auto_parallelism
+    return decide_parallelism(graph, size_sources(graph), settings)
 
 
 def plan_text(document: dict[str, Any]) -> str:
@@ -124,12 +156,24 @@ def plan_text(document: dict[str, Any]) -> str:
     lines = [
         f"pipeline '{document['name']}' from {document['file']}"
         + (f" with arguments: {args}" if args else ""),
-        f"{len(document['vertices'])} vertices, {document['subtasks']} subtasks",
+        f"{len(document['vertices'])} vertices, {document['subtasks']} subtasks"
+        + (
+            f" (the cluster decides {document['auto_vertices']} parallelisms from the "
+            "input's size when the job starts; 'auto (n)': what its default keys decide from "
+            "the files as seen here)"
+            if document.get("auto_vertices")
+            else ""
+        ),
         "",
         f"{'#':>3}  {'PARALLELISM':>11}  VERTEX (operators chained into one task)",
     ]
     for number, vertex in enumerate(document["vertices"], 1):
-        lines.append(f"{number:>3}  {vertex['parallelism']:>11}  {vertex['name']}")
+        shown = vertex["parallelism"]
+        if vertex.get("expected_parallelism"):
+            shown = f"auto ({vertex['expected_parallelism']})"
+        lines.append(f"{number:>3}  {shown:>11}  {vertex['name']}")
+        if vertex.get("expected_because"):
+            lines.append(f"{'':>18}auto: {vertex['expected_because']}")
         if len(vertex["operators"]) > 1:
             lines.append(f"{'':>18}chain: {' | '.join(vertex['operators'])}")
     lines += ["", f"{'PARTITIONER':<12} {'PATTERN':<11} FROM -> TO"]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkmill.cli import job_logs, keys
 from sparkmill.cli.exit_codes import EXIT_JOB_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from sparkmill.cli.explain import expected_parallelism
 from sparkmill.cli.options import CONFIG_ENV, SubParsers, add_config_options, config_source
 from sparkmill.cli.output import (
     Progress,
@@ -290,6 +291,7 @@ def job_slot_need(graph: JobGraph) -> int:
     """The slots the job uses at once at most: per slot sharing group, its largest vertex
     (Flink's slot sharing puts one subtask of each vertex of a group into one slot)."""
     largest: dict[str, int] = {}
+    graph, _ = expected_parallelism(graph)
     for vertex in graph.vertices:
         group = vertex.slot_sharing_group
         largest[group] = max(largest.get(group, 0), vertex.parallelism)

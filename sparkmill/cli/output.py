@@ -47,6 +47,14 @@ def task_name(details: jobs_pb2.JobDetails, vertex_name: str, subtask_index: int
     return f"{vertex_name} ({subtask_index + 1}/{parallelism or '?'})"
 
 
+def parallelism_text(vertex: jobs_pb2.VertexDetails) -> str:
+    """``parallelism 4``; ``parallelism auto`` before the JobMaster decided it, and after
+    ``parallelism 2, auto: 300.0 MiB input, 256.0 MiB per subtask``."""
+    number = vertex.parallelism or "auto"
+    decision = vertex.parallelism_decision
+    return f"parallelism {number}" + (f", {decision}" if decision and vertex.parallelism else "")
+
+
 def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
     return {
         "job_id": details.job_id,
@@ -64,7 +72,8 @@ def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
             {
                 "id": v.vertex_id,
                 "name": v.name,
-                "parallelism": v.parallelism,
+                "parallelism": v.parallelism or "auto",
+                "parallelism_decision": v.parallelism_decision or None,
                 "tasks": {execution_state_name(k): n for k, n in sorted(v.tasks_by_state.items())},
                 "attempts": list(v.subtask_attempts),
                 "task_executors": list(v.subtask_task_executors),
@@ -138,7 +147,7 @@ def print_details(details: jobs_pb2.JobDetails) -> None:
         )
         rerun = sum(1 for a in v.subtask_attempts if a > 0)
         again = f"; {rerun} ran again (max attempt #{max(v.subtask_attempts)})" if rerun else ""
-        print(f"  {v.name} (parallelism {v.parallelism}): {states}{again}")
+        print(f"  {v.name} ({parallelism_text(v)}): {states}{again}")
     if details.slot_wait_reason:
         print(details.slot_wait_reason)
     if details.failure.message:

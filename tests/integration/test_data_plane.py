@@ -414,3 +414,65 @@ def test_cancel_stops_the_running_spark_job(cluster: DataCluster, tmp_path: Path
         current = heartbeat.read_text()
         if current != last:
             last, stable_since = current, time.monotonic()
+
+
+def test_automatic_parallelism_join_and_aggregation_match_pyspark(
+    cluster: DataCluster, spark: Any, tmp_path: Path
+) -> None:
+    """No parallelism anywhere: the JobMaster decides from the files' sizes (scaled down by
+    the job's own avg-data-volume-per-task), and the result is exact."""
+    from pyspark.sql import functions as PF
+
+    for part in range(2):
+        write_lines(
+            tmp_path / f"orders/{part}.csv",
+            ["order_id,customer_id,quantity"]
+            + [f"{i},{i % 11},{i % 5 + 1}" for i in range(part, 12_000, 2)],
+        )
+    write_lines(
+        tmp_path / "customers.csv",
+        ["customer_id,country"] + [f"{c},{['DE', 'FR', 'JP'][c % 3]}" for c in range(11)],
+    )
+    orders_bytes = sum(p.stat().st_size for p in (tmp_path / "orders").iterdir())
+    orders_schema = "order_id BIGINT, customer_id BIGINT, quantity INT"
+    customers_schema = "customer_id BIGINT, country STRING"
+    auto = "execution.batch.adaptive.auto-parallelism."
+    pipeline = sm.Pipeline(
+        "auto-sales",
+        config={auto + "avg-data-volume-per-task": "32kb", auto + "max-parallelism": 3},
+    )
+    orders = pipeline.read_csv(str(tmp_path / "orders"), schema=orders_schema)
+    customers = pipeline.read_csv(str(tmp_path / "customers.csv"), schema=customers_schema)
+    (
+        orders.join(customers, on="customer_id")
+        .key_by("country")
+        .agg(F.sum("quantity").alias("quantity"), F.count("*").alias("orders"))
+        .write_parquet(str(tmp_path / "report"))
+    )
+    graph = pipeline.build_job_graph()
+    assert [v.is_auto for v in graph.vertices] == [True, True, True, True, False]
+    job_id = cluster.client.submit(graph)
+    result = cluster.client.wait(job_id, timeout=JOB_TIMEOUT_S)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+
+    details = cluster.client.status(job_id)
+    decided = {v.name: (v.parallelism, v.parallelism_decision) for v in details.vertices}
+    assert orders_bytes > 3 * 32 * 1024  # so the bound, not the size, limits the orders
+    assert decided["read_csv"] == (
+        3,
+        f"auto: {orders_bytes / 1024:.1f} KiB input, 32.0 KiB per subtask",
+    )
+    assert decided["read_csv #2"][0] == 1  # 11 customers
+    assert decided["join -> partial agg"][0] == 3 and decided["agg -> write_parquet"][0] == 3
+    assert decided["commit"] == (1, "")
+
+    ref_orders = spark.read.csv(str(tmp_path / "orders"), header=True, schema=orders_schema)
+    ref_customers = spark.read.csv(
+        str(tmp_path / "customers.csv"), header=True, schema=customers_schema
+    )
+    expected = (
+        ref_orders.join(ref_customers, on="customer_id")
+        .groupBy("country")
+        .agg(PF.sum("quantity").alias("quantity"), PF.count("*").alias("orders"))
+    )
+    assert rows(spark.read.parquet(str(tmp_path / "report"))) == rows(expected)

@@ -88,7 +88,12 @@ def test_job_overridable_keys() -> None:
         "jobmanager.deployment.offload-min-partitions",
         "pipeline.args",
     }
-    assert all(k.startswith("restart-strategy.") for k in keys if k not in others)
+    assert all(
+        k.startswith(("restart-strategy.", "execution.batch.adaptive.auto-parallelism."))
+        for k in keys
+        if k not in others
+    )
+    assert "execution.batch.adaptive.auto-parallelism.avg-data-volume-per-task" in keys
     restart = {k for k in REGISTRY.options if k.startswith("restart-strategy.")}
     assert restart <= set(keys)
     assert "heartbeat.interval" not in keys

@@ -12,6 +12,7 @@ from sparkmill.common.core.errors import InvalidArgumentError, InvalidJobGraphEr
 from sparkmill.common.core.ids import IntermediateDataSetID, JobID, JobVertexID
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.jobgraph.model import (
+    AUTO_PARALLELISM,
     KNOWN_OPERATOR_KINDS,
     DistributionPattern,
     IntermediateDataSet,
@@ -225,8 +226,18 @@ def test_non_positive_parallelism(parallelism: int) -> None:
     graph = diamond()
     graph.vertices[3].parallelism = parallelism
     assert single_problem(graph) == (
-        f"vertex 'join' (id-join) has parallelism {parallelism}; it must be at least 1"
+        f"vertex 'join' (id-join) has parallelism {parallelism}; it must be at least 1 "
+        "(or -1: decided by the JobMaster)"
     )
+
+
+def test_automatic_parallelism_is_valid_and_declared_source_paths_are_checked() -> None:
+    graph = diamond()
+    graph.vertices[3].parallelism = AUTO_PARALLELISM
+    graph.vertices[0].source_paths = ["/data/in/*.csv"]
+    validate(graph)  # nothing to report
+    graph.vertices[0].source_paths = ["/data/\x00"]
+    assert "declares a source path that is empty" in single_problem(graph)
 
 
 def test_parallelism_above_max_parallelism() -> None:

@@ -254,7 +254,12 @@ def test_every_sink_and_collect_feeds_a_final_commit_vertex(tmp_path: Path) -> N
     assert len(commit.inputs) == 2
     assert {e.pattern for e in commit.inputs} == {A2A}
     spec = S.decode_spec(commit.operator.payload)
-    assert spec == S.CommitSpec((S.SinkCommit(str(tmp_path / "p"), "parquet", "overwrite", 3),))
+    writer = next(v for v in graph.vertices[:-1] if v.sink_paths)
+    done = writer.produced[-1].id  # the sink's vertex signals the commit on its last data set
+    assert done in {e.source for e in commit.inputs}
+    assert spec == S.CommitSpec(
+        (S.SinkCommit(str(tmp_path / "p"), "parquet", "overwrite", 3, (), done),)
+    )
     # Declared outside the opaque payloads, for the control plane's sink path checks.
     assert commit.sink_paths == [str(tmp_path / "p")]
     writers = [v for v in graph.vertices[:-1] if v.sink_paths]

@@ -35,6 +35,7 @@ _DOCS_ORDER = (
     "Active resource management",
     "systemd driver",
     "Jobs, failover and restarts",
+    "Adaptive batch execution",
     "High availability",
     "Metrics",
     "REST API and web dashboard",

@@ -439,7 +439,9 @@ function drawGraph(job) {
     // clipped, never drawn over the state.
     g.append(svg("text", { x: 16, y: 24, class: "vertex-name" }, clip(node.description, 28)));
     g.append(svg("text", { x: 16, y: 43, class: "vertex-sub" },
-      `${node.operator || "operator"} · p=${node.parallelism}`));
+      `${node.operator || "operator"} · p=${node.parallelism || "auto"}`));
+    // How an automatic parallelism was decided, on hovering the vertex.
+    if (v["parallelism-decision"]) g.append(svg("title", {}, v["parallelism-decision"]));
     g.append(svg("text", { x: W - 12, y: 43, class: "vertex-state", "text-anchor": "end" }, v.status));
     // A bar of the subtasks' states, then the non-zero counts as text.
     const total = Math.max(1, node.parallelism);

@@ -31,7 +31,10 @@ from sparkmill.common.deployment.descriptor import (
 from sparkmill.common.jobgraph.model import JobEdge
 from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.services.jobmaster.executiongraph.execution_graph import Execution
-from sparkmill.services.jobmaster.executiongraph.execution_topology import ConsumedPartitionGroup
+from sparkmill.services.jobmaster.executiongraph.execution_topology import (
+    ConsumedPartitionGroup,
+    IntermediateResult,
+)
 
 # A gate of fewer partitions is cheaper to build than to look up and keep.
 _CACHED_GATE_MIN_PARTITIONS = 8
@@ -79,7 +82,17 @@ def deployment_of(
         job_config=dict(job_config),
         inputs=inputs,
         produced_dataset_ids=tuple(r.id for r in jv.produced_results),
+        consumer_parallelism=tuple(consumer_parallelism(r) for r in jv.produced_results),
     )
+
+
+def consumer_parallelism(result: IntermediateResult) -> int:
+    """How many subtasks consume ``result`` (0 when nothing does): the split its producers
+    write. Every consumer group of a result belongs to the one vertex reading it."""
+    groups = result.consumed_partition_groups
+    if not groups:
+        return 0
+    return groups[0].consumer_vertex_group.vertices[0].job_vertex.parallelism
 
 
 def gate_of(edge: JobEdge, group: ConsumedPartitionGroup) -> InputGateInfo:

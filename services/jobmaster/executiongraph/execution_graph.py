@@ -84,6 +84,8 @@ class ExecutionGraph:
         self._executions: dict[ExecutionAttemptID, Execution] = {}  # current attempts only
         self._state_counts: dict[ExecutionState, int] = dict.fromkeys(ExecutionState, 0)
         self._regions: list[PipelinedRegion] | None = None
+        # Why each vertex the pipeline left open got its parallelism (for the status views).
+        self.parallelism_decisions: dict[JobVertexID, str] = {}
 
     @classmethod
     def build(

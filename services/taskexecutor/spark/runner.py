@@ -7,6 +7,7 @@ was written (and the task was not cancelled) are the sinks' attempt directories 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -208,6 +209,18 @@ def has_order(df: Any) -> bool:
         return True
 
 
+def with_decided_splits(spec: S.ChainSpec, consumers: dict[str, int]) -> S.ChainSpec:
+    """``spec`` with each exchange split for as many readers as the JobMaster decided (the
+    plan was compiled before an automatic parallelism was known)."""
+    outputs = tuple(
+        dataclasses.replace(o, consumer_parallelism=consumers[o.dataset_id])
+        if isinstance(o, S.ExchangeOutput) and consumers.get(o.dataset_id, 0) > 0
+        else o
+        for o in spec.outputs
+    )
+    return dataclasses.replace(spec, outputs=outputs) if outputs != spec.outputs else spec
+
+
 def _run_chain(spark: Any, spec: S.ChainSpec, context: TaskContext, tag: str) -> TaskOutcome:
     staged: list[tuple[S.JdbcSinkOutput, str, list[str]]] = []
     try:
@@ -231,6 +244,7 @@ def _write_and_commit(
     staging tables written and not recorded yet."""
     built = build(spark, spec, context)
     root = built.frames[spec.root]
+    spec = with_decided_splits(spec, context.consumer_parallelism)
     metrics = SparkIOMetrics(spark.sparkContext, tag)
     order = output_order(list(spec.outputs), len(spec.outputs) > 1 and has_order(root))
     if order.persist:
@@ -374,6 +388,7 @@ def _check_sink_path(path: str, context: TaskContext) -> None:
 def run_commit(spec: S.CommitSpec, context: TaskContext, spark: Any = None) -> TaskOutcome:
     """The final vertex: publish every sink, then drop the job's exchange data. ``spark`` (a
     session, for its JVM's JDBC drivers) is needed only when the job writes a database."""
+    spec = with_decided_writers(spec, context)
     files = 0
     for sink in spec.sinks:
         check_cancelled(context.cancelled)
@@ -392,3 +407,31 @@ def run_commit(spec: S.CommitSpec, context: TaskContext, spark: Any = None) -> T
         )
     cleanup_job(context.exchange_dir, context.job_id)
     return TaskOutcome(io=IOCounters(records_out=files + rows))
+
+
+def with_decided_writers(spec: S.CommitSpec, context: TaskContext) -> S.CommitSpec:
+    """``spec`` with each sink's number of writing subtasks taken from its done gate: the
+    JobMaster decided it after the plan was compiled (the plan then holds -1)."""
+    writers = {gate.dataset_id: gate.producer_parallelism for gate in context.inputs}
+
+    def decided(number: int, dataset_id: str) -> int:
+        found = writers.get(dataset_id, 0)
+        if found > 0:
+            return found
+        if number < 1:
+            raise CommitError(
+                f"the commit has no input gate for data set {dataset_id}, so it cannot tell "
+                "how many subtasks wrote its sink"
+            )
+        return number
+
+    return S.CommitSpec(
+        tuple(
+            dataclasses.replace(s, parallelism=decided(s.parallelism, s.done_dataset_id))
+            for s in spec.sinks
+        ),
+        tuple(
+            dataclasses.replace(j, parallelism=decided(j.parallelism, j.done_dataset_id))
+            for j in spec.jdbc
+        ),
+    )

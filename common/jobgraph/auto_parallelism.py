@@ -1,0 +1,225 @@
+"""Deciding the parallelism a pipeline left open (Flink's ``DefaultVertexParallelismDecider``).
+
+Shared by the JobMaster, which decides, and the client, which estimates a local run's slots.
+
+A vertex submitted with :data:`~sparkmill.common.jobgraph.model.AUTO_PARALLELISM` gets its
+number here, when the JobMaster builds its job's execution graph, from how much it will read:
+
+* a source's input is the size of the files it declares (``source_paths``), listed on the
+  JobMaster's host (:func:`size_sources`, blocking: run it off the event loop). Sources on file
+  systems the JobMaster cannot list itself, ranges and database tables have no known size;
+* every other vertex's input is estimated as the sum of what its producers read (a
+  ``broadcast`` input is left out: every subtask reads all of it whatever their number).
+
+The number is ``ceil(input / avg-data-volume-per-task)`` within ``[min-parallelism,
+max-parallelism]`` (and the vertex's own max parallelism); an input of unknown size gets
+``default-source-parallelism``, as does every open vertex when automatic parallelism is off. A
+vertex fed by a ``forward`` edge gets its producer's number, so that its subtasks still line
+up one to one (Flink's forward groups).
+
+Flink's adaptive batch scheduler decides a non-source vertex only once its producers have
+finished, from the bytes they wrote; here every decision is made before the job is scheduled,
+from the sources' sizes. The decisions are deterministic for unchanged inputs: a JobMaster that
+takes the job over decides the same, and :func:`layout_of` lets it check that it did before it
+keeps any finished subtask of the one before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from sparkmill.common.core.ids import IntermediateDataSetID, JobVertexID
+from sparkmill.common.jobgraph.model import DistributionPattern, JobGraph, JobVertex
+
+_GLOB_CHARACTERS = frozenset("*?[")
+
+
+class AutoParallelismSettings(Protocol):
+    """The ``execution.batch.adaptive.auto-parallelism.*`` keys a decision reads (the runtime
+    resolves them: :class:`sparkmill.common.runtime.settings.AutoParallelismSettings`)."""
+
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def min_parallelism(self) -> int: ...
+    @property
+    def max_parallelism(self) -> int: ...
+    @property
+    def bytes_per_task(self) -> int: ...
+    @property
+    def default_source_parallelism(self) -> int: ...
+    @property
+    def job_graph_max_parallelism(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelismDecision:
+    """What the JobMaster decided for one open vertex, and why (shown by the status views)."""
+
+    parallelism: int
+    reason: str
+
+    @property
+    def text(self) -> str:
+        return f"auto: {self.reason}"
+
+
+def size_sources(graph: JobGraph) -> dict[JobVertexID, int | None]:
+    """Bytes under the source paths of each vertex that declares some (an explicit one's
+    size still feeds the estimates of the open vertices after it); None where a path is not
+    on the local file system, matches nothing, or cannot be read. Blocking."""
+    sizes: dict[JobVertexID, int | None] = {}
+    if not any(vertex.is_auto for vertex in graph.vertices):
+        return sizes
+    for vertex in graph.vertices:
+        if vertex.source_paths:
+            sizes[vertex.id] = _bytes_under(vertex.source_paths)
+    return sizes
+
+
+def _bytes_under(paths: list[str]) -> int | None:
+    """The size of the files ``paths`` name, as a source reads them: globs expanded,
+    directories walked, hidden entries (``_*``, ``.*``) under a directory skipped."""
+    files: dict[str, int] = {}
+    for path in paths:
+        local = path.removeprefix("file://") if path.startswith("file://") else path
+        local = local.removeprefix("file:")
+        if "://" in local:
+            return None  # another file system: only the task executors' Hadoop can list it
+        matches = glob.glob(local) if _GLOB_CHARACTERS & set(local) else [local]
+        if not matches:
+            return None
+        for match in matches:
+            try:
+                _walk(match, files)
+            except OSError:
+                return None
+    return sum(files.values())
+
+
+def _walk(path: str, files: dict[str, int]) -> None:
+    if not os.path.isdir(path):
+        files[os.path.realpath(path)] = os.stat(path).st_size
+        return
+    for root, dirs, names in os.walk(path, onerror=_raise):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        for name in names:
+            if not name.startswith(("_", ".")):
+                full = os.path.join(root, name)
+                files[os.path.realpath(full)] = os.stat(full).st_size
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def decide_parallelism(
+    graph: JobGraph,
+    source_sizes: Mapping[JobVertexID, int | None],
+    settings: AutoParallelismSettings,
+) -> tuple[JobGraph, dict[JobVertexID, ParallelismDecision]]:
+    """``graph`` with every open parallelism decided, and the decisions by vertex id.
+
+    A graph without open vertices is returned as it is. Raises ``ValueError`` on a cycle (as
+    building the execution graph would).
+    """
+    if not any(vertex.is_auto for vertex in graph.vertices):
+        return graph, {}
+    producer_of = {ds.id: v for v in graph.vertices for ds in v.produced}
+    estimates: dict[JobVertexID, int | None] = {}  # what each vertex reads, as far as known
+    decided: dict[JobVertexID, int] = {}
+    decisions: dict[JobVertexID, ParallelismDecision] = {}
+    for vertex in graph.topological_order():
+        estimate = _input_estimate(vertex, producer_of, estimates, source_sizes)
+        estimates[vertex.id] = estimate
+        if not vertex.is_auto:
+            decided[vertex.id] = vertex.parallelism
+            continue
+        decision = _decide(vertex, estimate, producer_of, decided, settings)
+        decided[vertex.id] = decision.parallelism
+        decisions[vertex.id] = decision
+    vertices = [
+        dataclasses.replace(v, parallelism=decided[v.id]) if v.is_auto else v
+        for v in graph.vertices
+    ]
+    return dataclasses.replace(graph, vertices=vertices), decisions
+
+
+def _input_estimate(
+    vertex: JobVertex,
+    producer_of: Mapping[IntermediateDataSetID, JobVertex],
+    estimates: Mapping[JobVertexID, int | None],
+    source_sizes: Mapping[JobVertexID, int | None],
+) -> int | None:
+    total = 0
+    if vertex.source_paths:
+        size = source_sizes.get(vertex.id)
+        if size is None:
+            return None
+        total += size
+    for edge in vertex.inputs:
+        if edge.partitioner == "broadcast":
+            continue
+        producer = producer_of[edge.source]
+        upstream = estimates.get(producer.id)
+        if upstream is None:
+            return None
+        total += upstream
+    if not vertex.source_paths and not vertex.inputs:
+        return None  # a range or a database table: nothing to size
+    return total
+
+
+def _decide(
+    vertex: JobVertex,
+    estimate: int | None,
+    producer_of: Mapping[IntermediateDataSetID, JobVertex],
+    decided: Mapping[JobVertexID, int],
+    settings: AutoParallelismSettings,
+) -> ParallelismDecision:
+    for edge in vertex.inputs:
+        if edge.pattern is DistributionPattern.POINTWISE and edge.partitioner == "forward":
+            producer = producer_of[edge.source]
+            return ParallelismDecision(
+                decided[producer.id], f"as its forward input {producer.name!r}"
+            )
+    upper = max(
+        1,
+        min(settings.max_parallelism, vertex.max_parallelism, settings.job_graph_max_parallelism),
+    )
+    lower = min(settings.min_parallelism, upper)
+    if not settings.enabled:
+        fallback = max(lower, min(settings.default_source_parallelism, upper))
+        return ParallelismDecision(fallback, "automatic parallelism is off")
+    if estimate is None:
+        fallback = max(lower, min(settings.default_source_parallelism, upper))
+        return ParallelismDecision(fallback, "input size unknown")
+    wanted = math.ceil(estimate / settings.bytes_per_task) if estimate > 0 else 1
+    parallelism = max(lower, min(wanted, upper))
+    return ParallelismDecision(
+        parallelism,
+        f"{format_bytes(estimate)} input, {format_bytes(settings.bytes_per_task)} per subtask",
+    )
+
+
+def layout_of(graph: JobGraph) -> str:
+    """A short fingerprint of every vertex's parallelism: equal for two JobMasters of a job
+    exactly when their subtasks (and the splits their results are written in) match."""
+    digest = hashlib.sha256()
+    for vertex in sorted(graph.vertices, key=lambda v: v.id):
+        digest.update(f"{vertex.id}={vertex.parallelism};".encode())
+    return digest.hexdigest()[:16]
+
+
+def format_bytes(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
