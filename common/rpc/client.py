@@ -246,6 +246,9 @@ class RpcClient:
                     except Exception:
                         log.exception("connection listener for %s failed", self.address)
         finally:
+            # However this loop ends, the monitoring stops before its reader goes (see close).
+            with contextlib.suppress(zmq.ZMQError):
+                sock.disable_monitor()
             monitor.close(linger=0)
 
     def _refused(self, sock: zmq.asyncio.Socket, reason: str) -> None:
@@ -270,11 +273,17 @@ class RpcClient:
         self._closed = True
         self._connection_listeners.clear()
         if self._monitor is not None:
-            self._monitor.cancel()
-            await asyncio.gather(self._monitor, return_exceptions=True)
+            # Stop the monitoring while its reader is still open. libzmq's I/O thread sends
+            # every event to the monitor's PAIR socket with a blocking send, holding the lock
+            # that stopping the monitor takes: an event after the reader closed (the peer
+            # disconnecting, as when a whole cluster stops) blocked that thread for ever, and
+            # ``disable_monitor`` with it (holding the GIL: the whole process hung until
+            # SIGKILL).
             if self._socket is not None:
                 with contextlib.suppress(zmq.ZMQError):
                     self._socket.disable_monitor()
+            self._monitor.cancel()
+            await asyncio.gather(self._monitor, return_exceptions=True)
         if self._receiver is not None:
             self._receiver.cancel()
             await asyncio.gather(self._receiver, return_exceptions=True)

@@ -51,6 +51,9 @@ from tests.testbed.soak_jdbc import available as database_available
 FAULT_S = (10.0, 25.0)  # how long each fault lasts
 CALM_S = (5.0, 15.0)  # between the cluster being whole again and the next fault
 DRAIN_S = 300.0  # at most this long for the jobs still running at the end
+# How often the running jobs are asked for their status: a slot of the soak stays empty from
+# a job's end until the next poll sees it (at 2 s, about a fifth of the jobs' time).
+POLL_S = 0.5
 
 
 @dataclass
@@ -102,9 +105,17 @@ class SoakReport:
 
 
 class Soak:
-    def __init__(self, bed: TestBed, minutes: float, seed: int, concurrent: int) -> None:
+    def __init__(
+        self,
+        bed: TestBed,
+        minutes: float,
+        seed: int,
+        concurrent: int,
+        calm_s: tuple[float, float] = CALM_S,
+    ) -> None:
         self.bed = bed
         self.deadline = time.monotonic() + minutes * 60
+        self.calm_s = calm_s
         self.rng = random.Random(seed)
         self.concurrent = concurrent
         self.faults = Faults(bed)
@@ -160,14 +171,15 @@ class Soak:
                     self.jobs.append(job)
                     watch.watch(f"job-{job.job_id}")
                     continue
-            time.sleep(2.0)
+            time.sleep(POLL_S)
 
     def drain(self, client: ClusterClient) -> None:
         deadline = time.monotonic() + DRAIN_S
         while self._running() and time.monotonic() < deadline:
             for job in self._running():
                 self._poll(client, job)
-            time.sleep(2.0)
+            if self._running():
+                time.sleep(POLL_S)
 
     # -- faults ------------------------------------------------------------------------------
 
@@ -178,7 +190,7 @@ class Soak:
 
     def inject_faults(self, watch: LeaderWatch) -> None:
         while not self.stop.is_set():
-            self.stop.wait(self.rng.uniform(*CALM_S))
+            self.stop.wait(self.rng.uniform(*self.calm_s))
             if self.stop.is_set() or time.monotonic() >= self.deadline:
                 return
             kind, host = self._pick()
@@ -317,8 +329,17 @@ def host_of_or_none(bed: TestBed, address: str) -> str | None:
         return None
 
 
-def soak(bed: TestBed, minutes: float, seed: int = 1, concurrent: int = 2) -> SoakReport:
-    return Soak(bed, minutes, seed, concurrent).run()
+def soak(
+    bed: TestBed,
+    minutes: float,
+    seed: int = 1,
+    concurrent: int = 2,
+    calm_s: tuple[float, float] = CALM_S,
+) -> SoakReport:
+    """``calm_s``: the range of the pause between the cluster being whole again and the next
+    fault (drawn from the seeded generator; the faults' kinds, hosts and lengths do not depend
+    on it, so a shorter calm brings the same faults sooner)."""
+    return Soak(bed, minutes, seed, concurrent, calm_s).run()
 
 
 def main(argv: list[str]) -> int:
