@@ -83,6 +83,7 @@ PATH_EXTENSIONS = (
 EXTERNAL = {
     # Apache Flink
     "DefaultExecutionDeploymentReconciler",
+    "DefaultVertexParallelismDecider",
     "ExecutionFailureHandler",
     "ExecutionDeploymentTracker",
     "JobDetailsInfo",

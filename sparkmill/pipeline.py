@@ -159,7 +159,10 @@ class Pipeline:
         data = tuple(rows)
         if not data and schema is None:
             raise PipelineError("from_rows() of no rows needs a schema")
-        return self._source("from_rows", S.RowsSource(data, schema))
+        source = self._source("from_rows", S.RowsSource(data, schema))
+        if self.parallelism is None:
+            source.node.parallelism = 1  # rows that fit in the job graph fit one subtask
+        return source
 
     def _files(self, fmt: str, path: str | Sequence[str], schema: Any, options: Any) -> DataSet:
         paths = (path,) if isinstance(path, str) else tuple(path)

@@ -9,7 +9,8 @@ number here, when the JobMaster builds its job's execution graph, from how much 
   JobMaster's host (:func:`size_sources`, blocking: run it off the event loop). Sources on file
   systems the JobMaster cannot list itself, ranges and database tables have no known size;
 * every other vertex's input is estimated as the sum of what its producers read (a
-  ``broadcast`` input is left out: every subtask reads all of it whatever their number).
+  ``broadcast`` input is left out: every subtask reads all of it whatever their number; an
+  input of unknown size counts only when no other input's size is known).
 
 The number is ``ceil(input / avg-data-volume-per-task)`` within ``[min-parallelism,
 max-parallelism]`` (and the vertex's own max parallelism); an input of unknown size gets
@@ -158,23 +159,27 @@ def _input_estimate(
     estimates: Mapping[JobVertexID, int | None],
     source_sizes: Mapping[JobVertexID, int | None],
 ) -> int | None:
-    total = 0
+    """What ``vertex`` reads, as far as known. An input of unknown size (a range, a database
+    table, in-memory rows) counts as nothing beside inputs of known size - typically a small
+    dimension joined to files - and makes the whole unknown only when nothing else is known."""
+    known: list[int] = []
+    unknown = False
     if vertex.source_paths:
         size = source_sizes.get(vertex.id)
         if size is None:
-            return None
-        total += size
+            return None  # files this host cannot see: their size may be anything
+        known.append(size)
     for edge in vertex.inputs:
         if edge.partitioner == "broadcast":
             continue
-        producer = producer_of[edge.source]
-        upstream = estimates.get(producer.id)
+        upstream = estimates.get(producer_of[edge.source].id)
         if upstream is None:
-            return None
-        total += upstream
-    if not vertex.source_paths and not vertex.inputs:
-        return None  # a range or a database table: nothing to size
-    return total
+            unknown = True
+        else:
+            known.append(upstream)
+    if not known:
+        return None if unknown or not vertex.inputs else 0
+    return sum(known)
 
 
 def _decide(

@@ -73,16 +73,30 @@ def input_glob(bed: TestBed) -> str:
     return ha_data.write_input(bed.shared / "work" / "ha-input")
 
 
+def _input_bytes(bed: TestBed) -> int:
+    return sum(
+        p.stat().st_size for p in (bed.shared / "work" / "ha-input").rglob("*") if p.is_file()
+    )
+
+
 def answer(bed: TestBed) -> dict[str, list[tuple[Any, ...]]]:
     input_glob(bed)
     return ha_data.expected(bed.shared / "work" / "ha-input")
 
 
 def submit_ha(
-    client: ClusterClient, bed: TestBed, name: str, *, hold: bool = False, holders: int = 1
+    client: ClusterClient,
+    bed: TestBed,
+    name: str,
+    *,
+    hold: bool = False,
+    holders: int = 1,
+    auto: bool = False,
 ) -> HaJob:
     """Submits the HA pipeline with a fresh output directory (and hold directory) on the share;
-    ``holders``: the subtasks of the vocabulary, each holding on its first run."""
+    ``holders``: the subtasks of the vocabulary, each holding on its first run; ``auto``: no
+    parallelism in the pipeline, the JobMaster decides it (about three subtasks for the bed's
+    input, which the JobMaster sees on the share)."""
     # A fresh directory per submission, also on a bed reused across test runs.
     work = bed.shared / "work" / "ha" / f"{name}-{int(time.time() * 1000)}"
     output = work / "out"
@@ -94,6 +108,8 @@ def submit_ha(
         "HA_HOLD": str(hold_dir) if hold_dir else "",
         "HA_HOLD_PARALLELISM": str(holders),
         "HA_NAME": f"ha-{name}",
+        "HA_PARALLELISM": "auto" if auto else "2",
+        "HA_AUTO_VOLUME": str(max(1, _input_bytes(bed) // 3 + 1)),
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -66,7 +66,22 @@ def _holding(directory: str, holders: int) -> Any:
     return hold
 
 
-pipeline = sm.Pipeline(os.environ.get("HA_NAME", "ha-wordcount-join"), parallelism=2)
+# HA_PARALLELISM "auto": the cluster decides every parallelism from the input's size, with
+# HA_AUTO_VOLUME bytes per subtask (the bed's input is small: this spreads it over a few).
+AUTO = os.environ.get("HA_PARALLELISM", "2") == "auto"
+pipeline = sm.Pipeline(
+    os.environ.get("HA_NAME", "ha-wordcount-join"),
+    parallelism=None if AUTO else int(os.environ.get("HA_PARALLELISM", "2")),
+    config=(
+        {
+            "execution.batch.adaptive.auto-parallelism.avg-data-volume-per-task": os.environ[
+                "HA_AUTO_VOLUME"
+            ]
+        }
+        if AUTO
+        else None
+    ),
+)
 counts = (
     pipeline.read_text(os.environ["HA_INPUT"])
     .select(F.explode(F.split(F.lower("value"), r"\s+")).alias("word"))

@@ -66,6 +66,7 @@ class SoakReport:
     rows_wrong: int = 0
     rows_duplicated: int = 0
     database_jobs: int = 0
+    auto_parallelism_jobs: int = 0  # HA jobs whose parallelism the JobMaster decided
     staging_left: int = 0
     password_in_journals: int = 0
     faults: list[str] = field(default_factory=list)
@@ -86,7 +87,7 @@ class SoakReport:
     def summary(self) -> str:
         lines = [
             f"jobs: {self.submitted} submitted, {self.finished} finished, {self.failed} failed,"
-            f" {self.lost} lost",
+            f" {self.lost} lost; {self.auto_parallelism_jobs} with automatic parallelism",
             f"rows: {self.rows_checked} checked, {self.rows_wrong} wrong,"
             f" {self.rows_duplicated} duplicated",
             f"database: {self.database_jobs} jobs, {self.staging_left} staging tables left,"
@@ -164,7 +165,10 @@ class Soak:
                         self.writes[job_id] = name
                         job = HaJob(job_id, self.bed.shared, None, time.time())
                     else:
-                        job = submit_ha(client, self.bed, name)
+                        # Every other HA job leaves its parallelism to the JobMaster.
+                        auto = len(self.jobs) % 4 == 3
+                        job = submit_ha(client, self.bed, name, auto=auto)
+                        self.report.auto_parallelism_jobs += auto
                 except SparkmillError as exc:
                     self.report.problems.append(f"submit {name}: {type(exc).__name__}: {exc}")
                 else:

@@ -40,6 +40,7 @@ def test_soak_random_faults_lose_no_job_and_write_no_row_wrong_or_twice(bed: Tes
     print(f"\nsoak of {MINUTES:g} min:\n{report.summary()}")
     (CACHE / "soak-report.json").write_text(json.dumps(report.__dict__, default=str) + "\n")
     assert report.submitted >= 2 and report.faults, report.summary()
+    assert report.auto_parallelism_jobs >= 1, report.summary()
     if SEED == 36 and MINUTES >= 1.75:  # the suite's soak: every kind of fault, none left out
         assert {fault.split()[0] for fault in report.faults} == EVERY_KIND, report.summary()
     if database_available():  # scripts/bootstrap.sh --test installs it

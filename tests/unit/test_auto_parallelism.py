@@ -191,6 +191,18 @@ def test_a_range_source_has_no_size_and_a_graph_without_open_vertices_is_left_al
     assert decide_parallelism(fixed, {}, Limits()) == (fixed, {})
 
 
+def test_an_input_of_unknown_size_counts_only_when_nothing_else_is_known(tmp_path: Path) -> None:
+    files = vertex("files", source_paths=[sized(tmp_path / "f", 700 * MIB)])
+    rows = vertex("rows", 1)  # in-memory rows, a range, a table: no size
+    join = vertex("join")
+    connect(files, join, "hash")
+    connect(rows, join, "hash")
+    after_rows = vertex("after rows")
+    connect(rows, after_rows, "rebalance")
+    graph = JobGraph(JobID("job"), "j", [files, rows, join, after_rows])
+    assert decided(graph) == {"files": 3, "rows": 1, "join": 3, "after rows": 2}
+
+
 def test_the_layout_changes_exactly_when_a_parallelism_does(tmp_path: Path) -> None:
     graph, _, _ = source_graph(sized(tmp_path / "f", 10))
     one, _ = decide_parallelism(graph, size_sources(graph), Limits())
