@@ -124,6 +124,7 @@ class Soak:
         self.jobs: list[HaJob] = []
         self.results: dict[str, int] = {}  # job id -> terminal status
         self.last_seen: dict[str, str] = {}  # job id -> what its last status query said
+        self.auto_jobs: set[str] = set()  # HA jobs submitted without a parallelism
         self.appends: dict[str, int] = {}  # job id -> the day an appending job writes
         self.writes: dict[str, str] = {}  # job id -> the name a database job writes
         self.database: SoakDatabase | None = None
@@ -134,14 +135,23 @@ class Soak:
 
     def _poll(self, client: ClusterClient, job: HaJob) -> None:
         try:
-            status = client.status(job.job_id, timeout=30).status
+            details = client.status(job.job_id, timeout=30)
         except NotFoundError:
             self.results[job.job_id] = -1  # the cluster forgot it: lost
             return
         except SparkmillError as exc:
             self.last_seen[job.job_id] = f"{type(exc).__name__}: {exc}"
             return  # a failover under way: ask again later
+        status = details.status
         self.last_seen[job.job_id] = status_name(status)
+        if status == common_pb2.FAILED:
+            # Why, for the report: the failure and every root cause the JobMaster recorded.
+            causes = [
+                f"{e.vertex_name} ({e.subtask_index + 1}) attempt #{e.attempt_number}: "
+                f"{e.error.message[:300]}"
+                for e in details.exceptions
+            ]
+            self.last_seen[job.job_id] = "; ".join([details.failure.message[:1000], *causes[-3:]])
         if status in TERMINAL:
             self.results[job.job_id] = status
 
@@ -169,6 +179,8 @@ class Soak:
                         auto = len(self.jobs) % 4 == 3
                         job = submit_ha(client, self.bed, name, auto=auto)
                         self.report.auto_parallelism_jobs += auto
+                        if auto:
+                            self.auto_jobs.add(job.job_id)
                 except SparkmillError as exc:
                     self.report.problems.append(f"submit {name}: {type(exc).__name__}: {exc}")
                 else:
@@ -299,7 +311,9 @@ class Soak:
                 )
             else:
                 r.failed += 1
-                r.problems.append(f"job {job.job_id[:8]} ended {status_name(status)}")
+                kind = "automatic-parallelism " if job.job_id in self.auto_jobs else ""
+                why = self.last_seen.get(job.job_id, "")
+                r.problems.append(f"{kind}job {job.job_id[:8]} ended {status_name(status)}: {why}")
         done = {j: d for j, d in self.appends.items() if self.results.get(j) == common_pb2.FINISHED}
         rest = {j: d for j, d in self.appends.items() if j not in done}
         appended = check_append(self.bed, done, rest)
