@@ -95,7 +95,12 @@ def sparkmill_rounds(args: argparse.Namespace, data: Path, work: Path) -> dict[s
         task_executors=TASK_EXECUTORS,
         slots=SLOTS,
         # No restart-strategy key: what a new user gets.
-        extra_config={"spark.session.start": "eager", "spark.master": args.spark_master},
+        extra_config={
+            "spark.session.start": "eager",
+            "spark.master": args.spark_master,
+            # Its files are in a private temporary directory: the worker runs as its user.
+            "taskmanager.pipeline-worker.user": "same-user",
+        },
     )
     cluster.start(wait_timeout_s=180)
     times: dict[str, list[float]] = {"undisturbed": [], "killed": []}

@@ -167,7 +167,9 @@ def worker_sparkmill(args: argparse.Namespace) -> dict[str, Any]:
     example = Path(args.repo) / "examples" / "wordcount.py"
     out: dict[str, Any] = {"jobs": {}, "load": {}, "ready_s": {}, "rss_mb": 0.0, "spark_jobs": {}}
     for size, data in zip(args.sizes, args.data, strict=True):
-        config = {"spark.session.start": "eager"}
+        # The benchmark's files live in its private temporary directory: the pipeline worker
+        # runs as the benchmark's user (a process of its own all the same).
+        config = {"spark.session.start": "eager", "taskmanager.pipeline-worker.user": "same-user"}
         if args.event_log:
             events = Path(args.event_log) / f"{size}mb"
             events.mkdir(parents=True, exist_ok=True)

@@ -96,7 +96,12 @@ def run_sparkmill(args: argparse.Namespace, data: Path, work: Path) -> float:
         work / "cluster",
         task_executors=args.task_executors,
         slots=args.slots,
-        extra_config={"spark.session.start": "eager", "spark.master": args.spark_master},
+        extra_config={
+            "spark.session.start": "eager",
+            "spark.master": args.spark_master,
+            # Its files are in a private temporary directory: the worker runs as its user.
+            "taskmanager.pipeline-worker.user": "same-user",
+        },
     )
     started = time.monotonic()
     cluster.start(wait_timeout_s=180)

@@ -89,6 +89,13 @@ def _run_loop(role: str, settings: ClusterSettings, config: Configuration) -> in
         profiler.dump_stats(Path(profile_dir) / f"{role}-{os.getpid()}.prof")
 
 
+def run_pipeline_worker(argv: list[str]) -> int:
+    """``sparkmill pipeline-worker``: a task executor's pipeline code, in a process of its own."""
+    from sparkmill.services.taskexecutor.pipeline.worker import main
+
+    return main(argv)
+
+
 def rpc_endpoints_of(role: str, settings: ClusterSettings) -> RpcEndpoints:
     """Where ``role``'s RPC server binds and what it advertises; a wildcard advertised address
     is a configuration error (raised before anything starts)."""

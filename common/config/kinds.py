@@ -217,6 +217,24 @@ class AddressKind(Kind[str]):
         return f"tcp://{match.group(1)}:{int(match.group(2))}"
 
 
+_USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}", re.ASCII)
+
+
+class UserNameKind(Kind[str]):
+    """A local system user's name (as ``useradd`` accepts it)."""
+
+    name = "user"
+
+    def parse(self, raw: object) -> str:
+        text = raw.strip() if isinstance(raw, str) else ""
+        if _USER_RE.fullmatch(text) is None:
+            raise ValueError(
+                "is not a user name (lower-case letters, digits, '_' and '-', at most 32, "
+                "not starting with a digit or '-')"
+            )
+        return text
+
+
 INT: Kind[int] = IntKind()
 FLOAT: Kind[float] = FloatKind()
 BOOL: Kind[bool] = BoolKind()
@@ -225,6 +243,7 @@ DURATION: Kind[float] = DurationKind("ms")
 DURATION_SECONDS: Kind[float] = DurationKind("s")
 MEMORY: Kind[int] = MemoryKind()
 ADDRESS: Kind[str] = AddressKind()
+USER_NAME: Kind[str] = UserNameKind()
 
 
 def port_range(text: str) -> tuple[int, int]:

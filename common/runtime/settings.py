@@ -200,6 +200,8 @@ class ClusterSettings:
     spark_session_start: str = _option(opt.SPARK_SESSION_START)
     spark_session_warm_up: bool = _option(opt.SPARK_SESSION_WARM_UP)
     spark_ui_enabled: bool = _option(opt.SPARK_UI_ENABLED)
+    pipeline_worker_user: str = _option(opt.PIPELINE_WORKER_USER)
+    pipeline_worker_socket: str = _stripped(opt.PIPELINE_WORKER_SOCKET)
     spark_conf: dict[str, str] = _setting(  # noqa: RUF009 (a field(), see _setting)
         lambda source: source.prefixed(opt.SPARK_CONF)
     )

@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 
 from sparkmill.common.rpc.client import RpcClient
 from sparkmill.common.rpc.server import CallContext, MethodSpec, Servicer
-from sparkmill.common.v1 import common_pb2, dispatcher_pb2, envelope_pb2, job_master_pb2, jobs_pb2, options_pb2, resource_manager_pb2, task_executor_pb2  # noqa: F401
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, envelope_pb2, job_master_pb2, jobs_pb2, options_pb2, pipeline_worker_pb2, resource_manager_pb2, task_executor_pb2  # noqa: F401
 
 
 DISPATCHERGATEWAY_METHODS: dict[str, MethodSpec] = {

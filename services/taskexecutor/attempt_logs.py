@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,16 @@ class AttemptLogStore:
                 return False
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             self._append_locked(entry, f"{stamp} {stream} (python worker): {line}")
+            return True
+
+    def write_forwarded_line(self, attempt_id: str, line: str) -> bool:
+        """A line the pipeline worker sent for attempt ``attempt_id`` (already formatted there);
+        False (dropped) when that attempt does not run here now."""
+        with self._lock:
+            entry = next((e for e in self._bound.values() if e.key.attempt_id == attempt_id), None)
+            if entry is None:
+                return False
+            self._append_locked(entry, line)
             return True
 
     def _open(self, key: AttemptKey) -> _Live:
@@ -342,10 +352,23 @@ def _read_meta(path: Path) -> tuple[AttemptKey, int, bool] | None:
 # -- process-wide capture --------------------------------------------------------------------
 
 
+class AttemptCapture(Protocol):
+    """What :func:`install` captures into: this module's :class:`AttemptLogStore` in a task
+    executor; in a pipeline worker, a sink that forwards each line to the task executor."""
+
+    def bound(self) -> bool: ...
+
+    def write_line(self, line: str) -> None: ...
+
+    def write_stream(self, stream: str, text: str) -> bool: ...
+
+    def write_attempt_line(self, attempt_id: str, stream: str, line: str) -> bool: ...
+
+
 class _AttemptHandler(logging.Handler):
     """Copies every record logged on a bound task thread into its attempt's log."""
 
-    def __init__(self, store: AttemptLogStore) -> None:
+    def __init__(self, store: AttemptCapture) -> None:
         super().__init__(logging.DEBUG)
         self.store = store
         self.setFormatter(_FORMAT)
@@ -390,14 +413,14 @@ class CopyingStream(io.TextIOBase):
 class _TeeStream(CopyingStream):
     """sys.stdout / sys.stderr: a bound task thread's writes also go to its attempt's log."""
 
-    def __init__(self, inner: TextIO, store: AttemptLogStore, name: str) -> None:
+    def __init__(self, inner: TextIO, store: AttemptCapture, name: str) -> None:
         super().__init__(inner, functools.partial(store.write_stream, name))
 
 
-_installed: AttemptLogStore | None = None
+_installed: AttemptCapture | None = None
 
 
-def install(store: AttemptLogStore) -> None:
+def install(store: AttemptCapture) -> None:
     """Capture for ``store`` in this process: the root logger's records from bound threads and
     bound threads' stdout/stderr writes. Once per process (a second call replaces the store)."""
     global _installed
@@ -412,8 +435,8 @@ def install(store: AttemptLogStore) -> None:
     _installed = store
 
 
-def installed() -> AttemptLogStore | None:
-    """The store this process captures into (None outside a task executor)."""
+def installed() -> AttemptCapture | None:
+    """What this process captures into (None outside a task executor or pipeline worker)."""
     return _installed
 
 
@@ -422,7 +445,13 @@ def directory_for(configured: str, fallback_root: str) -> Path:
     return Path(configured) if configured else Path(fallback_root) / "attempt-logs"
 
 
+def format_record(record: logging.LogRecord) -> str:
+    """A log record as an attempt's log shows it."""
+    return _FORMAT.format(record)
+
+
 __all__ = [
+    "AttemptCapture",
     "AttemptKey",
     "AttemptLogStore",
     "CopyingStream",

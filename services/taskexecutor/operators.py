@@ -12,6 +12,7 @@ Built in:
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 
@@ -63,7 +64,23 @@ OPERATOR_KINDS: dict[str, Callable[[], Invokable]] = {
     NOOP_KIND: NoOpInvokable,
     SPARK_OPERATOR_KIND: _spark_invokable,
 }
-"""Operator kind → factory of a fresh invokable per attempt."""
+"""Operator kind → factory of a fresh invokable per attempt (in this process)."""
+
+
+def invokable_factory(kind: str, services: dict[str, object]) -> Callable[[], Invokable] | None:
+    """What runs an attempt of ``kind`` here: a ``spark`` attempt runs in the task executor's
+    pipeline worker when it has one (pipeline code never runs in the task executor itself)."""
+    if kind == SPARK_OPERATOR_KIND:
+        from sparkmill.services.taskexecutor.pipeline.link import (
+            SERVICE_KEY,
+            PipelineWorkerInvokable,
+            PipelineWorkerLink,
+        )
+
+        link = services.get(SERVICE_KEY)
+        if isinstance(link, PipelineWorkerLink):
+            return functools.partial(PipelineWorkerInvokable, link)
+    return OPERATOR_KINDS.get(kind)
 
 
 def known_operator_kinds() -> frozenset[str]:

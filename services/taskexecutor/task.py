@@ -35,6 +35,7 @@ from sparkmill.common.deployment.state_update import LostPartition, TaskFailure
 from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.services.taskexecutor import attempt_logs
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
+from sparkmill.services.taskexecutor.pipeline.codec import RemoteAttemptError
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class Task:
 
     def _run(self) -> None:
         store = attempt_logs.installed()
-        if store is None:
+        if not isinstance(store, attempt_logs.AttemptLogStore):
             self._run_attempt(None)
             return
         with store.bind(self._log_key()):
@@ -191,20 +192,7 @@ class Task:
             else:
                 log.warning("%s failed: %s: %s", self.name, type(exc).__name__, exc, exc_info=True)
                 tail = store.tail(self._log_key(), LOG_TAIL_LINES) if store is not None else []
-                kind = classify_task_exception(exc)
-                failure = TaskFailure(
-                    # UNAVAILABLE: this executor's environment failed, not the task's code, so
-                    # the JobMaster never takes it for a deterministic error of the task.
-                    ErrorCode.UNAVAILABLE
-                    if kind is ThrowableType.ENVIRONMENT
-                    else ErrorCode.INTERNAL,
-                    type(exc).__name__,
-                    str(exc),
-                    with_log_tail(traceback.format_exc(), tail),
-                    lost_partitions(exc),
-                    suppress_restarts=kind is ThrowableType.NON_RECOVERABLE,
-                )
-                self._post(ExecutionState.FAILED, failure=failure)
+                self._post(ExecutionState.FAILED, failure=failure_of(exc, tail))
 
     # -- event loop -------------------------------------------------------------------------
 
@@ -224,6 +212,28 @@ class Task:
             return
         self.state = state
         self._listener(self, state, failure, outcome)
+
+
+def failure_of(exc: BaseException, tail: list[str]) -> TaskFailure:
+    """The failure an attempt reports for ``exc`` (called in the ``except`` block): from the
+    exception itself, or - when the attempt ran in the pipeline worker - from what the worker
+    said of the exception it caught there."""
+    if isinstance(exc, RemoteAttemptError):
+        kind, name, message, details = exc.kind, exc.exception_type, exc.message, exc.details
+        lost = tuple(LostPartition.of(p) for p in exc.lost_partitions)
+    else:
+        kind, name, message = classify_task_exception(exc), type(exc).__name__, str(exc)
+        details, lost = traceback.format_exc(), lost_partitions(exc)
+    return TaskFailure(
+        # UNAVAILABLE: this executor's environment failed, not the task's code, so the
+        # JobMaster never takes it for a deterministic error of the task.
+        ErrorCode.UNAVAILABLE if kind is ThrowableType.ENVIRONMENT else ErrorCode.INTERNAL,
+        name,
+        message,
+        with_log_tail(details, tail),
+        lost,
+        suppress_restarts=kind is ThrowableType.NON_RECOVERABLE,
+    )
 
 
 def lost_partitions(error: BaseException) -> tuple[LostPartition, ...]:

@@ -69,7 +69,7 @@ from sparkmill.services.taskexecutor.attempt_log_service import (
 )
 from sparkmill.services.taskexecutor.context import TaskOutcome
 from sparkmill.services.taskexecutor.job_connection import JobConnection, job_id_of, offer_slots
-from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS
+from sparkmill.services.taskexecutor.operators import OPERATOR_KINDS, invokable_factory
 from sparkmill.services.taskexecutor.resource_manager_link import (
     HEARTBEAT_TARGET as RM_HEARTBEAT_TARGET,
 )
@@ -423,7 +423,7 @@ class TaskExecutor(TaskExecutorServicer):
         return await self.shared_gates.resolve(job_id, keys, fetch)
 
     def _deploy(self, tdd: task_executor_pb2.TaskDeploymentDescriptor, shared: Resolved) -> None:
-        factory = OPERATOR_KINDS.get(tdd.operator.kind)
+        factory = invokable_factory(tdd.operator.kind, self.task_services)
         if factory is None:
             raise InvalidArgumentError(
                 f"unknown operator kind {tdd.operator.kind!r} for task {tdd.vertex_name} "

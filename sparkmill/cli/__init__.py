@@ -11,6 +11,7 @@
     sparkmill --config FILE cluster status [--json]
     sparkmill keys generate --dir DIR [--role ROLE --name NAME] | keys list --dir DIR
     sparkmill dispatcher|resource-manager|job-master|task-executor --config FILE
+    sparkmill pipeline-worker [--fd N | --peer-user USER]   # started for a task executor
 
 ``--config FILE`` (or ``$SPARKMILL_CONFIG``) and ``-D KEY=VALUE`` go before or after the
 command; with ``--json`` errors are JSON on stdout too. Exit codes: 0 success (job FINISHED),

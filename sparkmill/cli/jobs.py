@@ -227,7 +227,15 @@ def run_cluster_config(pipeline: Any) -> dict[str, Any]:
     # instead of on the first task. No warm-up job: the job is submitted while the session
     # starts, so a warm-up would only take cores from its tasks (which warm the JVM up
     # themselves).
-    return {"spark.session.start": "eager", "spark.session.warm-up": False}
+    # The pipeline worker runs as the user who runs this command: the cluster lives only for
+    # this one pipeline, which is the user's own code (a cluster others submit to - the
+    # playbook's, `local-cluster up` as root - runs it as a user of its own, away from the
+    # cluster's keys). Another user could not read the user's files or write their output.
+    return {
+        "spark.session.start": "eager",
+        "spark.session.warm-up": False,
+        "taskmanager.pipeline-worker.user": "same-user",
+    }
 
 
 def run_user_config(args: argparse.Namespace) -> dict[str, str]:

@@ -70,6 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_parsers(sub)
     cluster.add_parser(sub)
     keys.add_parser(sub)
+    worker = sub.add_parser(
+        "pipeline-worker",
+        help="run a task executor's pipeline code (started by the task executor, or by systemd "
+        "socket activation)",
+    )
+    worker.add_argument(
+        "--fd", type=int, help="a connected socket inherited from the task executor"
+    )
+    worker.add_argument(
+        "--peer-user", default="", help="socket activation: the only user that may connect"
+    )
     for role in ROLES:
         svc = sub.add_parser(role, help=f"run the {role} service in the foreground")
         svc.add_argument(
@@ -114,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             as_json=as_json,
         )
     as_json = bool(getattr(args, "json", False))
-    if args.command not in ROLES:
+    if args.command not in (*ROLES, "pipeline-worker"):
         # The CLI talks to the user through its output; library chatter (kazoo's reconnects,
         # our own INFO lines) stays quiet unless something is really wrong.
         logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
@@ -166,6 +177,11 @@ def _dispatch(args: argparse.Namespace) -> int:
                 raise ConfigurationError(item, "-D needs KEY=VALUE")
             overrides[key.strip()] = value
         return run_service(args.command, args.service_config, overrides)
+    if args.command == "pipeline-worker":
+        from sparkmill.services.entrypoint import run_pipeline_worker
+
+        fd = [] if args.fd is None else ["--fd", str(args.fd)]
+        return run_pipeline_worker([*fd, "--peer-user", args.peer_user])
     if args.command == "run":
         return jobs.run(args)
     if args.command == "explain":

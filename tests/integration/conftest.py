@@ -39,8 +39,15 @@ SPARK_SESSIONS = {"spark.session.start": "eager", "spark.master": "local[1]"}
 """Task executors with a small Spark session each, started with the process."""
 
 
+WORKER_AS_TEST_USER = {"taskmanager.pipeline-worker.user": "same-user"}
+"""Pipeline workers of the tests' own user: a test's files live in pytest's private temporary
+directories, which the pipeline user could not read (test_pipeline_user.py runs the separate
+user, with directories made for it)."""
+
+
 def start_local_cluster(tmp: Path, wait_timeout_s: float = 90, **kwargs: Any) -> LocalCluster:
     """A started local cluster; if it does not come up, its logs are printed and it is stopped."""
+    kwargs["extra_config"] = {**WORKER_AS_TEST_USER, **kwargs.get("extra_config", {})}
     cluster = LocalCluster(tmp, **kwargs)
     try:
         cluster.start(wait_timeout_s=wait_timeout_s)

@@ -20,6 +20,7 @@ from sparkmill import functions as F
 from sparkmill.client import ClusterClient
 from sparkmill.common.v1 import common_pb2
 from sparkmill.local_cluster import LocalCluster
+from tests.integration.conftest import WORKER_AS_TEST_USER
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -52,7 +53,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DataCluster]:
         tmp_path_factory.mktemp("data-plane"),
         task_executors=2,
         slots=2,
-        extra_config={"spark.session.start": "eager", "spark.master": "local[1]"},
+        extra_config={
+            "spark.session.start": "eager",
+            "spark.master": "local[1]",
+            **WORKER_AS_TEST_USER,
+        },
     )
     try:
         local.start(wait_timeout_s=120)

@@ -267,13 +267,15 @@ def test_a_resource_profile_no_executor_offers_fails_fast_with_a_diagnostic(
 
 
 def _holding(markers: str, release: str) -> Callable[[Any], Any]:
-    """Marks each run (``{pid}-{random}``); runs before ``release`` exists wait for it, so the
-    first stage is certainly running - on every subtask - while the test hangs an executor."""
+    """Marks each run (``{task executor pid}-{random}``); runs before ``release`` exists wait for
+    it, so the first stage is certainly running - on every subtask - while the test hangs an
+    executor."""
 
     def hold(df: Any) -> Any:
         folder = Path(markers)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{os.getpid()}-{uuid.uuid4().hex}").touch()
+        # This runs in the task executor's pipeline worker, whose parent is the task executor.
+        (folder / f"{os.getppid()}-{uuid.uuid4().hex}").touch()
         deadline = time.monotonic() + HOLD_LIMIT_S
         while not Path(release).exists() and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -14,7 +14,7 @@ from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import ConfigurationError, SparkmillError
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.settings import ClusterSettings, settings_from_config
-from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
+from sparkmill.services.taskexecutor.pipeline.link import SERVICE_KEY, PipelineWorkerLink
 from sparkmill.services.taskexecutor.task_services import install_task_services
 
 
@@ -50,27 +50,33 @@ def test_run_starts_a_pyspark_pipelines_session_eagerly_without_a_warm_up_job() 
     import sparkmill as sm
 
     config = run_cluster_config(sm.Pipeline("p", parallelism=1))
-    assert config == {"spark.session.start": "eager", "spark.session.warm-up": False}
+    assert config == {
+        "spark.session.start": "eager",
+        "spark.session.warm-up": False,
+        # The one-pipeline cluster runs the user's own code as the user (their files).
+        "taskmanager.pipeline-worker.user": "same-user",
+    }
 
 
 def test_run_starts_no_spark_session_for_a_pipeline_of_test_operators() -> None:
     assert run_cluster_config(object()) == {}
 
 
-def _installed_manager(settings: ClusterSettings) -> SparkSessionManager:
+def _installed_link(settings: ClusterSettings) -> PipelineWorkerLink:
     services: dict[str, object] = {}
     install_task_services(services, settings, ServiceRuntime("task-executor"))
-    manager = services[SERVICE_KEY]
-    assert isinstance(manager, SparkSessionManager)
-    return manager
+    link = services[SERVICE_KEY]
+    assert isinstance(link, PipelineWorkerLink)
+    return link
 
 
-def test_the_warm_up_setting_reaches_the_task_executors_session_manager() -> None:
-    # spark.session.start lazy: nothing starts a JVM here
+def test_the_warm_up_setting_reaches_the_task_executors_pipeline_worker() -> None:
+    # spark.session.start lazy: nothing starts a worker or a JVM here
     default = ClusterSettings(spark_session_start="lazy")
-    assert _installed_manager(default).warm_up is True
+    assert _installed_link(default).setup.warm_up is True
+    assert _installed_link(default).setup.start_eagerly is False
     off = ClusterSettings(spark_session_start="lazy", spark_session_warm_up=False)
-    assert _installed_manager(off).warm_up is False
+    assert _installed_link(off).setup.warm_up is False
 
 
 def test_the_warm_up_option_reads_from_the_configuration() -> None:

@@ -14,9 +14,9 @@ from sparkmill.common.core.ids import ResourceID
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.rpc.server import CallContext
 from sparkmill.common.runtime.service_base import http_url
-from sparkmill.common.v1 import common_pb2, envelope_pb2, resource_manager_pb2
+from sparkmill.common.v1 import common_pb2, envelope_pb2, pipeline_worker_pb2, resource_manager_pb2
 from sparkmill.services.dispatcher import rest_json
-from sparkmill.services.taskexecutor.spark.session import SERVICE_KEY, SparkSessionManager
+from sparkmill.services.taskexecutor.pipeline.link import SERVICE_KEY, PipelineWorkerLink
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 from tests.unit.resource_manager_harness import (
     call_context,
@@ -57,10 +57,10 @@ def test_the_task_executor_reports_its_sessions_ui_with_its_heartbeat_answers() 
         te = task_executor_with_slots(TaskExecutor, 1, clients)
         context = CallContext(envelope_pb2.RequestHeader(), received_at=0.0, deadline=1.0)
         heartbeat = common_pb2.HeartbeatRequest(sender_id="rm")
-        # No Spark session manager (a task executor without the data plane), then one whose
-        # session is not up yet (never started here: no JVM), then one that is up.
+        # No pipeline worker (a task executor without the data plane), then one whose session
+        # is not up yet (never started here: no JVM), then one whose status named its UI.
         assert (await te.heartbeat_from_resource_manager(heartbeat, context)).spark_ui_url == ""
-        manager = SparkSessionManager("local[1]", ui_enabled=True)
+        manager = PipelineWorkerLink(pipeline_worker_pb2.PipelineWorkerSetup())
         te.task_services[SERVICE_KEY] = manager
         assert (await te.heartbeat_from_resource_manager(heartbeat, context)).spark_ui_url == ""
         manager.ui_url = UI

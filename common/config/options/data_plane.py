@@ -10,6 +10,7 @@ from pathlib import Path
 from sparkmill.common.config.kinds import (
     BOOL,
     STRING,
+    USER_NAME,
 )
 from sparkmill.common.config.options._declare import group, option
 from sparkmill.common.config.schema import FreeFormPrefix
@@ -71,6 +72,27 @@ EXCHANGE_STORAGE = option(
     "those still needed are produced again before any consumer tries to read them (this "
     "counts as one failure for the restart strategy and waits for its back-off).",
     choices=("shared", "local"),
+)
+
+PIPELINE_WORKER_USER = option(
+    "taskmanager.pipeline-worker.user",
+    USER_NAME,
+    "sparkmill-pipeline",
+    "Pipeline code (the operators' functions, the Spark session, Spark's Python workers) runs "
+    "in a pipeline worker process beside each task executor. A task executor running as root "
+    "starts it as this unprivileged user (created as a system user if missing), which can read "
+    "none of the cluster's secrets; pipelines must be able to read their inputs and write their "
+    "outputs as this user. 'same-user' runs it as the task executor's own user (a lab switch: "
+    "pipeline code can then read the task executor's keys); a task executor that is not root "
+    "and has no pipeline-worker socket does so too, and warns.",
+)
+PIPELINE_WORKER_SOCKET = option(
+    "taskmanager.pipeline-worker.socket",
+    STRING,
+    "",
+    "Path of the Unix socket a pipeline worker started by the service manager listens on "
+    "(systemd socket activation, as its own user: the playbook's units). Empty: the task "
+    "executor starts its own worker (see taskmanager.pipeline-worker.user).",
 )
 
 SPARK_CONF = FreeFormPrefix(

@@ -145,6 +145,11 @@ class SparkSessionManager:
         try:
             if self.master.startswith("local"):
                 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            # PySpark starts its Python workers with $PYSPARK_PYTHON (else whatever "python3"
+            # the PATH names, which may lack sparkmill and the pipeline's packages): this one.
+            os.environ.setdefault(
+                "PYSPARK_PYTHON", self.conf.get("spark.pyspark.python", sys.executable)
+            )
             # py4j chatters; PySpark logs every query error a second time (the task reports it).
             logging.getLogger("py4j").setLevel(logging.WARNING)
             for name in _QUIET_LOGGERS[1:]:
