@@ -40,6 +40,13 @@ from sparkmill.common.core.ids import IntermediateDataSetID, JobVertexID
 from sparkmill.common.jobgraph.model import DistributionPattern, JobGraph, JobVertex
 
 _GLOB_CHARACTERS = frozenset("*?[")
+# A source declaring a huge tree (a graph naming "/") must not keep the JobMaster's executor
+# walking the file system: past this many entries its size counts as unknown.
+MAX_LISTED_ENTRIES = 100_000
+
+
+class _TooManyEntries(Exception):
+    pass
 
 
 class AutoParallelismSettings(Protocol):
@@ -58,6 +65,8 @@ class AutoParallelismSettings(Protocol):
     def default_source_parallelism(self) -> int: ...
     @property
     def job_graph_max_parallelism(self) -> int: ...
+    @property
+    def job_graph_max_subtasks(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,32 +98,40 @@ def _bytes_under(paths: list[str]) -> int | None:
     """The size of the files ``paths`` name, as a source reads them: globs expanded,
     directories walked, hidden entries (``_*``, ``.*``) under a directory skipped."""
     files: dict[str, int] = {}
+    seen = [0]  # entries looked at, files and directories alike
     for path in paths:
-        local = path.removeprefix("file://") if path.startswith("file://") else path
-        local = local.removeprefix("file:")
+        local = path.removeprefix("file://").removeprefix("file:")
         if "://" in local:
             return None  # another file system: only the task executors' Hadoop can list it
         matches = glob.glob(local) if _GLOB_CHARACTERS & set(local) else [local]
-        if not matches:
+        if not matches or len(matches) > MAX_LISTED_ENTRIES:
             return None
         for match in matches:
             try:
-                _walk(match, files)
-            except OSError:
+                _walk(match, files, seen)
+            except (OSError, _TooManyEntries):
                 return None
     return sum(files.values())
 
 
-def _walk(path: str, files: dict[str, int]) -> None:
+def _walk(path: str, files: dict[str, int], seen: list[int]) -> None:
     if not os.path.isdir(path):
+        _count(seen, 1)
         files[os.path.realpath(path)] = os.stat(path).st_size
         return
     for root, dirs, names in os.walk(path, onerror=_raise):
+        _count(seen, len(dirs) + len(names))
         dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
         for name in names:
             if not name.startswith(("_", ".")):
                 full = os.path.join(root, name)
                 files[os.path.realpath(full)] = os.stat(full).st_size
+
+
+def _count(seen: list[int], entries: int) -> None:
+    seen[0] += entries
+    if seen[0] > MAX_LISTED_ENTRIES:
+        raise _TooManyEntries
 
 
 def _raise(error: OSError) -> None:
@@ -146,6 +163,14 @@ def decide_parallelism(
         decision = _decide(vertex, estimate, producer_of, decided, settings)
         decided[vertex.id] = decision.parallelism
         decisions[vertex.id] = decision
+    total = sum(decided.values())
+    if total > settings.job_graph_max_subtasks:
+        # What validation refuses at submission, a decision may not create afterwards.
+        raise ValueError(
+            f"the decided parallelisms add up to {total} subtasks, more than "
+            f"jobmanager.job-graph.max-subtasks ({settings.job_graph_max_subtasks}); lower "
+            "execution.batch.adaptive.auto-parallelism.max-parallelism or set parallelism"
+        )
     vertices = [
         dataclasses.replace(v, parallelism=decided[v.id]) if v.is_auto else v
         for v in graph.vertices

@@ -280,6 +280,7 @@ class AutoParallelismSettings:
     default_source_parallelism: int = _option(opt.AUTO_PARALLELISM_DEFAULT_SOURCE)
     # Bounds every decision too: a decided vertex never exceeds what a submitted one may have.
     job_graph_max_parallelism: int = _option(opt.JOB_GRAPH_MAX_PARALLELISM)
+    job_graph_max_subtasks: int = _option(opt.JOB_GRAPH_MAX_SUBTASKS)
 
 
 @dataclass(frozen=True, slots=True)

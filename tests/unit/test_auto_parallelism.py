@@ -59,6 +59,7 @@ class Limits:
     bytes_per_task: int = 256 * MIB
     default_source_parallelism: int = 2
     job_graph_max_parallelism: int = 100_000
+    job_graph_max_subtasks: int = 1_000_000
 
 
 def vertex(name: str, parallelism: int = AUTO_PARALLELISM, **fields: object) -> JobVertex:
@@ -122,6 +123,35 @@ def test_a_source_that_cannot_be_listed_here_has_no_size(path: str) -> None:
     graph, read, _ = source_graph(path)
     assert size_sources(graph) == {read.id: None}
     assert decided(graph) == {"read": 2, "agg": 2}  # default-source-parallelism, both
+
+
+def test_a_tree_too_large_to_list_has_no_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkmill.common.jobgraph import auto_parallelism
+
+    data = tmp_path / "tree"
+    for d in range(4):
+        (data / f"d{d}").mkdir(parents=True)
+        for f in range(5):
+            sized(data / f"d{d}" / f"{f}.csv", 10)
+    graph, read, _ = source_graph(str(data))
+    assert size_sources(graph) == {read.id: 200}
+    # A graph naming "/" must not walk the whole file system in the JobMaster: past the cap,
+    # the walk stops and the source gets the default parallelism.
+    monkeypatch.setattr(auto_parallelism, "MAX_LISTED_ENTRIES", 12)
+    assert size_sources(graph) == {read.id: None}
+    graph, read, _ = source_graph(str(data / "*" / "*.csv"))  # 20 matches of a glob
+    assert size_sources(graph) == {read.id: None}
+    assert decided(graph) == {"read": 2, "agg": 2}
+
+
+def test_decisions_never_exceed_the_subtasks_a_job_graph_may_have(tmp_path: Path) -> None:
+    big = sized(tmp_path / "big.bin", 3 * 1024 * MIB)
+    graph, _, _ = source_graph(big)
+    assert decided(graph, Limits(job_graph_max_subtasks=24)) == {"read": 12, "agg": 12}
+    with pytest.raises(ValueError, match=r"add up to 24 subtasks.*max-subtasks"):
+        decided(graph, Limits(job_graph_max_subtasks=23))
 
 
 # -- deciding -------------------------------------------------------------------------------
