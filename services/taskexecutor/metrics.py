@@ -22,6 +22,8 @@ from sparkmill.common.core.states import ExecutionState
 from sparkmill.common.deployment.state_update import TaskFailure
 from sparkmill.common.runtime.metrics import ExpiringKeys, ProcessMetrics, counter, gauge
 from sparkmill.services.taskexecutor.context import TaskOutcome
+from sparkmill.services.taskexecutor.pipeline.link import SERVICE_KEY as PIPELINE_WORKER_KEY
+from sparkmill.services.taskexecutor.pipeline.link import PipelineWorkerLink
 from sparkmill.services.taskexecutor.slot_table import TaskSlotState
 from sparkmill.services.taskexecutor.task import Task
 from sparkmill.services.taskexecutor.task_executor import TaskExecutor
@@ -148,6 +150,27 @@ class TaskExecutorCollector:
             "spark_session_up", "1 while the task executor's Spark session is up, else 0."
         )
         spark.add_metric([], 1.0 if spark_session_up(te.task_services) else 0.0)
+        worker = te.task_services.get(PIPELINE_WORKER_KEY)
+        worker_up = gauge(
+            "pipeline_worker_up",
+            "1 while the task executor's pipeline worker (the process that runs pipeline code) "
+            "is connected, else 0.",
+        )
+        worker_starts = counter(
+            "pipeline_worker_starts",
+            "Pipeline workers this task executor started or connected to.",
+        )
+        worker_losses = counter(
+            "pipeline_worker_losses",
+            "Pipeline workers that ended while this task executor needed them (a crash, "
+            "pipeline code that killed it, an attempt that ignored its cancellation); the "
+            "attempts on them failed and ran again.",
+        )
+        if isinstance(worker, PipelineWorkerLink):
+            worker_up.add_metric([], 1.0 if worker.worker_running else 0.0)
+            worker_starts.add_metric([], float(worker.starts_total))
+            worker_losses.add_metric([], float(worker.losses_total))
+        yield from (worker_up, worker_starts, worker_losses)
         timeouts = counter(
             "heartbeat_timeouts",
             "Heartbeat targets declared dead (no heartbeat within heartbeat.timeout, or too many "

@@ -450,3 +450,20 @@ def test_dispatcher_collector_counts_each_ended_job_once() -> None:
     assert value(collector, "sparkmill_dispatcher_jobs_submitted_total") == 3
     assert value(collector, "sparkmill_dispatcher_job_master_processes") == 1
     assert value(collector, "sparkmill_leader") == 1
+
+
+def test_task_executor_collector_shows_its_pipeline_worker() -> None:
+    from sparkmill.common.v1 import pipeline_worker_pb2
+    from sparkmill.services.taskexecutor.pipeline.link import SERVICE_KEY, PipelineWorkerLink
+
+    te = _te()
+    collector = TaskExecutorCollector(te)
+    assert value(collector, "sparkmill_pipeline_worker_up") is None  # no data plane here
+    link = PipelineWorkerLink(pipeline_worker_pb2.PipelineWorkerSetup())
+    te.task_services[SERVICE_KEY] = link
+    assert value(collector, "sparkmill_pipeline_worker_up") == 0
+    link.starts_total, link.losses_total = 3, 2
+    assert value(collector, "sparkmill_pipeline_worker_starts_total") == 3
+    assert value(collector, "sparkmill_pipeline_worker_losses_total") == 2
+    link.session_up = True  # without a connected worker the session is not up either
+    assert value(collector, "sparkmill_spark_session_up") == 0

@@ -428,5 +428,5 @@ def test_an_attempt_that_ignores_its_cancellation_ends_its_worker(
     linked.link.cancel(context.attempt_id)
     thread.join(10)
     assert not thread.is_alive()
-    assert linked.worker.cancelled == ["a1"]
+    assert set(linked.worker.cancelled) == {"a1"}  # once or twice: run() checks too
     assert len(errors) == 1 and isinstance(errors[0], TaskCancelledError)

@@ -111,8 +111,24 @@ class PipelineWorkerLink:
         self._stopped = False
         self.ui_url = ""
         self.session_error = ""
+        self.session_up = False
         self.worker_pid = 0
         self.worker_uid = -1
+        # For the metrics: workers started (or connected to), and workers that ended while the
+        # task executor still needed them.
+        self.starts_total = 0
+        self.losses_total = 0
+
+    @property
+    def is_up(self) -> bool:
+        """True while the worker's Spark session is up (the ``spark_session_up`` gauge)."""
+        connection = self._connection
+        return self.session_up and connection is not None and connection.alive
+
+    @property
+    def worker_running(self) -> bool:
+        connection = self._connection
+        return connection is not None and connection.alive
 
     @property
     def runs_as(self) -> str:
@@ -179,6 +195,7 @@ class PipelineWorkerLink:
             if self._stopped:
                 return False
             self._connection = connection
+            self.starts_total += 1
             return True
 
     def _open(self) -> _Connection:
@@ -323,6 +340,7 @@ class PipelineWorkerLink:
                 self._log_lines(message.log.attempt_id, message.log.line[:65536])
         elif kind == "status":
             status = message.status
+            self.session_up = status.session_up
             self.ui_url = (
                 status.spark_ui_url[:2048] if status.spark_ui_url.startswith("http") else ""
             )
@@ -345,6 +363,8 @@ class PipelineWorkerLink:
         connection.channel.close()
         if stopping and not waiting:
             return
+        if not stopping:
+            self.losses_total += 1
         reason = connection.describe_end()
         log.log(
             logging.INFO if stopping else logging.WARNING,
@@ -357,6 +377,7 @@ class PipelineWorkerLink:
             pending.lost = reason
             pending.done.set()
         self.ui_url = ""
+        self.session_up = False
         if connection.workdir is not None and connection.process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 connection.process.wait(timeout=5)
