@@ -20,6 +20,18 @@ import sparkmill as sm
 from sparkmill import functions as F
 
 BASE = Path(os.environ.get("SPARKMILL_EXAMPLES_DIR") or Path(tempfile.gettempdir()) / "sparkmill")
+
+
+def shared_scratch(directory: Path) -> Path:
+    """The examples' scratch directory, made like /tmp (sticky, writable by all): a cluster's
+    pipeline code runs as its own user (sparkmill-pipeline), which writes the output here."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if directory.stat().st_uid == os.geteuid() and os.environ.get("SPARKMILL_EXAMPLES_DIR") is None:
+        directory.chmod(0o1777)
+    return directory
+
+
+shared_scratch(BASE)
 DATA = BASE / "sales-input"
 
 COUNTRIES = ["DE", "FR", "JP", "BR", "US", "IN", "NO"]
