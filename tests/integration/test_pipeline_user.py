@@ -202,3 +202,18 @@ def test_pipeline_code_that_kills_its_worker_costs_an_attempt(cluster: Cluster) 
     assert (scratch / "killed-once").exists()
     log = (cluster.local.log_dir / "task-executor-0.log").read_text(errors="replace")
     assert "the pipeline worker was killed by signal 9" in log
+
+
+def test_an_output_the_pipeline_user_may_not_write_fails_naming_that_user(
+    cluster: Cluster,
+) -> None:
+    closed = cluster.base / "root-only"
+    closed.mkdir(mode=0o755)  # root's: the pipeline user may read, not write
+    pipeline = sm.Pipeline("writes where it may not", parallelism=1)
+    pipeline.range(5).write_parquet(str(closed / "out"), mode="overwrite")
+    job_id = cluster.client.submit(pipeline.build_job_graph())
+    result = cluster.client.wait(job_id, timeout=JOB_TIMEOUT_S)
+    assert result.status == common_pb2.FAILED
+    assert f"pipeline code runs as user {PIPELINE_USER!r}" in result.failure.message, (
+        result.failure.message
+    )

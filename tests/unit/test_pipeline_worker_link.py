@@ -7,6 +7,7 @@ socket-activated worker does) and answers from a script; nothing starts Spark he
 from __future__ import annotations
 
 import os
+import pwd
 import socket
 import struct
 import threading
@@ -430,3 +431,15 @@ def test_an_attempt_that_ignores_its_cancellation_ends_its_worker(
     assert not thread.is_alive()
     assert set(linked.worker.cancelled) == {"a1"}  # once or twice: run() checks too
     assert len(errors) == 1 and isinstance(errors[0], TaskCancelledError)
+
+
+def test_a_refused_file_access_names_the_user_pipeline_code_runs_as() -> None:
+    from sparkmill.services.taskexecutor.pipeline.worker import with_user_hint
+
+    name = pwd.getpwuid(os.geteuid()).pw_name
+    hinted = with_user_hint("operator 'write' failed: [Errno 13] Permission denied: '/out'")
+    assert hinted.endswith(
+        f"(pipeline code runs as user {name!r}, uid {os.geteuid()}: that user must be able to "
+        "read the job's inputs and write its outputs)"
+    )
+    assert with_user_hint("division by zero") == "division by zero"

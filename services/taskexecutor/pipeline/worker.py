@@ -26,6 +26,7 @@ import pwd
 import socket
 import sys
 import threading
+import time
 from collections.abc import Sequence
 
 from sparkmill.common.v1 import pipeline_worker_pb2 as pw
@@ -43,6 +44,7 @@ log = logging.getLogger("sparkmill.pipeline-worker")
 
 SYSTEMD_FIRST_FD = 3
 STATUS_POLL_S = 0.5
+STOP_ATTEMPTS_S = 20.0  # how long the attempts cancelled at the end get to end, in all
 MAX_RUNNING_ATTEMPTS = 1024  # far above any task executor's slots: a bound, not a limit in use
 
 
@@ -205,11 +207,11 @@ class PipelineWorker:
                     else finished_result(attempt_id, outcome)
                 )
             except BaseException as exc:
-                result = (
-                    cancelled_result(attempt_id)
-                    if context.cancelled.is_set()
-                    else failed_result(attempt_id, exc)
-                )
+                if context.cancelled.is_set():
+                    result = cancelled_result(attempt_id)
+                else:
+                    result = failed_result(attempt_id, exc)
+                    result.message = with_user_hint(result.message)
         with self._lock:
             self._running.pop(attempt_id, None)
         self._send(pw.PipelineWorkerMessage(result=result))
@@ -230,14 +232,31 @@ class PipelineWorker:
             running = list(self._running)
         for attempt_id in running:
             self._cancel(attempt_id)
+        deadline = time.monotonic() + STOP_ATTEMPTS_S
         for thread in list(self._threads):
-            thread.join(timeout=20)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._stopped.set()
         manager = self._manager
         stop = getattr(manager, "stop", None)
         if callable(stop):
             stop()
         self.channel.close()
+
+
+def with_user_hint(message: str) -> str:
+    """``message``, with who runs pipeline code when the error is a refused file access: the
+    one fix is on the data's side (its owner grants this user access)."""
+    if "permission denied" not in message.lower() and "AccessDenied" not in message:
+        return message
+    uid = os.geteuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return (
+        f"{message} (pipeline code runs as user {name!r}, uid {uid}: that user must be able to "
+        "read the job's inputs and write its outputs)"
+    )
 
 
 def _systemd_connection(peer_user: str) -> socket.socket:
