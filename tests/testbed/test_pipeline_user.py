@@ -93,8 +93,9 @@ def _expected(host: str) -> str:
 
 
 def _processes(bed: TestBed, host: str) -> list[tuple[str, str]]:
-    """(user, command line) of every process of ``host``."""
-    out = bed.ssh(host, "ps -eo user:32=,args=").stdout
+    """(user, whole command line) of every process of ``host`` (-ww: ps cuts lines at 80
+    characters when its output is not a terminal)."""
+    out = bed.ssh(host, "ps -ww -eo user:32=,args=").stdout
     return [
         (parts[0], parts[1] if len(parts) > 1 else "")
         for parts in (line.strip().split(None, 1) for line in out.splitlines() if line.strip())
