@@ -151,6 +151,7 @@ def test_pipeline_code_runs_as_its_own_user_and_reads_no_secret(
     bed.wait_until(f"{exchange} removed", lambda: not exchange.exists(), timeout=60)
 
     java_hosts = 0
+    seen: dict[str, list[str]] = {}  # the pipeline user's processes, for a failure's message
     for host in executors:
         assert bed.ssh(host, f"systemctl is-active {WORKER_UNIT}", check=False).stdout.strip() == (
             "active"
@@ -166,8 +167,10 @@ def test_pipeline_code_runs_as_its_own_user_and_reads_no_secret(
         assert executor and set(executor) == {SERVICE_USER}, (host, executor)
         spark = [(user, args[:120]) for user, args in processes if SPARK_PROCESS.search(args)]
         assert all(user == PIPELINE_USER for user, _ in spark), (host, spark)
-        java_hosts += any("org.apache.spark" in args for _, args in spark)
+        mine = [args for user, args in processes if user == PIPELINE_USER]
+        java_hosts += any("org.apache.spark" in args for args in mine)
+        seen[host] = [args[:300] for args in mine]
         security = bed.ssh(host, f"systemd-analyze security --no-pager {WORKER_UNIT}").stdout
         exposure = re.search(r"Overall exposure level for \S+: ([0-9.]+)", security)
         assert exposure and float(exposure.group(1)) <= MAX_EXPOSURE, security[-2000:]
-    assert java_hosts >= 1, "no Spark JVM on any task-executor host"
+    assert java_hosts >= 1, f"no Spark JVM on any task-executor host: {seen}"
