@@ -135,12 +135,12 @@ if [ "$HAVE_SYSTEMD_ANALYZE" = 1 ]; then
   grep -q "^ExecStart=$VENV/bin/sparkmill " "$WORK/verify-static/sparkmill-dispatcher.service" ||
     fail "the ExecStart= rewrite for verification did not apply"
   verify_units "$WORK/verify-static"
-  note "ok: sparkmill.target, 3 services, sparkmill-task-executor@1.service"
+  note "ok: sparkmill.target, 3 services, sparkmill-task-executor@1.service, sparkmill-pipeline-worker@1.service"
 
   # --threshold counts in tenths: 20 = an overall exposure of 2.0 (0 = locked down, 10 = none).
   step "systemd-analyze security --offline=true --threshold=20 (static units)"
   for unit in sparkmill-dispatcher.service sparkmill-resource-manager.service \
-      sparkmill-job-master.service sparkmill-task-executor@1.service; do
+      sparkmill-job-master.service sparkmill-task-executor@1.service sparkmill-pipeline-worker@1.service; do
     out="$(cd "$WORK/verify-static" && systemd-analyze security --offline=true --threshold=20 "./$unit" 2>&1)" ||
       { printf '%s\n' "$out" | grep '✗' | sed 's/^/   | /'; fail "$unit: exposure above 2.0"; }
     note "$(printf '%s\n' "$out" | grep -o 'Overall exposure level.*' | sed 's/ [^ ]*$//')"
@@ -208,6 +208,10 @@ sparkmill_install_root: "$R/opt/sparkmill"
 sparkmill_config_dir: "$R/etc/sparkmill"
 sparkmill_data_dir: "$R/var/lib/sparkmill"
 sparkmill_log_dir: "$R/var/log/sparkmill"
+sparkmill_pipeline_home: "$R/var/lib/sparkmill-pipeline"
+sparkmill_pipeline_user: "$ME_USER"
+sparkmill_pipeline_group: "$ME_GROUP"
+sparkmill_exchange_group: "$ME_GROUP"
 sparkmill_systemd_dir: "$R/etc/systemd/system"
 sparkmill_dispatcher_port: $DISPATCHER_PORT
 sparkmill_resource_manager_port: $RM_PORT
@@ -277,9 +281,15 @@ note "idempotent: the second converge changed nothing"
 # -- what the converge installed -------------------------------------------------------------------
 step "installed files"
 for unit in sparkmill.target sparkmill-dispatcher.service sparkmill-resource-manager.service \
-    sparkmill-job-master.service sparkmill-task-executor@.service; do
+    sparkmill-job-master.service sparkmill-task-executor@.service sparkmill-pipeline-worker@.service \
+    sparkmill-pipeline-worker@.socket; do
   [ -f "$R/etc/systemd/system/$unit" ] || fail "unit $unit was not installed into $R/etc/systemd/system"
 done
+# The pipeline user gets through the data directory to the exchange and data directories only.
+modes="$(cd "$R/var/lib" && stat -c '%a %n' sparkmill sparkmill/exchange sparkmill/data sparkmill-pipeline | tr '\n' ' ')"
+[ "$modes" = "710 sparkmill 2770 sparkmill/exchange 2770 sparkmill/data 700 sparkmill-pipeline " ] ||
+  fail "unexpected directory modes: $modes"
+note "directories: $modes"
 grep -q "^ExecStart=$R/opt/sparkmill/venv/bin/sparkmill dispatcher --config $R/etc/sparkmill/dispatcher.yaml$" \
   "$R/etc/systemd/system/sparkmill-dispatcher.service" || fail "the dispatcher unit's ExecStart= is not the converged venv"
 note "units: $(ls "$R/etc/systemd/system" | tr '\n' ' ')"
@@ -305,7 +315,8 @@ assert [c.get(opt.METRICS_PORT) for c in own] == [9249, 9250, 9251], [c.get(opt.
 assert own[0].get(opt.DISPATCHER_RPC_ADDRESS) == conf.get(opt.DISPATCHER_RPC_ADDRESS)
 te = [Configuration.load(f"{etc}/task-executor-{i}.yaml") for i in (1, 2)]
 assert [c.get(opt.METRICS_PORT) for c in te] == [9260, 9261], [c.get(opt.METRICS_PORT) for c in te]
-assert te[1].to_strings()["spark.conf.spark.local.dir"].endswith("/task-executor-2")
+assert te[1].to_strings()["taskmanager.pipeline-worker.socket"] == "/run/sparkmill-pipeline-worker/2.sock"
+assert "spark.conf.spark.local.dir" not in te[1].to_strings()  # the worker's private /tmp
 print("   sparkmill.yaml, the services' own files and task-executor-{1,2}.yaml load with sparkmill.common.config.configuration and hold the expected values")
 EOF
 "$R/opt/sparkmill/venv/bin/python" -c "from sparkmill.common.config.configuration import Configuration; Configuration.load('$R/etc/sparkmill/sparkmill.yaml')" ||

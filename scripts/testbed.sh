@@ -324,7 +324,9 @@ sparkmill_pip_extra_args: --no-index --find-links /opt/testbed-wheels
 # The shared directory every host mounts at the same path (an NFS mount in a real cluster).
 sparkmill_exchange_dir: $SHARED/exchange
 sparkmill_ha_storage_dir: $SHARED/ha
-sparkmill_read_write_paths: [$SHARED/work]
+# Job input and output: the pipeline workers (sparkmill-pipeline) read and write it, the job
+# masters clean sinks' temporaries there.
+sparkmill_pipeline_data_dirs: [$SHARED/work]
 sparkmill_environment:
   SPARK_LOCAL_IP: "{{ ansible_host }}"
   # The task executors' Spark JVMs run jobs of a few rows and restart often here: C1 alone and

@@ -287,7 +287,10 @@ class TestBed:
         """The journal of every service of every host (for a failing test's report)."""
         out = []
         for host in self.addresses:
-            units = " ".join(f"-u {shlex.quote(u)}" for u in self.units_of(host))
+            # The pipeline workers of the task executors come and go with their connections.
+            executor = host in self.groups["task_executors"]
+            workers = ["sparkmill-pipeline-worker@*"] if executor else []
+            units = " ".join(f"-u {shlex.quote(u)}" for u in [*self.units_of(host), *workers])
             result = self.ssh(
                 host,
                 f"systemctl --no-pager --all list-units 'sparkmill*' 'zookeeper*' 'prometheus*';"

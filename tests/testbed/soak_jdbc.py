@@ -4,8 +4,8 @@ own name in the column ``job`` to one PostgreSQL table (``write_jdbc``, mode app
 The server is a throw-away PostgreSQL on the controller (tests/integration/postgres.py),
 listening on the controller's address on the bed's bridge and admitting the bed's /24 only.
 Every task executor host gets Debian's JDBC driver (``TestBed.install_jdbc_driver``) and a
-credentials file of its own, private to the service's user; the password goes to the hosts on
-ssh's standard input, never on a command line.
+credentials file of its own, private to the user the pipeline code runs as; the password goes
+to the hosts on ssh's standard input, never on a command line.
 
 Exactly once, at the end: every FINISHED job's name has each id exactly once, every other job's
 name has no row, no staging table is left, and no host's journal holds the password.
@@ -28,9 +28,10 @@ from tests.testbed.cluster import wait_cluster
 
 ROWS = 2000
 TABLE = "soak_events"
-# On every task executor host, readable by the service's user only.
+# On every task executor host, readable only by the user the pipeline workers run as (the
+# play's sparkmill_pipeline_user): the JDBC sink runs there.
 CREDENTIALS = "/var/lib/sparkmill-soak/db.credentials"
-SERVICE_USER = "sparkmill"  # the play's sparkmill_user
+SERVICE_USER = "sparkmill-pipeline"
 TASK_EXECUTOR_UNIT = "sparkmill-task-executor@1.service"
 
 
