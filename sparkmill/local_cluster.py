@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -75,11 +76,37 @@ LOCAL_DEFAULTS: dict[str, Any] = {
 }
 
 
+_LOWEST_PORT = 20000
+
+
+def _ephemeral_start() -> int:
+    """The first port the kernel hands out to outgoing connections (Linux: 32768)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as ranges:
+            return int(ranges.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port free now, for a service to bind a moment later.
+
+    Taken below the kernel's ephemeral range: a port the kernel picked there (bind to 0) may be
+    given to some process's outgoing connection before the service binds it, and then the
+    service fails with "Address already in use" (it happened to a `sparkmill run`'s dispatcher).
+    """
+    top = _ephemeral_start()
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(_LOWEST_PORT, top) if top > _LOWEST_PORT + 100 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            found: int = sock.getsockname()[1]
+            return found
+    raise OSError(f"no free port on {host} between {_LOWEST_PORT} and {top}")
 
 
 @dataclass

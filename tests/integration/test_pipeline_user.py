@@ -41,17 +41,20 @@ JOB_TIMEOUT_S = 240.0
 def _why_not_runnable() -> str:
     if os.geteuid() != 0:
         return "starting the pipeline worker as another user needs root"
-    probe = subprocess.run(
-        [sys.executable, "-c", "import sparkmill, pyspark"],
-        user=65534,  # nobody: can another user run this Python and import sparkmill?
-        group=65534,
-        extra_groups=[],
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import sparkmill, pyspark"],
+            user=65534,  # nobody: can another user run this Python and import sparkmill?
+            group=65534,
+            extra_groups=[],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    except OSError as exc:  # the interpreter itself is out of reach (a root-only directory)
+        return f"other users cannot run {sys.executable}: {exc}"
     if probe.returncode != 0:
         return (
             f"other users cannot run {sys.executable} with sparkmill "

@@ -83,3 +83,14 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_free_ports_come_from_below_the_kernels_ephemeral_range() -> None:
+    # A port in the ephemeral range may go to another process's outgoing connection before the
+    # service binds it ("Address already in use" at a dispatcher's start).
+    from sparkmill.local_cluster import _ephemeral_start, free_port
+
+    top = _ephemeral_start()
+    ports = {free_port() for _ in range(50)}
+    assert all(20000 <= port < top for port in ports), sorted(ports)
+    assert len(ports) > 40  # spread out, so parallel clusters rarely pick the same
