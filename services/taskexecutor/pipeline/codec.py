@@ -13,6 +13,7 @@ import traceback
 
 from sparkmill.common.core.errors import (
     PartitionNotFoundError,
+    TaskCancelledError,
     ThrowableType,
     classify_task_exception,
 )
@@ -139,8 +140,6 @@ def failed_result(attempt_id: str, exc: BaseException) -> pw.PipelineAttemptResu
 def outcome_of(result: pw.PipelineAttemptResult) -> TaskOutcome:
     """The outcome of a finished attempt; raises what a failed one raised (as a
     :class:`RemoteAttemptError`) or ``TaskCancelledError`` for a cancelled one."""
-    from sparkmill.common.core.errors import TaskCancelledError
-
     if result.finished:
         return TaskOutcome(
             io=IOCounters(

@@ -281,7 +281,11 @@ class PipelineWorkerLink:
             connection = self._connection
             if connection is None or attempt_id not in connection.pending:
                 return
-        self._send_cancel(connection, attempt_id)
+        # Sent from a thread of its own: a task thread may hold the channel's send lock while
+        # it sends a large deployment, and the event loop must never wait for that.
+        threading.Thread(
+            target=self._send_cancel, args=(connection, attempt_id), daemon=True
+        ).start()
         watchdog = threading.Timer(
             CANCEL_WATCHDOG_S, self._cancel_overdue, args=(connection, attempt_id)
         )

@@ -13,9 +13,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from sparkmill.services.taskexecutor.spark.python_worker_logs import MAX_LINE_BYTES
-
-MAX_PENDING_CHARS = 65536  # an unfinished printed line longer than this is sent as it is
+# An unfinished printed line longer than MAX_PENDING_CHARS is sent as it is.
+from sparkmill.services.taskexecutor.spark.python_worker_logs import (
+    MAX_LINE_BYTES,
+    MAX_PENDING_CHARS,
+)
 
 Send = Callable[[str, str], None]  # (attempt id, line)
 
