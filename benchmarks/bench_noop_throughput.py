@@ -111,6 +111,7 @@ def main() -> None:
                     graph = pipeline.build_job_graph()
                     load = os.getloadavg()[0]
                     lag = LoopLagSampler(_job_master_metrics_url(cluster))
+                    cpu_before = _cpu_seconds_by_role(cluster)
                     t0 = time.monotonic()
                     job_id = client.submit(graph)
                     try:
@@ -135,6 +136,7 @@ def main() -> None:
                         f"{subtasks / elapsed:.0f} subtasks/s "
                         f"(load {load:.1f} -> {os.getloadavg()[0]:.1f}){lag_text}"
                     )
+                    _print_cpu(cluster, cpu_before, subtasks)
                     _print_memory(cluster, args.memory)
         finally:
             cluster.stop()
@@ -207,6 +209,33 @@ class LoopLagSampler:
         self._thread.join()
         self._scrape()
         return f"; JobMaster loop lag max {self.worst_s * 1000:.0f} ms ({self.scrapes} scrapes)"
+
+
+def _cpu_seconds_by_role(cluster: LocalCluster) -> dict[str, float]:
+    """CPU seconds (user + system) each role's service processes have used so far.
+
+    Less noisy than wall time on a shared machine: what the control plane costs per subtask
+    does not change when another process takes a core away."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for proc in cluster.processes:
+        try:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+        used[proc.role] = used.get(proc.role, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return used
+
+
+def _print_cpu(cluster: LocalCluster, before: dict[str, float], subtasks: int) -> None:
+    after = _cpu_seconds_by_role(cluster)
+    parts = [
+        f"{role} {(after[role] - before.get(role, 0.0)) * 1000 / subtasks:.2f}"
+        for role in ("job-master", "task-executor", "resource-manager", "dispatcher")
+        if role in after
+    ]
+    print("  CPU ms per subtask: " + ", ".join(parts))
 
 
 def _print_memory(cluster: LocalCluster, enabled: bool) -> None:

@@ -19,6 +19,7 @@ from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import (
     IllegalStateBug,
     InvalidArgumentError,
+    RpcError,
     UnavailableError,
     error_from_code,
 )
@@ -354,47 +355,46 @@ class JobMaster:
         await self.heartbeats.stop()
         self.timers.cancel_all()
 
-    async def submit_task(self, execution: Execution, slot: PhysicalSlot) -> None:
+    def submit_task(self, execution: Execution, slot: PhysicalSlot) -> asyncio.Future[None]:
         te = self.task_executors.get(slot.task_executor.resource_id)
         if te is None:
-            raise UnavailableError(
-                f"task executor {short(slot.task_executor.resource_id)} is no longer connected"
+            gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            gone.set_exception(
+                UnavailableError(
+                    f"task executor {short(slot.task_executor.resource_id)} is no longer connected"
+                )
             )
-        self.deployments.start_deployment(execution.attempt_id, te.resource_id)
-        try:
-            await self.task_submissions.submit(
-                te.resource_id,
-                te.client,
-                task_executor_pb2.SubmitTaskRequest(
-                    tdd=deployment_proto_of(
-                        execution,
-                        slot.allocation_id,
-                        self.input_gates,
-                        job_id=self.job_id,
-                        job_name=self.job_graph.name,
-                        job_master_epoch=self.epoch,
-                        job_config=self.job_graph.config,
-                    ),
-                    job_master_address=self.host.identity.address,
+            return gone
+        submitted = self.task_submissions.submit(
+            te.resource_id,
+            te.client,
+            task_executor_pb2.SubmitTaskRequest(
+                tdd=deployment_proto_of(
+                    execution,
+                    slot.allocation_id,
+                    self.input_gates,
+                    job_id=self.job_id,
+                    job_name=self.job_graph.name,
+                    job_master_epoch=self.epoch,
+                    job_config=self.job_graph.config,
                 ),
-            )
-        except BaseException:
-            self.deployments.stop(execution.attempt_id)
-            raise
-        self.deployments.complete_deployment(
-            execution.attempt_id, asyncio.get_running_loop().time()
-        )
-
-    async def cancel_task(self, execution: Execution, slot: PhysicalSlot) -> None:
-        te = self.task_executors.get(slot.task_executor.resource_id)
-        if te is None:
-            raise UnavailableError("task executor gone")
-        await te.client.cancel_task(
-            task_executor_pb2.CancelTaskRequest(
-                job_id=self.job_id, attempt_id=execution.attempt_id
+                job_master_address=self.host.identity.address,
             ),
-            timeout=self.settings.rpc_timeout_s,
         )
+        self.deployments.follow(execution.attempt_id, te.resource_id, submitted)
+        return submitted
+
+    def cancel_task(
+        self, execution: Execution, slot: PhysicalSlot
+    ) -> asyncio.Future[RpcError | None]:
+        te = self.task_executors.get(slot.task_executor.resource_id)
+        call = peer_calls.cancel_attempt(
+            te.client if te else None,
+            self.job_id,
+            execution.attempt_id,
+            self.settings.rpc_timeout_s,
+        )
+        return self.runtime.spawn(call, "cancel-task")
 
     # -- SlotPoolActions --------------------------------------------------------------------
 

@@ -236,7 +236,8 @@ def register(process: JobMasterProcess, metrics: ProcessMetrics) -> JobMasterCol
     deployment = Histogram(
         PREFIX + "job_deployment_latency_seconds",
         "Time from deploying a task attempt to a task executor until it runs (DEPLOYING to "
-        "RUNNING).",
+        "RUNNING); an attempt that ended within the task executor's batching window reports "
+        "only its final state and is not counted.",
         buckets=LATENCY_BUCKETS,
         registry=metrics.registry,
     )

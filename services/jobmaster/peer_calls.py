@@ -1,6 +1,7 @@
 """Best-effort calls of a JobMaster to its peers: the ones whose failure is only logged.
 
-Freeing a slot it no longer needs, cancelling an attempt a task executor runs but the JobMaster
+Freeing a slot it no longer needs, cancelling an attempt (whose failure the scheduler is
+told as a value, not raised), cancelling an attempt a task executor runs but the JobMaster
 does not know (heartbeat reconciliation), telling a task executor to let go of the job, and
 telling the resource manager the JobMaster is gone. A peer that cannot be reached is gone or
 finds out by itself (the heartbeats between them stop).
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from sparkmill.common.core.errors import RpcError
+from sparkmill.common.core.errors import RpcError, UnavailableError
 from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobID, ResourceID, short
 from sparkmill.common.v1 import resource_manager_pb2, task_executor_pb2
 from sparkmill.common.v1.gateways import ResourceManagerClient, TaskExecutorClient
@@ -43,6 +44,23 @@ async def free_slot(
         )
     except RpcError as exc:
         log.debug("freeing slot %s failed: %s", short(allocation_id), exc)
+
+
+async def cancel_attempt(
+    client: TaskExecutorClient | None, job_id: JobID, attempt_id: str, timeout_s: float
+) -> RpcError | None:
+    """Cancel an attempt the scheduler cancels; None once the task executor did, else why not
+    (the scheduler then counts the attempt as cancelled: it does not run for the job)."""
+    if client is None:
+        return UnavailableError("task executor gone")
+    try:
+        await client.cancel_task(
+            task_executor_pb2.CancelTaskRequest(job_id=job_id, attempt_id=attempt_id),
+            timeout=timeout_s,
+        )
+    except RpcError as exc:
+        return exc
+    return None
 
 
 async def cancel_unknown_attempt(

@@ -42,7 +42,10 @@ class JobConnection:
     registered: bool = False
     pending_offers: set[AllocationID] = field(default_factory=set)
     offer_task: asyncio.Task[None] | None = None
-    updates: list[job_master_pb2.TaskExecutionState] = field(default_factory=list)
+    # Queued state updates; None where a final state replaced an earlier one (see queue_update).
+    updates: list[job_master_pb2.TaskExecutionState | None] = field(default_factory=list)
+    # Where each attempt's not-yet-sent non-final updates sit in ``updates``.
+    queued_at: dict[str, list[int]] = field(default_factory=dict)
     flush_task: asyncio.Task[None] | None = None
     # Ended attempts whose final state the JobMaster has not acknowledged: still reported as
     # hosted, so heartbeat reconciliation never mistakes an update in flight for a lost task.
@@ -54,6 +57,41 @@ class JobConnection:
 
     def holds_results(self) -> bool:
         return bool(self.result_partitions)
+
+    def queue_update(self, update: job_master_pb2.TaskExecutionState, *, final: bool) -> None:
+        """Queue a state update for the next batch to the JobMaster.
+
+        A final state replaces whatever the same attempt still has waiting in the queue (its
+        INITIALIZING and RUNNING): a task that ends within one batching window reports one
+        update instead of three, and the JobMaster takes DEPLOYING -> FINISHED (or FAILED) in
+        one step, as Flink's Execution does. Only not-yet-sent updates are replaced: what the
+        JobMaster has seen still arrives in order.
+        """
+        if not final:
+            self.queued_at.setdefault(update.attempt_id, []).append(len(self.updates))
+            self.updates.append(update)
+            return
+        earlier = self.queued_at.pop(update.attempt_id, None)
+        if not earlier:
+            self.updates.append(update)
+            return
+        self.updates[earlier[0]] = update
+        for index in earlier[1:]:
+            self.updates[index] = None
+
+    def take_updates(self) -> list[job_master_pb2.TaskExecutionState]:
+        """The queued updates, in order, for one batch; the queue is empty afterwards."""
+        batch, self.updates = self.updates, []
+        self.queued_at.clear()
+        return [update for update in batch if update is not None]
+
+    def requeue_updates(self, batch: list[job_master_pb2.TaskExecutionState]) -> None:
+        """Put a batch that could not be sent back in front of what was queued since.
+
+        The positions of what is queued shift, so nothing queued so far is replaced any more
+        (a later final state is appended after its earlier updates: still in order)."""
+        self.updates[:0] = batch
+        self.queued_at.clear()
 
 
 FreeSlot = Callable[[AllocationID, str], None]

@@ -485,7 +485,7 @@ class TaskExecutor(TaskExecutorServicer):
             return  # the job was disconnected; its JobMaster has written the task off
         if state is ExecutionState.FINISHED and task.context.produced_dataset_ids:
             connection.result_partitions.add(update.attempt_id)
-        connection.updates.append(update)
+        connection.queue_update(update, final=state.is_terminal)
         if state.is_terminal:
             connection.unacknowledged.add(update.attempt_id)
         if connection.flush_task is None or connection.flush_task.done():
@@ -495,7 +495,7 @@ class TaskExecutor(TaskExecutorServicer):
         await asyncio.sleep(0.002)  # coalesce the transitions of many tasks into one RPC
         delay = 0.1
         while connection.updates and self.jobs.get(connection.job_id) is connection:
-            batch, connection.updates = connection.updates, []
+            batch = connection.take_updates()
             try:
                 await connection.client.update_task_execution_state(
                     job_master_pb2.UpdateTaskExecutionStateRequest(
@@ -516,7 +516,7 @@ class TaskExecutor(TaskExecutorServicer):
                     connection.unacknowledged.difference_update(u.attempt_id for u in batch)
                     continue
                 log.info("state updates to %s failed (%s); retrying", short(connection.job_id), exc)
-                connection.updates[:0] = batch
+                connection.requeue_updates(batch)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
             else:

@@ -83,16 +83,23 @@ class TestingSchedulerActions:
     def fail_submission(self, task: str, error: RpcError) -> None:
         self.submit_failures[task] = error
 
-    async def submit_task(self, execution: Execution, slot: PhysicalSlot) -> None:
+    def submit_task(self, execution: Execution, slot: PhysicalSlot) -> asyncio.Future[None]:
         self.submitted.append((execution, slot))
+        answered: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         error = self.submit_failures.pop(execution.vertex.task_name_with_subtask, None)
         if error is not None:
-            raise error
+            answered.set_exception(error)
+        else:
+            answered.set_result(None)
+        return answered
 
-    async def cancel_task(self, execution: Execution, slot: PhysicalSlot) -> None:
+    def cancel_task(
+        self, execution: Execution, slot: PhysicalSlot
+    ) -> asyncio.Future[RpcError | None]:
         self.cancelled.append((execution, slot))
-        if self.cancel_failure is not None:
-            raise self.cancel_failure
+        answered: asyncio.Future[RpcError | None] = asyncio.get_running_loop().create_future()
+        answered.set_result(self.cancel_failure)
+        return answered
 
     def job_status_changed(self, status: JobStatus, cause: str) -> None:
         self.statuses.append((status, cause))

@@ -26,8 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from functools import partial
 
 from sparkmill.common.core.errors import ResourceExhaustedError, RpcError
 from sparkmill.common.core.ids import ExecutionAttemptID, IntermediateDataSetID, short
@@ -57,6 +57,7 @@ from sparkmill.services.jobmaster.scheduler.scheduler_interfaces import (
     ProgressListener,
     SchedulerActions,
 )
+from sparkmill.services.jobmaster.scheduler.slot_waits import SlotOutcome, SlotWaits
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PendingSlotRequest,
     PhysicalSlot,
@@ -109,7 +110,7 @@ class DefaultScheduler:
         self._slots: dict[ExecutionAttemptID, PhysicalSlot] = {}
         self._requests: dict[ExecutionAttemptID, PendingSlotRequest] = {}
         self._restarts = PendingRestarts()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._slot_waits = SlotWaits(self._deploy_when_all_slots_assigned)
         self._closed = False  # the JobMaster let go of the job: nothing may change any more
         # Data sets whose every consumer only waits for them (no records): never "lost".
         consumed = [e for jv in graph.job_graph.vertices for e in jv.inputs]
@@ -134,16 +135,6 @@ class DefaultScheduler:
         if cause:
             self.failure_cause = cause
         self.actions.job_status_changed(target, cause)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("scheduler task %s died", task.get_name(), exc_info=task.exception())
 
     def restore_finished(self, vertex: ExecutionVertex, accumulator: bytes, io: IOCounters) -> None:
         """Take over what an earlier JobMaster's finished attempt of ``vertex`` reported (the
@@ -188,21 +179,22 @@ class DefaultScheduler:
             asyncio.get_running_loop().call_soon(self._schedule_deferred, queued[SCHEDULING_SLICE:])
 
     def allocate_slots_and_deploy(self, vertices: list[ExecutionVertex]) -> None:
-        batch: list[tuple[ExecutionVertex, int, Execution, PendingSlotRequest]] = []
+        batch: list[tuple[ExecutionVertex, int, Execution]] = []
+        requests: list[PendingSlotRequest] = []
         for vertex in vertices:
             execution = vertex.current_execution
             execution.transition_to(ES.SCHEDULED)
             request = self.slot_sharing.allocate(execution.attempt_id, vertex.id)
             self._requests[execution.attempt_id] = request
-            batch.append((vertex, vertex.vertex_version, execution, request))
-        self._spawn(self._wait_for_all_slots_and_deploy(batch), "deploy")
+            batch.append((vertex, vertex.vertex_version, execution))
+            requests.append(request)
+        self._slot_waits.wait(batch, requests)
 
-    async def _wait_for_all_slots_and_deploy(
-        self, batch: list[tuple[ExecutionVertex, int, Execution, PendingSlotRequest]]
+    def _deploy_when_all_slots_assigned(
+        self, batch: Sequence[tuple[ExecutionVertex, int, Execution]], results: list[SlotOutcome]
     ) -> None:
-        results = await asyncio.gather(*(r.future for _, _, _, r in batch), return_exceptions=True)
         assigned: list[tuple[Execution, PhysicalSlot]] = []
-        for (vertex, version, execution, _), result in zip(batch, results, strict=True):
+        for (vertex, version, execution), result in zip(batch, results, strict=True):
             self._requests.pop(execution.attempt_id, None)
             if isinstance(result, BaseException):
                 if execution.is_current and execution.state is ES.SCHEDULED:
@@ -238,20 +230,26 @@ class DefaultScheduler:
         execution.assigned_resource = slot
         execution.task_executor_id = slot.task_executor.resource_id
         execution.transition_to(ES.DEPLOYING)
-        self._spawn(self._submit(execution, slot), "submit")
+        # A done callback, not a task per deployment: see slot_waits.
+        deployed = self.actions.submit_task(execution, slot)
+        deployed.add_done_callback(partial(self._deployment_answered, execution, slot))
 
-    async def _submit(self, execution: Execution, slot: PhysicalSlot) -> None:
-        try:
-            await self.actions.submit_task(execution, slot)
-        except RpcError as exc:
-            if execution.is_current and execution.state is ES.DEPLOYING:
-                self._fail_execution(
-                    execution,
-                    f"could not deploy {execution.description} to task executor "
-                    f"{short(slot.task_executor.resource_id)} ({slot.task_executor.address}): "
-                    f"{type(exc).__name__}: {exc}",
-                    type(exc).__name__,
-                )
+    def _deployment_answered(
+        self, execution: Execution, slot: PhysicalSlot, deployed: asyncio.Future[None]
+    ) -> None:
+        exc = None if deployed.cancelled() else deployed.exception()
+        if self._closed or exc is None:
+            return
+        if not isinstance(exc, RpcError):
+            log.error("BUG: deploying %s raised", execution.description, exc_info=exc)
+        if execution.is_current and execution.state is ES.DEPLOYING:
+            self._fail_execution(
+                execution,
+                f"could not deploy {execution.description} to task executor "
+                f"{short(slot.task_executor.resource_id)} ({slot.task_executor.address}): "
+                f"{type(exc).__name__}: {exc}",
+                type(exc).__name__,
+            )
 
     # -- state updates from task executors ------------------------------------------------------
 
@@ -552,19 +550,25 @@ class DefaultScheduler:
         if slot is None:
             execution.transition_to(ES.CANCELED)
             return
-        self._spawn(self._send_cancel(execution, slot), "cancel")
+        answered = self.actions.cancel_task(execution, slot)
+        answered.add_done_callback(partial(self._cancel_answered, execution))
 
-    async def _send_cancel(self, execution: Execution, slot: PhysicalSlot) -> None:
-        try:
-            await self.actions.cancel_task(execution, slot)
-        except RpcError as exc:
-            # The task is not there (never arrived, already gone) or its executor is
-            # unreachable: either way it does not run for us any more.
-            if execution.is_current and execution.state is ES.CANCELING:
-                log.info("cancel of %s: %s; treating it as cancelled", execution.description, exc)
-                execution.transition_to(ES.CANCELED)
-                self._release_slot(execution)
-                self._after_terminal()
+    def _cancel_answered(
+        self, execution: Execution, answered: asyncio.Future[RpcError | None]
+    ) -> None:
+        error = None if answered.cancelled() else answered.result()
+        # The task is not there (never arrived, already gone) or its executor is unreachable:
+        # either way it does not run for us any more.
+        if (
+            error is not None
+            and not self._closed
+            and execution.is_current
+            and execution.state is ES.CANCELING
+        ):
+            log.info("cancel of %s: %s; treating it as cancelled", execution.description, error)
+            execution.transition_to(ES.CANCELED)
+            self._release_slot(execution)
+            self._after_terminal()
 
     def slot_lost(self, slot: PhysicalSlot, cause: BaseException) -> None:
         """A slot in use vanished (its task executor died or freed it).
@@ -592,6 +596,4 @@ class DefaultScheduler:
 
     async def close(self) -> None:
         self._closed = True
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._slot_waits.close()

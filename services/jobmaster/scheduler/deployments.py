@@ -19,6 +19,7 @@ Attempts still being deployed are never "missing": the task executor may not hav
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -53,6 +54,24 @@ class DeploymentTracker:
         resource_id = self._pending.pop(attempt_id, None)
         if resource_id is not None:
             self._deployed.setdefault(resource_id, {})[attempt_id] = acknowledged_at
+
+    def follow(
+        self,
+        attempt_id: ExecutionAttemptID,
+        resource_id: ResourceID,
+        submitted: asyncio.Future[None],
+    ) -> None:
+        """Track a deployment sent as ``submitted``: pending now, deployed once the task
+        executor took it, forgotten if it refused it (or the send failed)."""
+        self.start_deployment(attempt_id, resource_id)
+
+        def answered(done: asyncio.Future[None]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                self.stop(attempt_id)
+            else:
+                self.complete_deployment(attempt_id, asyncio.get_running_loop().time())
+
+        submitted.add_done_callback(answered)
 
     def stop(self, attempt_id: ExecutionAttemptID) -> None:
         resource_id = self._pending.pop(attempt_id, None)

@@ -3,10 +3,12 @@ needs from the outside (its I/O, a listener of progress) and the failure records
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from sparkmill.common.core.errors import RpcError
 from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.states import JobStatus
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
@@ -17,12 +19,16 @@ from sparkmill.services.jobmaster.slotpool.slot_pool import PhysicalSlot
 
 
 class SchedulerActions(Protocol):
-    async def submit_task(self, execution: Execution, slot: PhysicalSlot) -> None:
-        """Deploy the attempt into the slot (TaskExecutor.SubmitTask); raises RpcError."""
+    def submit_task(self, execution: Execution, slot: PhysicalSlot) -> asyncio.Future[None]:
+        """Deploy the attempt into the slot (TaskExecutor.SubmitTask); the future ends when the
+        task executor took it, or with the RpcError that says why not."""
         ...
 
-    async def cancel_task(self, execution: Execution, slot: PhysicalSlot) -> None:
-        """Ask the task executor to cancel the attempt; raises RpcError."""
+    def cancel_task(
+        self, execution: Execution, slot: PhysicalSlot
+    ) -> asyncio.Future[RpcError | None]:
+        """Ask the task executor to cancel the attempt; the future's result is None once it
+        did, or the RpcError that says why it could not."""
         ...
 
     def job_status_changed(self, status: JobStatus, cause: str) -> None: ...
