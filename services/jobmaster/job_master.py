@@ -253,7 +253,8 @@ class JobMaster:
         was_leading = bool(self.session_id) and tell_dispatcher
         self.status = JobStatus.SUSPENDED
         self.progress.stop()
-        await self._release_everything(cause)
+        await self._release_resources(cause)
+        await self.election.stop()
         if was_leading:
             await self._hand_job_back()
 
@@ -293,10 +294,11 @@ class JobMaster:
 
     async def _finish(self, status: JobStatus, cause: str) -> None:
         self.progress.stop()
-        await self._release_resources(f"job {status.name}")
-        # Task executors keep their connection to the job while they hold its results (Flink's
-        # TaskExecutor does while its partition tracker tracks the job's partitions): the job
-        # is over, so let them go now rather than when our heartbeats stop.
+        # Leave the resource manager while reporting (the client need not wait for both).
+        released = self.runtime.spawn(self._release_resources(f"job {status.name}"), "release")
+        await asyncio.sleep(0)
+        # Task executors keep their connection to the job while they hold its results (as
+        # Flink's partition tracker does): the job is over, so let them go now.
         for te in list(self.task_executors.values()):
             self._disconnect_task_executor(te, f"the job ended {status.name}")
         if not self.election.has_leadership(self.session_id):
@@ -309,6 +311,7 @@ class JobMaster:
                 status.name,
             )
             self.status = JobStatus.SUSPENDED
+            await released
             await self.election.stop()
             self.host.job_master_done(self)
             await self._hand_job_back()  # the job's outcome (if any) is for the next one
@@ -333,15 +336,12 @@ class JobMaster:
                 await self.runtime.run_blocking(self.host.progress_store.remove, self.job_id)
             except OSError as exc:
                 log.warning("job %s: progress log not removed: %s", short(self.job_id), exc)
+        await released
         await self.election.stop()
         self.host.job_master_done(self)
 
     def _report_status(self, status: JobStatus, cause: str) -> None:
         self.runtime.spawn(self.host.report_job_status(self._status_report(status)), "report")
-
-    async def _release_everything(self, cause: str) -> None:
-        await self._release_resources(cause)
-        await self.election.stop()
 
     async def _release_resources(self, cause: str) -> None:
         await self.scheduler.close()

@@ -287,7 +287,9 @@ class JobMasterProcess(JobMasterServicer):
         self, request: job_master_pb2.OfferSlotsRequest, context: CallContext
     ) -> job_master_pb2.OfferSlotsResponse:
         job_master = self._job_master(request.job_id)
-        self.task_executor_keys.check(request.resource_id, context.peer, "offer its slots")
+        # Offering connects the task executor (RegisterTaskExecutor is optional), so the key
+        # that offers first owns the id from now on, as one that registered would.
+        self.task_executor_keys.bind(request.resource_id, context.peer)
         accepted = job_master.offer_slots(
             request.resource_id, request.address, list(request.offers)
         )

@@ -29,6 +29,8 @@ from sparkmill.services.taskexecutor.task import Task
 log = logging.getLogger(__name__)
 
 OFFER_RETRIES = 3
+# How long non-final state updates wait for others to join their batch (see batching_window).
+UPDATE_BATCH_WINDOW_S = 0.002
 
 
 @dataclass
@@ -39,13 +41,14 @@ class JobConnection:
     address: str
     session_id: str
     client: JobMasterClient
-    registered: bool = False
     pending_offers: set[AllocationID] = field(default_factory=set)
     offer_task: asyncio.Task[None] | None = None
     # Queued state updates; None where a final state replaced an earlier one (see queue_update).
     updates: list[job_master_pb2.TaskExecutionState | None] = field(default_factory=list)
     # Where each attempt's not-yet-sent non-final updates sit in ``updates``.
     queued_at: dict[str, list[int]] = field(default_factory=dict)
+    final_queued: bool = False
+    _window: asyncio.Future[None] | None = field(default=None, repr=False)
     flush_task: asyncio.Task[None] | None = None
     # Ended attempts whose final state the JobMaster has not acknowledged: still reported as
     # hosted, so heartbeat reconciliation never mistakes an update in flight for a lost task.
@@ -71,6 +74,9 @@ class JobConnection:
             self.queued_at.setdefault(update.attempt_id, []).append(len(self.updates))
             self.updates.append(update)
             return
+        self.final_queued = True
+        if self._window is not None:
+            _end(self._window)  # the JobMaster waits for this one: send it now
         earlier = self.queued_at.pop(update.attempt_id, None)
         if not earlier:
             self.updates.append(update)
@@ -83,7 +89,29 @@ class JobConnection:
         """The queued updates, in order, for one batch; the queue is empty afterwards."""
         batch, self.updates = self.updates, []
         self.queued_at.clear()
+        self.final_queued = False
         return [update for update in batch if update is not None]
+
+    async def batching_window(self) -> None:
+        """Wait before sending the queued updates, so that those of other tasks join the batch.
+
+        Non-final updates (INITIALIZING, RUNNING) wait up to ``UPDATE_BATCH_WINDOW_S``: a short
+        task's final state then replaces them. A final state is what the JobMaster waits for
+        to release the slot and schedule the consumers, so it ends the wait at once; it still
+        waits one loop turn, for the other updates posted in the same turn. (While a batch is
+        in flight, what is queued meanwhile goes out when it returns: under load, batches grow
+        by themselves.)"""
+        loop = asyncio.get_running_loop()
+        if self.final_queued:
+            await asyncio.sleep(0)
+            return
+        self._window = window = loop.create_future()
+        timer = loop.call_later(UPDATE_BATCH_WINDOW_S, _end, window)
+        try:
+            await window
+        finally:
+            timer.cancel()
+            self._window = None
 
     def requeue_updates(self, batch: list[job_master_pb2.TaskExecutionState]) -> None:
         """Put a batch that could not be sent back in front of what was queued since.
@@ -92,6 +120,11 @@ class JobConnection:
         (a later final state is appended after its earlier updates: still in order)."""
         self.updates[:0] = batch
         self.queued_at.clear()
+
+
+def _end(window: asyncio.Future[None]) -> None:
+    if not window.done():
+        window.set_result(None)
 
 
 FreeSlot = Callable[[AllocationID, str], None]
@@ -111,13 +144,8 @@ async def offer_slots(
     # Yield once so that slot requests arriving together are offered in one RPC.
     await asyncio.sleep(0)
     try:
-        if not connection.registered:
-            await connection.client.register_task_executor(
-                job_master_pb2.JobMasterRegisterTaskExecutorRequest(
-                    job_id=connection.job_id, resource_id=resource_id, address=address
-                )
-            )
-            connection.registered = True
+        # No RegisterTaskExecutor first: the offer connects this task executor to the JobMaster
+        # (one round trip less before a job's first task can be deployed here).
         while connection.pending_offers and is_current():
             batch = list(connection.pending_offers)
             connection.pending_offers.clear()

@@ -492,7 +492,7 @@ class TaskExecutor(TaskExecutorServicer):
             connection.flush_task = self.runtime.spawn(self._flush_updates(connection), "flush")
 
     async def _flush_updates(self, connection: JobConnection) -> None:
-        await asyncio.sleep(0.002)  # coalesce the transitions of many tasks into one RPC
+        await connection.batching_window()  # coalesce the transitions of many tasks
         delay = 0.1
         while connection.updates and self.jobs.get(connection.job_id) is connection:
             batch = connection.take_updates()

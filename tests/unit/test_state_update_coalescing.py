@@ -3,14 +3,17 @@
 The task executor sends a job's state updates in batches. A final state replaces the same
 attempt's INITIALIZING and RUNNING while they still wait in the queue, so a short task costs the
 JobMaster one update instead of three; what was already sent is never taken back, and updates
-of different attempts keep their order.
+of different attempts keep their order. A final state also ends the batching window at once
+(the JobMaster waits for it); non-final ones wait for company.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from sparkmill.common.core.ids import JobID
 from sparkmill.common.v1 import common_pb2, job_master_pb2
-from sparkmill.services.taskexecutor.job_connection import JobConnection
+from sparkmill.services.taskexecutor.job_connection import UPDATE_BATCH_WINDOW_S, JobConnection
 
 A = "a" * 32
 B = "b" * 32
@@ -66,3 +69,25 @@ def test_a_batch_put_back_after_a_failed_send_keeps_every_update_in_order() -> N
         (A, common_pb2.EXECUTION_RUNNING),
         (A, common_pb2.EXECUTION_FINISHED),
     ]
+
+
+def test_a_final_state_ends_the_batching_window_at_once() -> None:
+    async def scenario() -> tuple[float, float]:
+        connection = _connection()
+        loop = asyncio.get_running_loop()
+        connection.queue_update(_update(A, common_pb2.EXECUTION_RUNNING), final=False)
+        started = loop.time()
+        waiting = asyncio.ensure_future(connection.batching_window())
+        await asyncio.sleep(0)
+        connection.queue_update(_update(A, common_pb2.EXECUTION_FINISHED), final=True)
+        await waiting
+        ended_early = loop.time() - started
+        # Nothing final queued: the window runs its course.
+        connection.take_updates()
+        connection.queue_update(_update(B, common_pb2.EXECUTION_RUNNING), final=False)
+        started = loop.time()
+        await connection.batching_window()
+        return ended_early, loop.time() - started
+
+    early, full = asyncio.run(scenario())
+    assert early < UPDATE_BATCH_WINDOW_S <= full + 1e-4
