@@ -15,8 +15,12 @@ Each attempt's log is capped (``taskmanager.log.attempt.max-size``): past the ca
 lines are dropped and the reader is told how many bytes were dropped. Offsets count every byte
 the attempt ever wrote, so a follower reading from an offset never sees a line twice.
 
-Logs are files under ``taskmanager.log.attempt.dir`` (``<job id>/<attempt>.log`` plus a
-``.meta`` JSON): a restarted task executor still serves the logs of the attempts it ran, and a
+Logs are files under ``taskmanager.log.attempt.dir``: ``<job id>/<attempt>.log``, and one line
+per attempt start, end and rewrite in ``<job id>/attempts.jsonl`` (its key, where the file
+starts, whether it ended; the last line of an attempt counts). One index per job instead of a
+``.meta`` file per attempt: creating a file costs a file system far more than appending a line,
+and a short task created two. (Logs of earlier versions, with ``.meta`` files, are still read.)
+A restarted task executor still serves the logs of the attempts it ran, and a
 job's logs are removed ``taskmanager.log.attempt.retention`` after their last line.
 """
 
@@ -43,6 +47,7 @@ _FORMAT = logging.Formatter(
     "%(asctime)s.%(msecs)03d %(levelname)-5s %(name)s: %(message)s", "%Y-%m-%d %H:%M:%S"
 )
 _SAFE = str.maketrans({c: "_" for c in "/\\:\0"})
+INDEX = "attempts.jsonl"
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,19 +247,15 @@ class AttemptLogStore:
             "file_start": entry.file_start,
             "ended": entry.ended,
         }
-        with contextlib.suppress(OSError):
-            entry.path.with_suffix(".meta").write_text(json.dumps(meta))
+        with contextlib.suppress(OSError), (entry.path.parent / INDEX).open("a") as out:
+            out.write(json.dumps(meta) + "\n")
 
     # -- reading (event loop) --------------------------------------------------------------------
 
     def attempts(self, job_id: str) -> list[AttemptKey]:
         """Every attempt of ``job_id`` with a log here, oldest first."""
         keys = {k for k in self._snapshot_keys() if k.job_id == job_id}
-        job_dir = self.directory / job_id.translate(_SAFE)
-        for meta in sorted(job_dir.glob("*.meta")) if job_dir.is_dir() else ():
-            found = _read_meta(meta)
-            if found is not None:
-                keys.add(found[0])
+        keys.update(key for key, _, _ in _read_index(self.directory / job_id.translate(_SAFE)))
         return sorted(keys, key=lambda k: (k.vertex_name, k.subtask_index, k.order()))
 
     def read(self, key: AttemptKey, offset: int, max_bytes: int) -> LogChunk:
@@ -297,7 +298,7 @@ class AttemptLogStore:
 
     def _read_file(self, key: AttemptKey) -> tuple[bytes, int, bool, float]:
         path = self.directory / key.job_id.translate(_SAFE) / f"{key.file_stem}.log"
-        found = _read_meta(path.with_suffix(".meta"))
+        found = next((f for f in _read_index(path.parent) if f[0] == key), None)
         file_start, ended = (found[1], found[2]) if found else (0, True)
         try:
             data = path.read_bytes()
@@ -345,9 +346,25 @@ class AttemptLogStore:
             return [e.key for e in self._bound.values()]
 
 
-def _read_meta(path: Path) -> tuple[AttemptKey, int, bool] | None:
+def _read_index(job_dir: Path) -> list[tuple[AttemptKey, int, bool]]:
+    """Each attempt of a job directory with where its file starts and whether it ended: the
+    index's last line per attempt, and the ``.meta`` files of earlier versions."""
+    found: dict[AttemptKey, tuple[AttemptKey, int, bool]] = {}
+    texts = []
+    with contextlib.suppress(OSError):
+        texts = [meta.read_text() for meta in sorted(job_dir.glob("*.meta"))]
+    with contextlib.suppress(OSError):
+        texts += (job_dir / INDEX).read_text().splitlines()
+    for text in texts:
+        record = _parse_meta(text)
+        if record is not None:
+            found[record[0]] = record
+    return list(found.values())
+
+
+def _parse_meta(text: str) -> tuple[AttemptKey, int, bool] | None:
     try:
-        meta = json.loads(path.read_text())
+        meta = json.loads(text)
         key = AttemptKey(
             job_id=str(meta["job_id"]),
             vertex_id=str(meta["vertex_id"]),
@@ -358,7 +375,7 @@ def _read_meta(path: Path) -> tuple[AttemptKey, int, bool] | None:
             attempt_id=str(meta["attempt_id"]),
         )
         return key, int(meta.get("file_start", 0)), bool(meta.get("ended", True))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):  # a line cut short by a crash, or not ours
         return None
 
 

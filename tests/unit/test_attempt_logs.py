@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -135,6 +136,36 @@ def test_a_restarted_task_executor_serves_the_files(
     assert found == key(attempt=2)
     assert "before restart" in again.read(found, 0, 1000).text
     assert again.read(found, -5, 1000).ended
+
+
+def test_after_a_restart_the_index_says_where_a_capped_file_starts_and_what_ran_on(
+    store: AttemptLogStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    capture(store, monkeypatch)
+    run_on_thread(store, key(), lambda: [print(f"line {i:05d}") for i in range(1000)])
+    before = store.read(key(), 0, 1 << 20)
+    # An attempt the process died in: started, never ended.
+    with store.bind(key(subtask=1)):
+        store.write_line("half way")
+        again = AttemptLogStore(tmp_path / "te1", max_bytes=4096, retention_s=60.0)
+        assert again.attempts(JOB) == [key(), key(subtask=1)]
+        after = again.read(key(), 0, 1 << 20)
+        assert after.first_offset == before.first_offset and after.ended
+        assert after.text.rstrip().endswith("line 00999")
+        cut_off = again.read(key(subtask=1), 0, 1000)
+        assert cut_off.text == "half way\n" and not cut_off.ended
+
+
+def test_logs_an_earlier_version_wrote_with_a_meta_file_are_still_served(tmp_path: Path) -> None:
+    job_dir = tmp_path / "te1" / JOB
+    job_dir.mkdir(parents=True)
+    old = key(attempt=1)
+    (job_dir / f"{old.file_stem}.log").write_text("from the old version\n")
+    meta = {f: getattr(old, f) for f in old.__slots__}
+    (job_dir / f"{old.file_stem}.meta").write_text(json.dumps({**meta, "ended": True}))
+    store = AttemptLogStore(tmp_path / "te1", max_bytes=4096, retention_s=60.0)
+    assert store.attempts(JOB) == [old]
+    assert store.read(old, 0, 1000).text == "from the old version\n"
 
 
 def test_retention_removes_ended_jobs_only_after_it(
