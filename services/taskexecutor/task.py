@@ -1,6 +1,7 @@
 """One execution attempt of one subtask on a task executor (Flink's ``Task``).
 
-The task's work runs on its own thread; its *state* belongs to the task executor's event loop.
+The task's work runs on a thread of its own (reused from an ended attempt:
+:mod:`.task_threads`); its *state* belongs to the task executor's event loop.
 The thread never touches state: it posts each transition to the loop
 (``loop.call_soon_threadsafe``), where :meth:`Task._apply` checks it against the execution state
 table and hands it to the task executor, which records it and reports it to the JobMaster.
@@ -36,6 +37,7 @@ from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.services.taskexecutor import attempt_logs
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.pipeline.codec import RemoteAttemptError
+from sparkmill.services.taskexecutor.task_threads import TASK_THREADS, TaskThreads
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ class Task:
         self._invokable: Invokable | None = None
         self._lock = threading.Lock()  # guards _invokable between the loop and the task thread
         self._external_failure: TaskFailure | None = None
-        self._thread: threading.Thread | None = None
+        self._ended = threading.Event()  # the attempt's thread is done with it
 
     # SlotTask protocol (used by the TaskSlotTable)
     @property
@@ -106,13 +108,8 @@ class Task:
             f" attempt #{self.tdd.attempt_number}"
         )
 
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._run,
-            name=f"task-{self.tdd.vertex_name}-{self.tdd.subtask_index}",
-            daemon=True,
-        )
-        self._thread.start()
+    def start(self, threads: TaskThreads = TASK_THREADS) -> None:
+        threads.run(self._run, f"task-{self.tdd.vertex_name}-{self.tdd.subtask_index}")
 
     def cancel(self) -> None:
         """Ask the attempt to stop; it ends CANCELED (unless it finishes first)."""
@@ -134,8 +131,7 @@ class Task:
         self.cancel()
 
     def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._ended.wait(timeout)
 
     # -- task thread ------------------------------------------------------------------------
 
@@ -150,12 +146,15 @@ class Task:
             self._loop.call_soon_threadsafe(self._apply, state, failure, outcome)
 
     def _run(self) -> None:
-        store = attempt_logs.installed()
-        if not isinstance(store, attempt_logs.AttemptLogStore):
-            self._run_attempt(None)
-            return
-        with store.bind(self._log_key()):
-            self._run_attempt(store)
+        try:
+            store = attempt_logs.installed()
+            if not isinstance(store, attempt_logs.AttemptLogStore):
+                self._run_attempt(None)
+                return
+            with store.bind(self._log_key()):
+                self._run_attempt(store)
+        finally:
+            self._ended.set()
 
     def _log_key(self) -> attempt_logs.AttemptKey:
         return attempt_logs.AttemptKey(
