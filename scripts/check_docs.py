@@ -198,6 +198,10 @@ def python_modules(root: Path) -> Iterator[tuple[str, Path]]:
         if (root / folder).is_dir():
             for path in sorted((root / folder).rglob("*.py")):
                 parts = list(path.relative_to(root).with_suffix("").parts)
+                # Not what a hidden or build directory holds (a benchmark's own virtualenv,
+                # say): a fresh clone has none of it, so a name found only there is not ours.
+                if any(p.startswith(".") or p in SKIP_DIRS for p in parts[:-1]):
+                    continue
                 yield ".".join(parts), path
 
 
