@@ -69,6 +69,12 @@ class LeaderElectionService(abc.ABC):
     @abc.abstractmethod
     def has_leadership(self, session_id: str) -> bool: ...
 
+    def will_publish(self, address: str) -> None:  # noqa: B027 - optional, a no-op by default
+        """Before ``start``: the address this contender will confirm once granted. A service
+        may then publish it with the creation of an election this contender is the first
+        ever to enter (the ZooKeeper form: in the same transaction), so that the contender's
+        ``confirm_leadership`` with this address needs no further write."""
+
     def leadership_fence(self, session_id: str) -> str | None:
         """What a write to the coordination service checks to succeed only under this
         leadership (the ZooKeeper form: the path of the leader's latch node), or ``None`` when

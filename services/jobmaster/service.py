@@ -243,6 +243,9 @@ class JobMasterProcess(JobMasterServicer):
         if existing is not None and not existing.status.is_terminal:
             raise AlreadyExistsError(f"job {short(graph.job_id)} already runs in this process")
         election = self.ha.job_master_election(graph.job_id)
+        # The job's first JobMaster is published as its leader by the write that creates the
+        # job's election: one ZooKeeper transaction between StartJob and deployment.
+        election.will_publish(self.identity.address)
         job_master = JobMaster(
             graph,
             settings=self.settings,

@@ -1,5 +1,6 @@
 """The ZooKeeper leader latch: a leader's bounded tolerance of a suspended connection, a
-contender stopped while disconnected, a grant that fails half-way.
+contender stopped while disconnected, a grant that fails half-way, and the first contender of a
+new election (every job's first JobMaster), which creates it in one transaction.
 
 The election runs on a hand-written fake connection (its latch lives in a dict) whose state the
 test drives the way kazoo would: SUSPENDED while the client moves to another server, CONNECTED
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 
 from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
 from sparkmill.common.ha.zookeeper.connection import (
@@ -30,7 +31,59 @@ GRACE_S = 0.2
 
 @dataclass
 class _Stat:
-    ephemeralOwner: int  # kazoo's ZnodeStat field name
+    ephemeralOwner: int  # kazoo's ZnodeStat field names
+    mzxid: int = 0
+
+
+class TestingTransaction:
+    """kazoo's transaction for the calls the latch makes: creates, checks, set_data; applied
+    whole or not at all, as ZooKeeper's multi-operation is."""
+
+    __test__ = False
+
+    def __init__(self, client: TestingKazooClient) -> None:
+        self.client = client
+        self.ops: list[tuple[str, str, dict[str, Any]]] = []
+
+    def create(self, path: str, value: bytes = b"", **flags: Any) -> None:
+        self.ops.append(("create", path, flags))
+
+    def check(self, path: str, version: int) -> None:
+        self.ops.append(("check", path, {}))
+
+    def delete(self, path: str) -> None:
+        self.ops.append(("delete", path, {}))
+
+    def set_data(self, path: str, value: bytes) -> None:
+        self.ops.append(("set_data", path, {}))
+
+    def commit(self) -> list[Any]:
+        client = self.client
+        client.transactions.append([(kind, path) for kind, path, _ in self.ops])
+        structure, nodes = set(client.structure), dict(client.nodes)
+        results: list[Any] = []
+        for kind, path, flags in self.ops:
+            # A node a test put into a latch implies the latch and its election.
+            exists = path in structure or any(n == path or n.startswith(f"{path}/") for n in nodes)
+            if kind == "create" and flags.get("sequence"):
+                node = f"{path}{next(client._sequence):010d}"
+                nodes[node] = client.session
+                results.append(node)
+            elif kind == "create" and exists:
+                return [NodeExistsError()] + [RolledBackError()] * (len(self.ops) - 1)
+            elif kind == "create":
+                structure.add(path)
+                results.append(path)
+            elif kind == "delete":
+                structure.discard(path)
+                nodes.pop(path, None)
+                results.append(True)
+            elif not exists:
+                return [NoNodeError()] + [RolledBackError()] * (len(self.ops) - 1)
+            else:
+                results.append(_Stat(0, mzxid=len(client.transactions)))
+        client.structure, client.nodes = structure, nodes
+        return results
 
 
 class TestingKazooClient:
@@ -40,8 +93,15 @@ class TestingKazooClient:
 
     def __init__(self) -> None:
         self.nodes: dict[str, int] = {}  # path -> owning session
+        # Nodes without an owner: elections, their latch, epoch and connection_info.
+        self.structure: set[str] = set()
         self.session = 1
         self._sequence = itertools.count()
+        self.transactions: list[list[tuple[str, str]]] = []
+        self.listings = 0  # get_children calls
+
+    def transaction(self) -> TestingTransaction:
+        return TestingTransaction(self)
 
     @property
     def client_id(self) -> tuple[int, bytes]:
@@ -57,6 +117,7 @@ class TestingKazooClient:
         return [p.rsplit("/", 1)[-1] for p in self.nodes if p.rsplit("/", 1)[0] == parent]
 
     def get_children(self, parent: str) -> list[str]:
+        self.listings += 1
         return self._children(parent)
 
     def get(self, path: str) -> tuple[bytes, _Stat]:
@@ -65,6 +126,8 @@ class TestingKazooClient:
         return b"", _Stat(self.nodes[path])
 
     def exists(self, path: str, watch: Callable[..., None] | None = None) -> _Stat | None:
+        if path in self.structure:
+            return _Stat(0)
         return _Stat(self.nodes[path]) if path in self.nodes else None
 
     def delete(self, path: str) -> None:
@@ -313,3 +376,149 @@ def test_foreign_children_under_the_latch_neither_crash_nor_stall_the_election()
 def test_latch_members_are_the_contenders_nodes_in_sequence_order() -> None:
     children = ["n_0000000010", "poison", "n_0000000002", "n_0000000100"]
     assert latch_members(children) == ["n_0000000002", "n_0000000010", "n_0000000100"]
+
+
+ELECTION = "/test/leader/job-1"
+
+
+def test_the_first_contender_creates_the_election_in_one_transaction_and_leads() -> None:
+    async def scenario() -> None:
+        zk = TestingZooKeeperConnection()
+        await zk.ensure_started()
+        election = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="job")
+        contender = Contender()
+        await election.start(contender)
+        await asyncio.wait_for(contender.granted.wait(), 5)
+        kazoo = zk.kazoo
+        assert kazoo.transactions == [
+            [
+                ("create", ELECTION),
+                ("create", f"{ELECTION}/latch"),
+                ("create", f"{ELECTION}/epoch"),
+                ("create", f"{ELECTION}/latch/n_"),
+            ]
+        ]
+        assert kazoo.listings == 0  # its node is the new latch's only one: no listing
+        session = election._session_id
+        assert session is not None
+        epoch = await election.confirm_leadership(session, "tcp://127.0.0.1:1")
+        assert epoch == 2
+        # No walk over the ancestors, no look for an old connection_info: nothing to delete.
+        assert kazoo.transactions[-1] == [
+            ("check", election._node or ""),
+            ("create", f"{ELECTION}/connection_info"),
+            ("set_data", f"{ELECTION}/epoch"),
+        ]
+        await election.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_contender_of_an_existing_election_lists_the_latch_and_replaces_the_old_info() -> None:
+    async def scenario() -> None:
+        zk = TestingZooKeeperConnection()
+        await zk.ensure_started()
+        first = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="a")
+        leader = Contender()
+        await first.start(leader)
+        await asyncio.wait_for(leader.granted.wait(), 5)
+        leader_session = first._session_id
+        assert leader_session is not None
+        assert await first.confirm_leadership(leader_session, "tcp://127.0.0.1:1") is not None
+
+        zk.kazoo.session = 2  # as if another process: none of the first's nodes is its own
+        second = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="b")
+        standby = Contender()
+        await second.start(standby)
+        await _settle()
+        assert standby.events == []  # the election existed: it waits behind the leader
+        assert zk.kazoo.listings >= 1
+        await first.stop()
+        await second._check()  # what its watch on the deleted predecessor does (no watches here)
+        await asyncio.wait_for(standby.granted.wait(), 5)
+        session = second._session_id
+        assert session is not None
+        assert await second.confirm_leadership(session, "tcp://127.0.0.1:2") is not None
+        # The first leader's connection_info is still there (ephemeral, its session lives):
+        # a successor looks for it and replaces it in its transaction.
+        assert ("delete", f"{ELECTION}/connection_info") in zk.kazoo.transactions[-1]
+        await second.stop()
+
+    asyncio.run(scenario())
+
+
+def test_after_losing_its_session_the_creator_of_an_election_lists_the_latch_again() -> None:
+    async def scenario() -> None:
+        zk = TestingZooKeeperConnection()
+        await zk.ensure_started()
+        election = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="job")
+        contender = Contender()
+        await election.start(contender)
+        await asyncio.wait_for(contender.granted.wait(), 5)
+        contender.granted.clear()
+        zk.kazoo.nodes[f"{ELECTION}/latch/n_0000000000"] = 9  # planted: sorts first
+        zk.drive(Z.LOST)
+        zk.kazoo.expire(1)
+        zk.kazoo.session = 2
+        zk.session_id = 2
+        zk.drive(Z.CONNECTED)
+        await _settle()
+        # Its new node is not the latch's first: it lists the latch and does not lead.
+        assert zk.kazoo.listings >= 1
+        assert contender.events == ["granted", "revoked"]
+        await election.stop()
+
+    asyncio.run(scenario())
+
+
+def test_the_first_contender_is_published_by_the_transaction_creating_the_election() -> None:
+    async def scenario() -> None:
+        zk = TestingZooKeeperConnection()
+        await zk.ensure_started()
+        election = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="job")
+        election.will_publish("tcp://127.0.0.1:1")
+        contender = Contender()
+        await election.start(contender)
+        await asyncio.wait_for(contender.granted.wait(), 5)
+        kazoo = zk.kazoo
+        assert kazoo.transactions == [
+            [
+                ("create", ELECTION),
+                ("create", f"{ELECTION}/latch"),
+                ("create", f"{ELECTION}/epoch"),
+                ("create", f"{ELECTION}/latch/n_"),
+                ("create", f"{ELECTION}/connection_info"),
+                ("set_data", f"{ELECTION}/epoch"),
+            ]
+        ]
+        session = election._session_id
+        assert session is not None
+        # Confirming what was published costs nothing more; the epoch is that transaction's.
+        assert await election.confirm_leadership(session, "tcp://127.0.0.1:1") == 1
+        assert len(kazoo.transactions) == 1
+        await election.stop()
+
+    asyncio.run(scenario())
+
+
+def test_confirming_another_address_than_the_one_published_with_the_election_replaces_it() -> None:
+    async def scenario() -> None:
+        zk = TestingZooKeeperConnection()
+        await zk.ensure_started()
+        election = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="job")
+        election.will_publish("tcp://127.0.0.1:1")
+        contender = Contender()
+        await election.start(contender)
+        await asyncio.wait_for(contender.granted.wait(), 5)
+        session = election._session_id
+        assert session is not None
+        assert await election.confirm_leadership(session, "tcp://127.0.0.1:2") == 2
+        assert zk.kazoo.transactions[-1] == [
+            ("check", election._node or ""),
+            ("delete", f"{ELECTION}/connection_info"),
+            ("create", f"{ELECTION}/connection_info"),
+            ("set_data", f"{ELECTION}/epoch"),
+        ]
+        await election.stop()
+
+    asyncio.run(scenario())

@@ -35,6 +35,7 @@ import json
 import logging
 import re
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.exceptions import KazooException, NoNodeError
@@ -88,6 +89,21 @@ def parse_leader_info(data: bytes, name: str = "leader") -> LeaderInfo | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Publication:
+    """A latch node created with its election, and the leader published with it (session id
+    empty when nothing was published: no address was known)."""
+
+    node: str
+    session_id: str
+    address: str
+    epoch: int
+
+
+def _leader_data(address: str, session_id: str) -> bytes:
+    return json.dumps({"address": address, "session_id": session_id}).encode()
+
+
 class ZooKeeperLeaderElectionService(LeaderElectionService):
     def __init__(
         self, zk: ZooKeeperConnection, path: str, *, tolerate_suspended: bool, name: str
@@ -106,6 +122,15 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         # session it was tolerated for (a different session on reconnect means ours expired).
         self._grace: asyncio.TimerHandle | None = None
         self._suspended_session: int | None = None
+        # Our latch node, when our first contention created the election with it
+        # (_create_election): the node is then the latch's first, the epoch node exists and no
+        # connection_info was ever published there. Each is used once, and only for that node.
+        self._tried_creating = False
+        self._first_in_new_latch: str | None = None
+        self._unpublished_new_election: str | None = None
+        # will_publish's address, and what the creating transaction published with it.
+        self._address: str | None = None
+        self._published_with_creation: _Publication | None = None
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run an election step in the background, kept referenced; a ZooKeeper error retries
@@ -124,6 +149,9 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         task = asyncio.get_running_loop().create_task(guarded())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def will_publish(self, address: str) -> None:
+        self._address = address
 
     @property
     def latch_path(self) -> str:
@@ -147,9 +175,18 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         async with self._lock:
             if self._stopped:
                 return
+            client = self.zk.client
+            assert client is not None
+            if self._node is None and not self._tried_creating:
+                self._tried_creating = True
+                created = await self.zk.call(self._create_election, client)
+                if created is not None:
+                    self._node = self._first_in_new_latch = created.node
+                    if created.session_id:
+                        self._published_with_creation = created
+                    else:
+                        self._unpublished_new_election = created.node
             if self._node is None:
-                client = self.zk.client
-                assert client is not None
                 await self._remove_leftovers_of_this_session(client)
                 await self.zk.call(self.zk.ensure_path, self.latch_path)
                 self._node = await self.zk.call(
@@ -161,6 +198,39 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                     acl=self.zk.acl(f"{self.latch_path}/{LATCH_PREFIX}"),
                 )
         await self._check()
+
+    def _create_election(self, client: Any) -> _Publication | None:
+        """Blocking. Create the election (its node, ``latch`` and ``epoch``) and our latch node
+        in one transaction, when it does not exist yet - every job's first JobMaster: one round
+        trip instead of a walk over the ancestors, a create and a listing. Nobody can have
+        contended before, so no node of this session is left behind in it, and ours is the
+        latch's first: any later contender's sequence number is higher. So we lead from this
+        transaction on, and with :meth:`will_publish`'s address it also publishes us under the
+        session id we are then granted (as ``confirm_leadership`` would: connection_info and
+        the epoch). None when the election exists already (or its parent does not, or anything
+        else failed): the caller then takes the general path, which reports real errors."""
+        latch_node = f"{self.latch_path}/{LATCH_PREFIX}"
+        session_id = new_leader_session_id() if self._address is not None else ""
+        transaction = client.transaction()
+        transaction.create(self.path, b"", acl=self.zk.acl(self.path))
+        transaction.create(self.latch_path, b"", acl=self.zk.acl(self.latch_path))
+        transaction.create(self.epoch_path, b"", acl=self.zk.acl(self.epoch_path))
+        transaction.create(
+            latch_node, b"", ephemeral=True, sequence=True, acl=self.zk.acl(latch_node)
+        )
+        if self._address is not None:
+            transaction.create(
+                self.info_path,
+                _leader_data(self._address, session_id),
+                ephemeral=True,
+                acl=self.zk.acl(self.info_path),
+            )
+            transaction.set_data(self.epoch_path, session_id.encode())
+        results = transaction.commit()
+        if any(isinstance(result, Exception) for result in results):
+            return None
+        epoch = int(results[-1].mzxid) if session_id else 0
+        return _Publication(str(results[3]), session_id, self._address or "", epoch)
 
     async def _remove_leftovers_of_this_session(self, client: Any) -> None:
         """Delete latch nodes this ZooKeeper session still owns from an earlier contender of
@@ -210,11 +280,15 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                 return None
             client = self.zk.client
             assert client is not None
-            try:
-                children = await self.zk.call(client.get_children, self.latch_path)
-            except NoNodeError:
-                children = []
             mine = self._node.rsplit("/", 1)[-1]
+            if self._first_in_new_latch == self._node:
+                self._first_in_new_latch = None  # we created the latch with our node in it
+                children = [mine]
+            else:
+                try:
+                    children = await self.zk.call(client.get_children, self.latch_path)
+                except NoNodeError:
+                    children = []
             ordered = latch_members(children)
             if mine not in ordered:
                 # Our ephemeral node is gone (the session expired): contend anew.
@@ -225,7 +299,12 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
             if index == 0:
                 if self._session_id is not None or not self._may_lead():
                     return None
-                session_id = self._session_id = new_leader_session_id()
+                published = self._published_with_creation
+                if published is None or published.node != self._node:
+                    self._published_with_creation = published = None
+                session_id = self._session_id = (
+                    new_leader_session_id() if published is None else published.session_id
+                )
                 log.info("%s: leadership granted (session %s)", self.name, short(session_id))
                 assert self._contender is not None
                 try:
@@ -310,15 +389,35 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
             return None
         client = self.zk.client
         assert client is not None
-        data = json.dumps({"address": address, "session_id": session_id}).encode()
+        data = _leader_data(address, session_id)
         node = self._node
+        published, self._published_with_creation = self._published_with_creation, None
+        if published is not None and published == _Publication(
+            node, session_id, address, published.epoch
+        ):
+            log.info(
+                "%s: published leader %s with the election (session %s, epoch %d)",
+                self.name,
+                address,
+                short(session_id),
+                published.epoch,
+            )
+            return published.epoch
+
+        # In an election we created, the epoch node exists and no connection_info was ever
+        # published: the first attempt needs neither the walk over the ancestors nor the look
+        # for an old connection_info. Any failure makes the next attempt do both.
+        careful = self._unpublished_new_election != node
+        self._unpublished_new_election = None
 
         def publish() -> int | None:
-            self.zk.ensure_path(self.epoch_path)
+            thorough = careful
             for _ in range(3):
+                if thorough:
+                    self.zk.ensure_path(self.epoch_path)
                 transaction = client.transaction()
                 transaction.check(node, 0)  # still ours: the latch node was never modified
-                if client.exists(self.info_path) is not None:
+                if thorough and client.exists(self.info_path) is not None:
                     transaction.delete(self.info_path)
                 transaction.create(
                     self.info_path, data, ephemeral=True, acl=self.zk.acl(self.info_path)
@@ -330,6 +429,7 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                     return int(results[-1].mzxid)
                 if any(isinstance(r, NoNodeError) for r in results[:1]):
                     return None  # our latch node is gone: we are not the leader any more
+                thorough = True
             return None
 
         epoch = await self.zk.call(publish)
