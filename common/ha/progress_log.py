@@ -19,12 +19,14 @@ as zeros, bytes of two writes mixed); a duplicate (a batch written again after a
 write) is skipped. Losing records costs re-running subtasks, never correctness.
 
 **A deposed JobMaster can never add to what its successors trust.** A JobMaster taking over
-writes ``leader``, reads every earlier log, and records in an ``adopted`` event exactly how far
-it trusts each of them (the ``trusted`` map: log name -> last sequence number), before it
-records anything else. Replay starts from the latest log that has such an event: the logs it
-adopted, each up to its mark, then that log itself. Whatever a deposed JobMaster appends after
-its successor read its log is past the mark and ignored forever; a JobMaster that was deposed
-before it adopted anything did nothing a successor must keep, and its log is ignored.
+reads every earlier log, then records ``leader`` and an ``adopted`` event saying exactly how
+far it trusts each of them (the ``trusted`` map: log name -> last sequence number), before it
+records anything else, and waits for both to be on disk before it deploys anything (a job's
+first JobMaster, which finds no log at all, builds on nothing and does not wait). Replay starts
+from the latest log that has such an event: the logs it adopted, each up to its mark, then
+that log itself. Whatever a deposed JobMaster appends after its successor read its log is past
+the mark and ignored forever; a JobMaster that was deposed before it adopted anything did
+nothing a successor must keep, and its log is ignored.
 
 Without HA there is no second JobMaster to hand over to, and :class:`NoJobProgressStore` keeps
 nothing.

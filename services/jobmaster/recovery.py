@@ -231,20 +231,28 @@ async def recover_finished_subtasks(
     job_id = graph.job_id
     if not recorder.enabled:
         return 0
-    recorder.start(session_id, epoch)
-    assert recorder.log is not None
+    first = False  # nothing was ever recorded for the job (known, not just unreadable)
     try:
         logs = await runtime.run_blocking(recorder.store.load, job_id)
+        first = not logs
     except OSError as exc:
         log.warning(
             "job %s: progress log unreadable (%s); running it from the start", short(job_id), exc
         )
         logs = []
+    # `leader` and `adopted` go to disk in one write (the writer starts once we yield).
+    recorder.start(session_id, epoch)
+    assert recorder.log is not None
     recovered = replay(logs, recorder.log, recorder.layout)
-    # What we build on, recorded (and on disk) before we act: whatever a deposed JobMaster
-    # appends from now on is past these marks, so no successor of ours will ever trust it.
     recorder.adopt(recovered.trusted)
-    await recorder.flush()
+    if not first:
+        # What we build on, on disk before we act: whatever a deposed JobMaster appends from
+        # now on is past these marks, so no successor of ours will ever trust it.
+        await recorder.flush()
+    # Without any earlier log (a job's first JobMaster) there is nothing to build on, and the
+    # job is deployed while the two records are written: readers trust no record of ours
+    # before `adopted` (records are numbered), so dying before it lands loses only our own
+    # progress, which costs re-running, never correctness - as losing any record does.
     finished = recovered.finished
     if not finished:
         return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,11 @@ from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     ExecutionGraph,
     ExecutionVertex,
 )
-from sparkmill.services.jobmaster.recovery import ProgressRecorder, plan_recovery
+from sparkmill.services.jobmaster.recovery import (
+    ProgressRecorder,
+    plan_recovery,
+    recover_finished_subtasks,
+)
 from tests.unit.scheduler_harness import A2A, BLOCKING, PIPELINED, POINTWISE, build_graph
 
 ES = ExecutionState
@@ -381,6 +386,78 @@ def test_a_failed_write_is_written_again_and_readers_skip_what_landed_twice() ->
     assert [e.seq for e in log.events] == [1, 1, 2, 3, 4]
     a = v(graph, "a", 0).job_vertex.id
     assert set(replay([log], LogId(2, "s2")).finished) == {(a, 0), (a, 1)}
+
+
+class _ThreadRuntime(_Runtime):
+    """Blocking calls on a thread, as the service runtime runs them."""
+
+    async def run_blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+class _HeldStore(InMemoryJobProgressStore):
+    """Appends wait until the test lets them land; counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.may_land = threading.Event()
+        self.appends = 0
+
+    def append(self, job_id: str, log: LogId, events: list[ProgressEvent]) -> None:
+        self.appends += 1
+        self.may_land.wait(10)
+        super().append(job_id, log, events)
+
+
+GRAPH = chain3()
+
+
+def _recover(store: _HeldStore) -> tuple[asyncio.Task[int], ProgressRecorder]:
+    runtime: Any = _ThreadRuntime()
+    recorder = ProgressRecorder(store, GRAPH.job_id, runtime)
+    no_scheduler: Any = None  # nothing is restored: the scheduler is never used
+    task = asyncio.get_running_loop().create_task(
+        recover_finished_subtasks(GRAPH, no_scheduler, recorder, runtime, "/nowhere", "s2", 20)
+    )
+    return task, recorder
+
+
+def test_a_jobs_first_job_master_deploys_while_leader_and_adopted_are_written() -> None:
+    store = _HeldStore()
+
+    async def main() -> None:
+        task, recorder = _recover(store)
+        # Nothing to build on: it returns (and the job is deployed) before the records land.
+        assert await asyncio.wait_for(task, 5) == 0
+        assert not recorder.idle
+        store.may_land.set()
+        await recorder.flush()
+
+    asyncio.run(main())
+    events = store.logs[GRAPH.job_id][LogId(20, "s2")]
+    assert [(e.kind, e.seq) for e in events] == [(LEADER, 1), (ADOPTED, 2)]
+    assert store.appends == 1  # both records in one write
+
+
+def test_a_job_master_taking_over_acts_only_once_what_it_adopted_is_on_disk() -> None:
+    store = _HeldStore()
+    earlier = LogId(10, "s1")
+    store.logs[GRAPH.job_id] = {
+        earlier: numbered([ProgressEvent(LEADER, "s1"), ProgressEvent(ADOPTED, "s1")])
+    }
+
+    async def main() -> None:
+        task, recorder = _recover(store)
+        await asyncio.sleep(0.2)
+        assert not task.done()  # waits for its adopted record
+        store.may_land.set()
+        assert await asyncio.wait_for(task, 5) == 0
+        assert recorder.idle
+
+    asyncio.run(main())
+    events = store.logs[GRAPH.job_id][LogId(20, "s2")]
+    assert [(e.kind, e.seq) for e in events] == [(LEADER, 1), (ADOPTED, 2)]
+    assert events[1].trusted == ((earlier.name, 2),)
 
 
 # ------------------------------------------------------------------------------------ exchange
