@@ -102,6 +102,10 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         self.storage_dir = storage_dir / "job-graphs"
         self.quarantine_dir = self.storage_dir / "quarantine"
         self.owner = owner
+        # Whether the ``jobgraphs`` node is known to exist: walking its ancestors costs a round
+        # trip each, on every submission's way to its acknowledgement. Nothing of sparkmill
+        # deletes it; if someone does, the put's transaction fails and creates it again.
+        self._parent_exists = False
 
     def _node(self, job_id: str) -> str:
         return f"{self.zk_path}/{job_id}"
@@ -124,28 +128,37 @@ class ZooKeeperJobGraphStore(JobGraphStore):
         handle = self._handle(graph.job_id)
         _atomic_write(handle, graph.SerializeToString())
         node = self._node(graph.job_id)
-        (self._ensure_path or self.client.ensure_path)(self.zk_path)
         locks, lock = f"{node}/locks", f"{node}/locks/{self.owner}"
-        transaction = self.client.transaction()
-        if fence is not None:
-            # In the same transaction: a leader whose session already ended (a successor may
-            # have recovered the store without this job) stores nothing.
-            transaction.check(fence, 0)
-        transaction.create(node, str(handle).encode(), acl=self._acl(node))
-        transaction.create(locks, b"", acl=self._acl(locks))
-        transaction.create(lock, b"", ephemeral=True, acl=self._acl(lock))
-        results = transaction.commit()
-        if not any(isinstance(result, Exception) for result in results):
-            return
-        if fence is not None:
-            fenced, results = results[0], results[1:]
-            if isinstance(fenced, (NoNodeError, BadVersionError)):
-                # The graph file may stay behind: it is the same path a successor writes for
-                # this job id, so it is not ours to delete.
-                raise NotLeaderError(
-                    f"job {graph.job_id} was not stored: this leader's ZooKeeper session ended "
-                    "before the write (its latch node is gone); submit to the new leader"
-                )
+        walked = False
+        while True:
+            if not self._parent_exists:
+                (self._ensure_path or self.client.ensure_path)(self.zk_path)
+                self._parent_exists = walked = True
+            transaction = self.client.transaction()
+            if fence is not None:
+                # In the same transaction: a leader whose session already ended (a successor
+                # may have recovered the store without this job) stores nothing.
+                transaction.check(fence, 0)
+            transaction.create(node, str(handle).encode(), acl=self._acl(node))
+            transaction.create(locks, b"", acl=self._acl(locks))
+            transaction.create(lock, b"", ephemeral=True, acl=self._acl(lock))
+            results = transaction.commit()
+            if not any(isinstance(result, Exception) for result in results):
+                return
+            if fence is not None:
+                fenced, results = results[0], results[1:]
+                if isinstance(fenced, (NoNodeError, BadVersionError)):
+                    # The graph file may stay behind: it is the same path a successor writes
+                    # for this job id, so it is not ours to delete.
+                    raise NotLeaderError(
+                        f"job {graph.job_id} was not stored: this leader's ZooKeeper session "
+                        "ended before the write (its latch node is gone); submit to the new "
+                        "leader"
+                    )
+            if isinstance(results[0], NoNodeError) and not walked:
+                self._parent_exists = False  # ``jobgraphs`` is gone: create it, then again
+                continue
+            break
         if not isinstance(results[0], NodeExistsError):
             raise next(r for r in results if isinstance(r, Exception))
         # Put again (a job re-submitted by its own leader after a failed acknowledgement): the
