@@ -60,11 +60,13 @@ async def check_reporter(
     if job.session_id and session == job.session_id:
         return
     if request.status in _NEWLY_ELECTED:
+        if not job.session_id and reporter.process_id == job.process_id and session:
+            # The JobMaster we started on that process, before StartJob returned: known here,
+            # so ZooKeeper is not asked (every job's first report would wait for a read).
+            return
         leader = await job_leader(job.job_id) if job_leader is not None else None
         if leader is not None and leader.session_id == session:
             return  # the session ZooKeeper names as the job's leader (a takeover)
-        if not job.session_id and reporter.process_id == job.process_id and session:
-            return  # the JobMaster we started on that process, before StartJob returned
     raise FailedPreconditionError(
         f"report for job {short(job.job_id)} from JobMaster session {short(session)} "
         "refused: that session does not lead the job"
