@@ -74,3 +74,33 @@ def test_a_report_waiting_for_zookeeper_is_not_overtaken_by_the_next_one() -> No
             dispatcher.processes.clear()
 
     asyncio.run(scenario())
+
+
+def test_the_first_report_of_the_job_master_we_started_needs_no_zookeeper_read() -> None:
+    async def scenario() -> None:
+        asked: list[JobID] = []
+
+        async def job_leader(job_id: JobID) -> LeaderInfo | None:
+            asked.append(job_id)
+            return None
+
+        dispatcher = leading_dispatcher(job_leader=job_leader)
+        job_id = JobID(new_job_id())
+        job = JobRecord(
+            job_id, "new", common_pb2.JobGraph(job_id=job_id), 0.0, placement=JobPlacement.STARTING
+        )
+        job.process_id = "process-2"  # StartJob is on its way there; no session known yet
+        dispatcher.jobs[job_id] = job
+        dispatcher.processes.add(
+            "process-2", "tcp://127.0.0.1:2", common_pb2.ServiceInfo(), peer=PEER
+        )
+        try:
+            await dispatcher.report_job_status(
+                report(job_id, common_pb2.CREATED), call_context(PEER)
+            )
+            assert job.session_id == TAKEOVER_SESSION and job.status is JobStatus.CREATED
+            assert asked == []
+        finally:
+            dispatcher.processes.clear()
+
+    asyncio.run(scenario())
