@@ -74,9 +74,10 @@ class ZooKeeperJobGraphStore(JobGraphStore):
 
     Like Flink's ``DefaultJobGraphStore`` on a ``ZooKeeperStateHandleStore``: the job node, its
     ``locks`` container and this owner's ephemeral lock are created in one transaction, so no
-    other dispatcher can ever see (and remove) a job node without a lock; removal deletes the
-    ``locks`` container and the job node in one transaction, which ZooKeeper refuses while any
-    lock child exists, so it cannot race an owner that locks the graph at the same moment.
+    other dispatcher can ever see (and remove) a job node without a lock; removal deletes this
+    owner's lock, the ``locks`` container and the job node in one transaction, which ZooKeeper
+    refuses while any other lock exists, so it cannot race an owner that locks the graph at
+    the same moment.
     """
 
     def __init__(
@@ -168,6 +169,27 @@ class ZooKeeperJobGraphStore(JobGraphStore):
 
     @_retried
     def remove(self, job_id: JobID) -> None:
+        node = self._node(job_id)
+        # The usual case, one transaction (the next submission's transaction waits behind
+        # this one's on the dispatcher's session): our lock, ``locks`` and the node.
+        transaction = self.client.transaction()
+        transaction.delete(f"{node}/locks/{self.owner}")
+        transaction.delete(f"{node}/locks")
+        transaction.delete(node)
+        results = transaction.commit()
+        if not any(isinstance(result, Exception) for result in results):
+            self._handle(job_id).unlink(missing_ok=True)
+            return
+        if isinstance(results[1], NotEmptyError):
+            # Another owner holds a lock: only ours goes, the graph stays for that owner.
+            with contextlib.suppress(NoNodeError):
+                self.client.delete(f"{node}/locks/{self.owner}")
+            log.info("job graph %s is still locked by another owner; not removing it", job_id)
+            return
+        self._remove_in_steps(job_id)
+
+    def _remove_in_steps(self, job_id: JobID) -> None:
+        """``remove`` when we hold no lock (or the node is gone already)."""
         node = self._node(job_id)
         with contextlib.suppress(NoNodeError):
             self.client.delete(f"{node}/locks/{self.owner}")
