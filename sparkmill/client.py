@@ -16,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from sparkmill.client_leaders import WatchedLeader
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import (
     AlreadyExistsError,
@@ -101,6 +102,8 @@ class ClusterClient:
             security=self.security,
         )
         self._ha = create_ha_services(settings, ha_config, self._clients.get)
+        # With ZooKeeper: each leader this client talks to, watched from its first use on.
+        self._watched: dict[str, WatchedLeader] = {}
 
     @classmethod
     def from_config_file(
@@ -143,6 +146,8 @@ class ClusterClient:
         self.close()
 
     def close(self) -> None:
+        for watched in self._watched.values():
+            self._loop.run_until_complete(watched.close())
         self._loop.run_until_complete(self._clients.close())
         self._loop.run_until_complete(self._ha.close())
         self._loop.close()
@@ -150,7 +155,24 @@ class ClusterClient:
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run_until_complete(coro)
 
+    def _watched_leader(self, which: str) -> WatchedLeader:
+        watched = self._watched.get(which)
+        if watched is None:
+            retrieval = (
+                self._ha.dispatcher_retrieval()
+                if which == "dispatcher"
+                else self._ha.resource_manager_retrieval()
+            )
+            watched = self._watched[which] = WatchedLeader(retrieval)
+        return watched
+
     async def _leader(self, which: str, timeout: float) -> LeaderInfo:
+        if self.settings.ha_mode == "zookeeper":
+            try:
+                async with asyncio.timeout(timeout):
+                    return await self._watched_leader(which).leader()
+            except TimeoutError:
+                raise UnavailableError(f"no {which} leader found within {timeout:g}s") from None
         retrieval = (
             self._ha.dispatcher_retrieval()
             if which == "dispatcher"
@@ -370,9 +392,12 @@ class ClusterClient:
             if info is None or info.session_id != session:
                 moved.set()
 
-        retrieval = self._ha.dispatcher_retrieval()
+        watched = self._watched_leader("dispatcher")
+        await watched.start()  # started already by the call's leader lookup, as a rule
         answer = asyncio.ensure_future(call)
-        await retrieval.start(listener)
+        unsubscribe = watched.subscribe(listener)
+        if watched.reported:
+            listener(watched.current)  # it may have moved before we subscribed
         watch = asyncio.ensure_future(moved.wait())
         try:
             await asyncio.wait({answer, watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -383,7 +408,7 @@ class ClusterClient:
             for task in (answer, watch):
                 task.cancel()
             await asyncio.gather(answer, watch, return_exceptions=True)
-            await retrieval.stop()
+            unsubscribe()
 
     def wait(
         self,

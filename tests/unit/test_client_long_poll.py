@@ -1,5 +1,6 @@
 """The client's long poll for a job's result follows a dispatcher failover instead of waiting
-out the dead leader's deadline."""
+out the dead leader's deadline; with ZooKeeper the client watches the dispatcher leader once,
+for all its calls."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def test_a_poll_to_a_deposed_leader_is_given_up_when_another_leads(client: Clust
     _with_zookeeper(client, retrieval)
     with pytest.raises(UnavailableError, match="leader changed"):
         client._run(asyncio.wait_for(client._unless_dispatcher_moves(_never(), "s-old"), 5))
-    assert retrieval.stopped == 1
+    assert (retrieval.started, retrieval.stopped) == (1, 0)  # watched on, for the next call
 
 
 def test_a_poll_is_given_up_when_the_leader_is_gone(client: ClusterClient) -> None:
@@ -99,7 +100,8 @@ def test_the_answer_of_a_leader_that_stays_is_returned(client: ClusterClient) ->
     retrieval = TestingLeaderRetrieval([LeaderInfo("tcp://a:1", "s-1")])
     _with_zookeeper(client, retrieval)
     assert client._run(client._unless_dispatcher_moves(_answer("done", 0.2), "s-1")) == "done"
-    assert (retrieval.started, retrieval.stopped) == (1, 1)
+    assert client._run(client._unless_dispatcher_moves(_answer("again", 0.1), "s-1")) == "again"
+    assert (retrieval.started, retrieval.stopped) == (1, 0)
 
 
 def test_without_zookeeper_nothing_is_watched(client: ClusterClient) -> None:
@@ -107,3 +109,29 @@ def test_without_zookeeper_nothing_is_watched(client: ClusterClient) -> None:
     client._ha = TestingHaServices(retrieval)  # type: ignore[assignment]
     assert client._run(client._unless_dispatcher_moves(_answer("done", 0.05), "s-1")) == "done"
     assert retrieval.started == 0
+
+
+def test_the_leader_is_watched_once_for_every_call_and_until_the_client_closes() -> None:
+    first, second = LeaderInfo("tcp://a:1", "s-1"), LeaderInfo("tcp://b:1", "s-2")
+    retrieval = TestingLeaderRetrieval([first, second], gap_s=0.2)
+    client = ClusterClient(ClusterSettings())
+    _with_zookeeper(client, retrieval)
+    try:
+        assert client._run(client._leader("dispatcher", 5)) == first
+        assert client._run(client._leader("dispatcher", 5)) == first  # no second retrieval
+        client._run(asyncio.sleep(0.3))  # the watch reports the new leader meanwhile
+        assert client._run(client._leader("dispatcher", 5)) == second
+        assert (retrieval.started, retrieval.stopped) == (1, 0)
+    finally:
+        client.close()
+    assert retrieval.stopped == 1
+
+
+def test_no_leader_within_the_timeout_is_unavailable() -> None:
+    client = ClusterClient(ClusterSettings())
+    _with_zookeeper(client, TestingLeaderRetrieval([None]))
+    try:
+        with pytest.raises(UnavailableError, match="no dispatcher leader"):
+            client._run(client._leader("dispatcher", 0.2))
+    finally:
+        client.close()

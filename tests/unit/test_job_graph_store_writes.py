@@ -9,7 +9,7 @@ from typing import Any
 
 from kazoo.exceptions import NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
 
-from sparkmill.common.core.ids import new_job_id
+from sparkmill.common.core.ids import JobID, new_job_id
 from sparkmill.common.ha.zookeeper.stores import ZooKeeperJobGraphStore
 from sparkmill.common.v1 import common_pb2
 
@@ -84,7 +84,7 @@ def _graph() -> common_pb2.JobGraph:
 
 def _store(client: TestingStoreClient, tmp_path: Path) -> ZooKeeperJobGraphStore:
     return ZooKeeperJobGraphStore(
-        client,  # type: ignore[arg-type]
+        client,
         ROOT,
         tmp_path,
         "owner-1",
@@ -122,7 +122,7 @@ def test_removing_a_graph_is_one_transaction(tmp_path: Path) -> None:
     graph = _graph()
     store.put(graph)
     client.transactions = 0
-    store.remove(graph.job_id)
+    store.remove(JobID(graph.job_id))
     assert client.transactions == 1
     assert not any(n.startswith(f"{ROOT}/{graph.job_id}") for n in client.nodes)
     assert not (tmp_path / "job-graphs" / f"{graph.job_id}.pb").exists()
@@ -135,7 +135,7 @@ def test_a_graph_another_owner_locks_stays_and_only_our_lock_goes(tmp_path: Path
     store.put(graph)
     node = f"{ROOT}/{graph.job_id}"
     client.nodes.add(f"{node}/locks/owner-2")  # a standby recovered it meanwhile
-    store.remove(graph.job_id)
+    store.remove(JobID(graph.job_id))
     assert f"{node}/locks/owner-1" not in client.nodes
     assert {node, f"{node}/locks/owner-2"} <= client.nodes
     assert (tmp_path / "job-graphs" / f"{graph.job_id}.pb").exists()
