@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 
 import pytest
 
 from sparkmill.common.core.errors import FencingMismatchError, NotLeaderError
+from sparkmill.common.ha.progress_log import FileJobProgressStore, replay
 from sparkmill.common.ha.zookeeper.server import zookeeper_available
 from sparkmill.common.rpc.client import RpcClient
 from sparkmill.common.v1 import (
@@ -140,6 +142,52 @@ def test_job_master_process_killed_mid_job(ha_cluster: RunningCluster) -> None:
     result = client.wait(job_id, timeout=180)
     assert result.status == common_pb2.FINISHED, result.failure.message
     assert client.status(job_id).job_master_address != address
+
+
+def job_master_pid(cluster: RunningCluster, job_id: str) -> tuple[str, int]:
+    address = cluster.client.status(job_id).job_master_address
+    view = cluster.client.cluster_status()
+    return address, next(p.pid for p in view.job_master_process_infos if p.address == address)
+
+
+def test_a_job_master_killed_as_soon_as_it_leads_a_new_job_is_taken_over(
+    ha_cluster: RunningCluster,
+) -> None:
+    # A job's first JobMaster is published with its election and deploys while its progress
+    # log's first records are still being written: dying right then must cost nothing but time.
+    client = ha_cluster.client
+    job_id = client.submit(long_job("jm-early", sleep_s=0.5).build_job_graph())
+    eventually(lambda: client.status(job_id).job_master_address, timeout=60)
+    address, victim = job_master_pid(ha_cluster, job_id)
+    kill(ha_cluster, victim)
+    result = client.wait(job_id, timeout=180)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert sum(v.tasks_by_state.get(FINISHED, 0) for v in result.details.vertices) == 12
+    assert client.status(job_id).job_master_address != address
+
+
+def test_a_first_job_masters_records_are_read_by_its_successor(
+    ha_cluster: RunningCluster,
+) -> None:
+    # What the first JobMaster recorded is trusted by its successor although it did not wait
+    # for its own leader and adopted records before deploying: they precede its other records.
+    # (Whether a recorded subtask is then restored depends on its results being readable:
+    # test_pyspark_failover checks that with real partitions; these test vertices write none.)
+    client = ha_cluster.client
+    job_id = client.submit(long_job("jm-progress").build_job_graph())
+    store = FileJobProgressStore(ha_cluster.cluster.directory / "ha-storage" / "job-progress")
+    eventually(lambda: len(replay(store.load(job_id)).finished) >= 4, timeout=60)
+    address, victim = job_master_pid(ha_cluster, job_id)
+    kill(ha_cluster, victim)
+    result = client.wait(job_id, timeout=180)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert client.status(job_id).job_master_address != address
+    logs = "".join(
+        path.read_text(errors="replace")
+        for path in ha_cluster.cluster.log_dir.glob("job-master-*.log")
+    )
+    recorded = re.search(rf"job {job_id[:8]}: \d+ of (\d+) recorded finished subtasks", logs)
+    assert recorded is not None and int(recorded.group(1)) >= 4
 
 
 def test_a_recovered_job_whose_job_master_is_gone_is_started_without_waiting_out_the_grace(
