@@ -395,6 +395,9 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         if published is not None and published == _Publication(
             node, session_id, address, published.epoch
         ):
+            # Written by the transaction that made us the leader. Losing the session since then
+            # is being deposed just after confirming: the published node goes with it, and the
+            # resource manager and task executors check every claim against what is published.
             log.info(
                 "%s: published leader %s with the election (session %s, epoch %d)",
                 self.name,
