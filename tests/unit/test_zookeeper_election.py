@@ -197,6 +197,22 @@ async def _leader(
     return zk, election, contender, session
 
 
+async def _job_election(
+    publish: str = "",
+) -> tuple[TestingZooKeeperConnection, ZooKeeperLeaderElectionService, Contender]:
+    """A new job's election with one contender, started and granted (``publish``: the address
+    announced with it, as a job's first JobMaster does)."""
+    zk = TestingZooKeeperConnection()
+    await zk.ensure_started()
+    election = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="job")
+    if publish:
+        election.will_publish(publish)
+    contender = Contender()
+    await election.start(contender)
+    await asyncio.wait_for(contender.granted.wait(), 5)
+    return zk, election, contender
+
+
 async def _settle() -> None:
     for _ in range(20):
         await asyncio.sleep(0)
@@ -383,12 +399,7 @@ ELECTION = "/test/leader/job-1"
 
 def test_the_first_contender_creates_the_election_in_one_transaction_and_leads() -> None:
     async def scenario() -> None:
-        zk = TestingZooKeeperConnection()
-        await zk.ensure_started()
-        election = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="job")
-        contender = Contender()
-        await election.start(contender)
-        await asyncio.wait_for(contender.granted.wait(), 5)
+        zk, election, _contender = await _job_election()
         kazoo = zk.kazoo
         assert kazoo.transactions == [
             [
@@ -449,12 +460,7 @@ def test_a_contender_of_an_existing_election_lists_the_latch_and_replaces_the_ol
 
 def test_after_losing_its_session_the_creator_of_an_election_lists_the_latch_again() -> None:
     async def scenario() -> None:
-        zk = TestingZooKeeperConnection()
-        await zk.ensure_started()
-        election = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="job")
-        contender = Contender()
-        await election.start(contender)
-        await asyncio.wait_for(contender.granted.wait(), 5)
+        zk, election, contender = await _job_election()
         contender.granted.clear()
         zk.kazoo.nodes[f"{ELECTION}/latch/n_0000000000"] = 9  # planted: sorts first
         zk.drive(Z.LOST)
@@ -473,13 +479,7 @@ def test_after_losing_its_session_the_creator_of_an_election_lists_the_latch_aga
 
 def test_the_first_contender_is_published_by_the_transaction_creating_the_election() -> None:
     async def scenario() -> None:
-        zk = TestingZooKeeperConnection()
-        await zk.ensure_started()
-        election = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="job")
-        election.will_publish("tcp://127.0.0.1:1")
-        contender = Contender()
-        await election.start(contender)
-        await asyncio.wait_for(contender.granted.wait(), 5)
+        zk, election, _contender = await _job_election(publish="tcp://127.0.0.1:1")
         kazoo = zk.kazoo
         assert kazoo.transactions == [
             [
@@ -503,13 +503,7 @@ def test_the_first_contender_is_published_by_the_transaction_creating_the_electi
 
 def test_confirming_another_address_than_the_one_published_with_the_election_replaces_it() -> None:
     async def scenario() -> None:
-        zk = TestingZooKeeperConnection()
-        await zk.ensure_started()
-        election = ZooKeeperLeaderElectionService(zk, ELECTION, tolerate_suspended=True, name="job")
-        election.will_publish("tcp://127.0.0.1:1")
-        contender = Contender()
-        await election.start(contender)
-        await asyncio.wait_for(contender.granted.wait(), 5)
+        zk, election, _contender = await _job_election(publish="tcp://127.0.0.1:1")
         session = election._session_id
         assert session is not None
         assert await election.confirm_leadership(session, "tcp://127.0.0.1:2") == 2
