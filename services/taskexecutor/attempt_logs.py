@@ -298,7 +298,7 @@ class AttemptLogStore:
 
     def _read_file(self, key: AttemptKey) -> tuple[bytes, int, bool, float]:
         path = self.directory / key.job_id.translate(_SAFE) / f"{key.file_stem}.log"
-        found = next((f for f in _read_index(path.parent) if f[0] == key), None)
+        found = next((f for f in _read_index(path.parent, key.attempt_id) if f[0] == key), None)
         file_start, ended = (found[1], found[2]) if found else (0, True)
         try:
             data = path.read_bytes()
@@ -346,9 +346,10 @@ class AttemptLogStore:
             return [e.key for e in self._bound.values()]
 
 
-def _read_index(job_dir: Path) -> list[tuple[AttemptKey, int, bool]]:
+def _read_index(job_dir: Path, attempt_id: str = "") -> list[tuple[AttemptKey, int, bool]]:
     """Each attempt of a job directory with where its file starts and whether it ended: the
-    index's last line per attempt, and the ``.meta`` files of earlier versions."""
+    index's last line per attempt, and the ``.meta`` files of earlier versions (with
+    ``attempt_id``: only lines that name it are parsed)."""
     found: dict[AttemptKey, tuple[AttemptKey, int, bool]] = {}
     texts = []
     with contextlib.suppress(OSError):
@@ -356,6 +357,8 @@ def _read_index(job_dir: Path) -> list[tuple[AttemptKey, int, bool]]:
     with contextlib.suppress(OSError):
         texts += (job_dir / INDEX).read_text().splitlines()
     for text in texts:
+        if attempt_id not in text:
+            continue
         record = _parse_meta(text)
         if record is not None:
             found[record[0]] = record
