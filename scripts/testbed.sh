@@ -320,6 +320,11 @@ ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/
 sparkmill_apt_update_cache: false
 zookeeper_apt_update_cache: false
 prometheus_apt_update_cache: false
+# With 6 s sessions (below), a ZooKeeper server cut off with its host must notice it lost the
+# ensemble's leader within 2 s, not the role's 5: only then does a client connected to it see
+# SUSPENDED early enough for its grace to end before its session can expire and a successor lead
+# (zookeeper_sync_limit in ansible/roles/zookeeper/defaults/main.yml).
+zookeeper_sync_limit: 2
 sparkmill_pip_extra_args: --no-index --find-links /opt/testbed-wheels
 # The shared directory every host mounts at the same path (an NFS mount in a real cluster).
 sparkmill_exchange_dir: $SHARED/exchange

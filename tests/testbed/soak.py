@@ -72,6 +72,8 @@ class SoakReport:
     faults: list[str] = field(default_factory=list)
     failovers: dict[str, list[float]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    # For each job that was lost or failed: every journal line of the bed that names it.
+    job_logs: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -309,11 +311,13 @@ class Soak:
                 r.problems.append(
                     f"{kind}job {job.job_id} lost (status {status}; last seen: {seen})"
                 )
+                r.job_logs[job.job_id] = self._journal_lines_of(job.job_id)
             else:
                 r.failed += 1
                 kind = "automatic-parallelism " if job.job_id in self.auto_jobs else ""
                 why = self.last_seen.get(job.job_id, "")
                 r.problems.append(f"{kind}job {job.job_id[:8]} ended {status_name(status)}: {why}")
+                r.job_logs[job.job_id] = self._journal_lines_of(job.job_id)
         done = {j: d for j, d in self.appends.items() if self.results.get(j) == common_pb2.FINISHED}
         rest = {j: d for j, d in self.appends.items() if j not in done}
         appended = check_append(self.bed, done, rest)
@@ -324,6 +328,21 @@ class Soak:
             r.problems.append(f"appending jobs: {appended}")
         if self.database is not None:
             self._check_database()
+
+    def _journal_lines_of(self, job_id: str, lines: int = 80) -> str:
+        """The last ``lines`` journal lines of each host that name the job (by its short id, as
+        the services log it): what a failing soak needs to say why the job went astray."""
+        out = []
+        for host in self.bed.addresses:
+            result = self.bed.ssh(
+                host,
+                f"journalctl --no-pager -o short-precise | grep -F {job_id[:8]} | tail -n {lines}",
+                timeout=60,
+                check=False,
+            )
+            if result.stdout.strip():
+                out.append(f"===== {host}\n{result.stdout.rstrip()}")
+        return "\n".join(out) or "(no journal line names it)"
 
     def _check_database(self) -> None:
         assert self.database is not None

@@ -38,6 +38,11 @@ def test_soak_random_faults_lose_no_job_and_write_no_row_wrong_or_twice(bed: Tes
     wait_cluster(bed)
     report = soak(bed, MINUTES, seed=SEED, calm_s=CALM_S)
     print(f"\nsoak of {MINUTES:g} min:\n{report.summary()}")
+    # A lost or failed job's own journal lines go into the failure message: they are what
+    # says why, and CI keeps only the end of the output.
+    why = report.summary() + "".join(
+        f"\n----- the journals on job {job}:\n{lines}" for job, lines in report.job_logs.items()
+    )
     (CACHE / "soak-report.json").write_text(json.dumps(report.__dict__, default=str) + "\n")
     assert report.submitted >= 2 and report.faults, report.summary()
     assert report.auto_parallelism_jobs >= 1, report.summary()
@@ -46,7 +51,7 @@ def test_soak_random_faults_lose_no_job_and_write_no_row_wrong_or_twice(bed: Tes
     if database_available():  # scripts/bootstrap.sh --test installs it
         assert report.database_jobs >= 1, report.summary()
     assert report.staging_left == 0 and report.password_in_journals == 0, report.summary()
-    assert report.lost == 0, report.summary()
+    assert report.lost == 0, why
     assert report.rows_wrong == 0 and report.rows_duplicated == 0, report.summary()
-    assert report.failed == 0, report.summary()
+    assert report.failed == 0, why
     assert report.finished == report.submitted, report.summary()
