@@ -3,8 +3,9 @@
 A job-master key alone is not enough to report a job's status: without these checks one could
 report a running job ``RUNNING`` under an invented session and then ``FINISHED`` with forged
 rows. A report must come from the key that registered the job-master process it names, and
-from the JobMaster session that leads the job: the one the dispatcher's ``StartJob`` created,
-or (a takeover with ZooKeeper) the one ZooKeeper names as the job's leader, read afresh.
+from the JobMaster session that leads the job: the one the dispatcher's ``StartJob`` created
+or a registration adopted, or (a takeover with ZooKeeper, or a leader this dispatcher has not
+heard from before) the one ZooKeeper names as the job's leader, read afresh.
 """
 
 from __future__ import annotations
@@ -59,14 +60,26 @@ async def check_reporter(
     session = request.job_master_session_id
     if job.session_id and session == job.session_id:
         return
-    if request.status in _NEWLY_ELECTED:
-        if not job.session_id and reporter.process_id == job.process_id and session:
-            # The JobMaster we started on that process, before StartJob returned: known here,
-            # so ZooKeeper is not asked (every job's first report would wait for a read).
-            return
-        leader = await job_leader(job.job_id) if job_leader is not None else None
-        if leader is not None and leader.session_id == session:
-            return  # the session ZooKeeper names as the job's leader (a takeover)
+    if not session:
+        raise FailedPreconditionError(
+            f"report for job {short(job.job_id)} refused: it names no JobMaster session"
+        )
+    if (
+        request.status in _NEWLY_ELECTED
+        and not job.session_id
+        and reporter.process_id == job.process_id
+    ):
+        # The JobMaster we started on that process, before StartJob returned: known here,
+        # so ZooKeeper is not asked (every job's first report would wait for a read).
+        return
+    # Any other session - a takeover's first report, or any report of a leader whose earlier
+    # ones this dispatcher never saw (they went to the leader before it, and its process was
+    # not adopted when it registered here) - speaks for the job only if ZooKeeper names it as
+    # the job's leader. Refusing the final report of the job's leader would leave the job
+    # unfinished here for ever.
+    leader = await job_leader(job.job_id) if job_leader is not None else None
+    if leader is not None and leader.session_id == session:
+        return
     raise FailedPreconditionError(
         f"report for job {short(job.job_id)} from JobMaster session {short(session)} "
         "refused: that session does not lead the job"

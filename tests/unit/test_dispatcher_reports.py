@@ -3,12 +3,19 @@
 The check of a report from a JobMaster that took a job over asks ZooKeeper who leads the job,
 which takes a while; a CREATED report still waiting for that answer must not be applied after
 the RUNNING report that followed it, or the job would show CREATED until it ends.
+
+Who may report: the JobMaster the dispatcher started, and any session ZooKeeper names as the
+job's leader - also with a final report, the first this dispatcher hears of it after a leader
+change (refusing it would leave the job unfinished for ever).
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from sparkmill.common.core.errors import FailedPreconditionError
 from sparkmill.common.core.ids import JobID, new_job_id
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.ha.leader import LeaderInfo
@@ -100,6 +107,52 @@ def test_the_first_report_of_the_job_master_we_started_needs_no_zookeeper_read()
             )
             assert job.session_id == TAKEOVER_SESSION and job.status is JobStatus.CREATED
             assert asked == []
+        finally:
+            dispatcher.processes.clear()
+
+    asyncio.run(scenario())
+
+
+def test_the_final_report_of_the_leader_zookeeper_names_ends_a_job_this_dispatcher_recovered() -> (
+    None
+):
+    """A dispatcher leader change: the job's JobMaster reported CREATED and RUNNING to the
+    leader before, and its process was not adopted here. Its FINISHED report is the first this
+    dispatcher hears of it: taken when ZooKeeper names its session, refused otherwise."""
+
+    async def scenario() -> None:
+        leader = LeaderInfo("tcp://127.0.0.1:2", TAKEOVER_SESSION)
+
+        async def job_leader(job_id: JobID) -> LeaderInfo | None:
+            return leader
+
+        dispatcher = leading_dispatcher(job_leader=job_leader)
+        job_id = JobID(new_job_id())
+        job = JobRecord(
+            job_id,
+            "recovered",
+            common_pb2.JobGraph(job_id=job_id),
+            0.0,
+            placement=JobPlacement.RECOVERED,
+        )
+        dispatcher.jobs[job_id] = job
+        dispatcher.processes.add(
+            "process-2", "tcp://127.0.0.1:2", common_pb2.ServiceInfo(), peer=PEER
+        )
+        try:
+            leader = LeaderInfo("tcp://127.0.0.1:3", "another-session")
+            with pytest.raises(FailedPreconditionError, match="does not lead the job"):
+                await dispatcher.report_job_status(
+                    report(job_id, common_pb2.FINISHED), call_context(PEER)
+                )
+            assert job.result is None and job.placement is JobPlacement.RECOVERED
+
+            leader = LeaderInfo("tcp://127.0.0.1:2", TAKEOVER_SESSION)
+            await dispatcher.report_job_status(
+                report(job_id, common_pb2.FINISHED), call_context(PEER)
+            )
+            assert job.status is JobStatus.FINISHED and job.result is not None
+            assert job.placement is JobPlacement.ENDED
         finally:
             dispatcher.processes.clear()
 
