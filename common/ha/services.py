@@ -67,8 +67,10 @@ class HighAvailabilityServices(abc.ABC):
 
     async def job_leader(self, job_id: JobID) -> LeaderInfo | None:
         """The JobMaster that leads ``job_id`` now as the coordination service records it
-        (read afresh, not from a cache), or None when nobody does or it cannot be known (no HA:
-        only the dispatcher that started a JobMaster knows its session)."""
+        (read afresh, not from a cache), or None when nobody does or no service records it (no
+        HA: only the dispatcher that started a JobMaster knows its session). Raises
+        UnavailableError when the service cannot be read right now: "nobody leads" and "cannot
+        tell" must not be confused, or a leader's report would be refused for good."""
         return None
 
     async def job_master_contenders(self, job_id: JobID) -> int | None:

@@ -76,7 +76,8 @@ async def check_reporter(
     # ones this dispatcher never saw (they went to the leader before it, and its process was
     # not adopted when it registered here) - speaks for the job only if ZooKeeper names it as
     # the job's leader. Refusing the final report of the job's leader would leave the job
-    # unfinished here for ever.
+    # unfinished here for ever; so would refusing one because ZooKeeper cannot be read right
+    # now (job_leader raises UnavailableError then, and the JobMaster retries).
     leader = await job_leader(job.job_id) if job_leader is not None else None
     if leader is not None and leader.session_id == session:
         return
@@ -108,7 +109,13 @@ async def decide_hosted_job(
         return HostedJobAction.LEAVE, "the job is not known here"
     if job.terminal:
         return HostedJobAction.STOP, f"the job ended {job.status.name} here"
-    leader = await job_leader(job.job_id) if job_leader is not None else None
+    try:
+        leader = await job_leader(job.job_id) if job_leader is not None else None
+    except UnavailableError as exc:
+        # Cannot tell now (ZooKeeper unreachable): adopting is the lesser risk - a deposed
+        # JobMaster is fenced everywhere, while leaving a leading one unadopted costs its reports.
+        log.info("job %s: adopted without checking its leader: %s", short(job.job_id), exc)
+        leader = None
     if leader is not None and leader.session_id != hosted.job_master_session_id:
         # Deposed while its process was cut off (a paused host): another JobMaster leads the
         # job now, and adopting the old one would restart a job that is running elsewhere.

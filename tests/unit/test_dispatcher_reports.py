@@ -12,13 +12,17 @@ change (refusing it would leave the job unfinished for ever).
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from sparkmill.common.core.errors import FailedPreconditionError
+from sparkmill.common.config.configuration import Configuration
+from sparkmill.common.core.errors import FailedPreconditionError, UnavailableError
 from sparkmill.common.core.ids import JobID, new_job_id
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.ha.leader import LeaderInfo
+from sparkmill.common.ha.zookeeper.ha_services import ZooKeeperHaServices
+from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2
 from sparkmill.services.dispatcher.job_placement import JobPlacement, JobRecord
 from tests.unit.dispatcher_harness import call_context, leading_dispatcher
@@ -145,7 +149,7 @@ def test_the_final_report_of_the_leader_zookeeper_names_ends_a_job_this_dispatch
                 await dispatcher.report_job_status(
                     report(job_id, common_pb2.FINISHED), call_context(PEER)
                 )
-            assert job.result is None and job.placement is JobPlacement.RECOVERED
+            assert (job.result, job.placement) == (None, JobPlacement.RECOVERED)
 
             leader = LeaderInfo("tcp://127.0.0.1:2", TAKEOVER_SESSION)
             await dispatcher.report_job_status(
@@ -155,5 +159,66 @@ def test_the_final_report_of_the_leader_zookeeper_names_ends_a_job_this_dispatch
             assert job.placement is JobPlacement.ENDED
         finally:
             dispatcher.processes.clear()
+
+    asyncio.run(scenario())
+
+
+def test_a_report_checked_while_zookeeper_cannot_be_read_is_retried_not_refused() -> None:
+    """ZooKeeper unreachable from the dispatcher (its server stopped, a partition) must not
+    turn a leader's report into a refusal: the JobMaster gives up on refused reports."""
+
+    async def scenario() -> None:
+        reachable = False
+
+        async def job_leader(job_id: JobID) -> LeaderInfo | None:
+            if not reachable:
+                raise UnavailableError("ZooKeeper is not connected")
+            return LeaderInfo("tcp://127.0.0.1:2", TAKEOVER_SESSION)
+
+        dispatcher = leading_dispatcher(job_leader=job_leader)
+        job_id = JobID(new_job_id())
+        job = JobRecord(
+            job_id,
+            "taken-over",
+            common_pb2.JobGraph(job_id=job_id),
+            0.0,
+            placement=JobPlacement.RECOVERED,
+        )
+        dispatcher.jobs[job_id] = job
+        dispatcher.processes.add(
+            "process-2", "tcp://127.0.0.1:2", common_pb2.ServiceInfo(), peer=PEER
+        )
+        try:
+            with pytest.raises(UnavailableError):
+                await dispatcher.report_job_status(
+                    report(job_id, common_pb2.RUNNING), call_context(PEER)
+                )
+            assert (job.status, job.session_id) == (JobStatus.INITIALIZING, "")
+            reachable = True  # the JobMaster's retry, once ZooKeeper answers again
+            await dispatcher.report_job_status(
+                report(job_id, common_pb2.RUNNING), call_context(PEER)
+            )
+            assert job.status is JobStatus.RUNNING and job.session_id == TAKEOVER_SESSION
+        finally:
+            dispatcher.processes.clear()
+
+    asyncio.run(scenario())
+
+
+def test_zookeeper_that_cannot_be_read_says_so_instead_of_naming_no_leader(tmp_path: Path) -> None:
+    """The dispatcher's lookup behind the checks above: without a connection it raises
+    UnavailableError; "nobody leads" (None) would be a refusal."""
+    config = Configuration.from_mapping(
+        {
+            "high-availability.mode": "zookeeper",
+            "high-availability.zookeeper.quorum": "127.0.0.1:9",
+            "high-availability.storageDir": str(tmp_path),
+        }
+    )
+    ha = ZooKeeperHaServices(settings_from_config(config), config, "dispatcher")
+
+    async def scenario() -> None:
+        with pytest.raises(UnavailableError, match="not connected"):
+            await ha.job_leader(JobID(new_job_id()))
 
     asyncio.run(scenario())

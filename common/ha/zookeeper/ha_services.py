@@ -26,7 +26,8 @@ from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNod
 
 from sparkmill.common.config import options as opt
 from sparkmill.common.config.configuration import Configuration
-from sparkmill.common.core.ids import JobID
+from sparkmill.common.core.errors import UnavailableError
+from sparkmill.common.core.ids import JobID, short
 from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
 from sparkmill.common.ha.job_stores import JobGraphStore, JobResultStore
 from sparkmill.common.ha.leader import LeaderElectionService, LeaderInfo, LeaderRetrievalService
@@ -105,7 +106,9 @@ class ZooKeeperHaServices(HighAvailabilityServices):
     async def job_leader(self, job_id: JobID) -> LeaderInfo | None:
         client = self.connection.client
         if client is None or not self.connection.connected:
-            return None
+            raise UnavailableError(
+                f"job {short(job_id)}: its leader cannot be read, ZooKeeper is not connected"
+            )
         path = self.connection.path("leader", f"job-{job_id}", "connection_info")
 
         def read() -> bytes | None:
@@ -120,7 +123,9 @@ class ZooKeeperHaServices(HighAvailabilityServices):
             data = await self.connection.call(read)
         except KazooException as exc:
             log.warning("job %s: cannot read its leader from ZooKeeper: %s", job_id, exc)
-            return None
+            raise UnavailableError(
+                f"job {short(job_id)}: its leader cannot be read from ZooKeeper ({exc})"
+            ) from exc
         return parse_leader_info(data) if data else None
 
     async def job_master_contenders(self, job_id: JobID) -> int | None:
