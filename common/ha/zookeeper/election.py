@@ -374,12 +374,12 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
             self._grace.cancel()
             self._grace = None
 
-    async def _revoke(self, reason: str) -> None:
+    async def _revoke(self, reason: str, level: int = logging.WARNING) -> None:
         # Under the lock: a check that is about to grant must not slip past a suspension.
         async with self._lock:
             if self._session_id is None:
                 return
-            log.warning("%s: leadership revoked: %s", self.name, reason)
+            log.log(level, "%s: leadership revoked: %s", self.name, reason)
             self._session_id = None
         if self._contender is not None:
             await self._contender.revoke_leadership()
@@ -461,7 +461,9 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         self._stopped = True
         self.zk.remove_listener(self._on_state)
         self._end_grace()
-        await self._revoke("stopped")
+        # Stopping is the owner's own decision (a job that ended, a process shutting down):
+        # nothing an operator must look at, unlike losing leadership to ZooKeeper.
+        await self._revoke("stopped", logging.INFO)
         node, self._node = self._node, None
         if node is not None and not await self._delete_latch_node(node):
             self._delete_once_reconnected(node)
