@@ -24,6 +24,7 @@ from sparkmill.common.ha.leader import LeaderInfo
 from sparkmill.common.ha.zookeeper.ha_services import ZooKeeperHaServices
 from sparkmill.common.runtime.settings import settings_from_config
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2
+from sparkmill.services.dispatcher.dispatcher import Dispatcher
 from sparkmill.services.dispatcher.job_placement import JobPlacement, JobRecord
 from tests.unit.dispatcher_harness import call_context, leading_dispatcher
 
@@ -41,6 +42,18 @@ def report(job_id: str, status: common_pb2.JobStatus) -> dispatcher_pb2.JobStatu
     )
 
 
+def recovered_job_reported_by_process_2(dispatcher: Dispatcher, name: str) -> JobRecord:
+    """A job the dispatcher recovered (no session, no process known for it), and the
+    registered job-master process ``process-2`` of key PEER its reports will come from."""
+    job_id = JobID(new_job_id())
+    job = JobRecord(
+        job_id, name, common_pb2.JobGraph(job_id=job_id), 0.0, placement=JobPlacement.RECOVERED
+    )
+    dispatcher.jobs[job_id] = job
+    dispatcher.processes.add("process-2", "tcp://127.0.0.1:2", common_pb2.ServiceInfo(), peer=PEER)
+    return job
+
+
 def test_a_report_waiting_for_zookeeper_is_not_overtaken_by_the_next_one() -> None:
     async def scenario() -> None:
         first_lookup_may_answer = asyncio.Event()
@@ -54,17 +67,7 @@ def test_a_report_waiting_for_zookeeper_is_not_overtaken_by_the_next_one() -> No
             return LeaderInfo("tcp://127.0.0.1:2", TAKEOVER_SESSION)
 
         dispatcher = leading_dispatcher(job_leader=job_leader)
-        job_id = JobID(new_job_id())
-        dispatcher.jobs[job_id] = JobRecord(
-            job_id,
-            "taken-over",
-            common_pb2.JobGraph(job_id=job_id),
-            0.0,
-            placement=JobPlacement.RECOVERED,
-        )
-        dispatcher.processes.add(
-            "process-2", "tcp://127.0.0.1:2", common_pb2.ServiceInfo(), peer=PEER
-        )
+        job_id = recovered_job_reported_by_process_2(dispatcher, "taken-over").job_id
         try:
             created = asyncio.create_task(
                 dispatcher.report_job_status(report(job_id, common_pb2.CREATED), call_context(PEER))
@@ -131,18 +134,8 @@ def test_the_final_report_of_the_leader_zookeeper_names_ends_a_job_this_dispatch
             return leader
 
         dispatcher = leading_dispatcher(job_leader=job_leader)
-        job_id = JobID(new_job_id())
-        job = JobRecord(
-            job_id,
-            "recovered",
-            common_pb2.JobGraph(job_id=job_id),
-            0.0,
-            placement=JobPlacement.RECOVERED,
-        )
-        dispatcher.jobs[job_id] = job
-        dispatcher.processes.add(
-            "process-2", "tcp://127.0.0.1:2", common_pb2.ServiceInfo(), peer=PEER
-        )
+        job = recovered_job_reported_by_process_2(dispatcher, "recovered")
+        job_id = job.job_id
         try:
             leader = LeaderInfo("tcp://127.0.0.1:3", "another-session")
             with pytest.raises(FailedPreconditionError, match="does not lead the job"):
@@ -176,18 +169,8 @@ def test_a_report_checked_while_zookeeper_cannot_be_read_is_retried_not_refused(
             return LeaderInfo("tcp://127.0.0.1:2", TAKEOVER_SESSION)
 
         dispatcher = leading_dispatcher(job_leader=job_leader)
-        job_id = JobID(new_job_id())
-        job = JobRecord(
-            job_id,
-            "taken-over",
-            common_pb2.JobGraph(job_id=job_id),
-            0.0,
-            placement=JobPlacement.RECOVERED,
-        )
-        dispatcher.jobs[job_id] = job
-        dispatcher.processes.add(
-            "process-2", "tcp://127.0.0.1:2", common_pb2.ServiceInfo(), peer=PEER
-        )
+        job = recovered_job_reported_by_process_2(dispatcher, "taken-over")
+        job_id = job.job_id
         try:
             with pytest.raises(UnavailableError):
                 await dispatcher.report_job_status(
