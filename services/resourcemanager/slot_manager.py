@@ -19,6 +19,11 @@ Life of a slot request (``register_slot_request``)::
   attempt gets what is left of it (a request past its deadline fails at the next timer tick).
 * ``allocation_timeout_s`` bounds one attempt (the task executor's ``requestSlot``); when it
   passes, the attempt counts as failed and the request is retried.
+* A refused attempt is retried at once on another free slot. When there is none, the refusing
+  slot is tried again after :data:`REFUSED_SLOT_RETRY_DELAY_S`: a task executor refuses a slot
+  request that overtakes the answer to its own registration, and a request left waiting next to
+  a free slot would wait out its whole deadline (Flink's slot manager checks its requirements
+  again after a failed allocation, too).
 * A task executor whose slots are all free for ``task_manager_idle_timeout_s`` is reported
   through :meth:`ResourceActions.notify_idle_task_executor`; it is reported again only after it
   has been used and has become idle once more.
@@ -64,6 +69,9 @@ from sparkmill.services.resourcemanager.task_executor_slots import (
 )
 
 log = logging.getLogger(__name__)
+
+# How long a slot that refused an allocation rests before waiting requests may try it again.
+REFUSED_SLOT_RETRY_DELAY_S = 0.5
 
 
 class SlotManager:
@@ -396,6 +404,12 @@ class SlotManager:
         self._set_state(slot, SlotState.FREE)
         self._retry(entry, exclude=slot)
         self._serve_waiting(skip=entry)
+        if entry.live and entry.slot is None:
+            # Nothing else could take it: after a pause, the waiting requests (this one first,
+            # by its place in line) may try every free slot again, the refusing one included.
+            self._timers.schedule(
+                self._key("serve-waiting", None), REFUSED_SLOT_RETRY_DELAY_S, self._serve_waiting
+            )
 
     def _retry(self, entry: PendingSlotRequest, exclude: TrackedSlot | None) -> None:
         if entry.live and not self._try_place(entry, exclude):

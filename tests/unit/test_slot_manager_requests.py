@@ -12,7 +12,11 @@ from sparkmill.common.core.errors import (
 from sparkmill.common.core.ids import new_allocation_id
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.slots import SlotID
-from sparkmill.services.resourcemanager.slot_manager import AllocationStatus, SlotState
+from sparkmill.services.resourcemanager.slot_manager import (
+    REFUSED_SLOT_RETRY_DELAY_S,
+    AllocationStatus,
+    SlotState,
+)
 from tests.unit.slot_manager_fakes import (
     ALLOCATION_TIMEOUT,
     BIG,
@@ -229,17 +233,41 @@ def test_refused_allocation_is_retried_on_another_slot() -> None:
     h.check_counts([te])
 
 
-def test_refused_allocation_waits_again_when_no_other_slot() -> None:
+def test_refused_allocation_tries_the_same_slot_again_after_a_pause_when_no_other_slot() -> None:
+    """A task executor refuses a request that overtakes the answer to its registration ("not
+    registered at a resource manager"): the request must not wait out its deadline next to the
+    free slot that refused it."""
     h = Harness()
     te = h.add_te(slots=1)
     request = h.request()
     slot_id = h.actions.last_slot()
-    h.sm.on_allocation_result(request.allocation_id, slot_id, UnavailableError("no"))
+    h.sm.on_allocation_result(request.allocation_id, slot_id, UnavailableError("not registered"))
     assert h.sm.pending_requests() == [request]
     assert h.states(te) == [SlotState.FREE]
-    # not re-tried at once on the slot that just refused; the request keeps its deadline
+    # not re-tried at once on the slot that just refused
     assert len(h.actions.allocations) == 1
-    h.timers.advance(REQUEST_TIMEOUT)
+    h.timers.advance(REFUSED_SLOT_RETRY_DELAY_S)
+    assert len(h.actions.allocations) == 2 and h.actions.allocations[-1][1:] == (slot_id, request)
+    assert h.sm.on_allocation_result(request.allocation_id, slot_id, None)
+    assert h.states(te) == [SlotState.ALLOCATED] and h.sm.pending_requests() == []
+    assert h.actions.failures == []
+
+
+def test_a_slot_that_keeps_refusing_is_tried_at_the_pause_and_the_request_keeps_its_deadline() -> (
+    None
+):
+    h = Harness()
+    h.add_te(slots=1)
+    request = h.request()
+    refused = 0  # every attempt the slot manager makes is refused, each once
+    while not h.actions.failures and h.timers.now() <= 2 * REQUEST_TIMEOUT:
+        for _, slot_id, asked in h.actions.allocations[refused:]:
+            assert asked == request
+            refused += 1
+            h.sm.on_allocation_result(request.allocation_id, slot_id, UnavailableError("no"))
+        h.timers.advance(REFUSED_SLOT_RETRY_DELAY_S / 5)
+    # one attempt per pause, no busy loop; the request still fails at its deadline
+    assert 2 < refused <= REQUEST_TIMEOUT / REFUSED_SLOT_RETRY_DELAY_S + 1
     assert [a for _, a, _ in h.actions.failures] == [request.allocation_id]
 
 
