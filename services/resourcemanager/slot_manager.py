@@ -284,6 +284,7 @@ class SlotManager:
                 self._timers.cancel(self._key("attempt", slot.slot_id))
         for instance_id in self._tes:
             self._timers.cancel(self._key("idle", instance_id))
+        self._timers.cancel(self._key("serve-waiting", None))
         self._tes.clear()
         self._by_resource.clear()
         self._slots.clear()
