@@ -34,7 +34,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,7 +50,7 @@ for path in (ROOT, ROOT / "benchmarks"):
 
 from bench_wordcount import generate, wordcount_pipeline  # noqa: E402
 
-from sparkmill.local_cluster import kill_tree, process_tree  # noqa: E402
+from sparkmill.local_cluster import free_port, kill_tree, process_tree  # noqa: E402
 
 TASK_EXECUTORS, SLOTS = 2, 2
 
@@ -172,12 +171,6 @@ def sparkmill_rounds(args: argparse.Namespace, data: Path, work: Path) -> dict[s
 # ------------------------------------------------------------------------------ Spark standalone
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Standalone:
     """A Spark standalone master and workers on loopback, from pyspark's own ``spark-class``."""
 
@@ -188,7 +181,7 @@ class Standalone:
         self.cpus: dict[int, int | None] = {}  # worker pid -> its core
         self.home = Path(pyspark.__file__).resolve().parent
         self.work = work
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.env = {
             **os.environ,
@@ -221,7 +214,7 @@ class Standalone:
             "master",
             "org.apache.spark.deploy.master.Master",
             *("--host", "127.0.0.1", "--port", str(self.port)),
-            *("--webui-port", str(_free_port())),
+            *("--webui-port", str(free_port())),
         )
         for machine in range(TASK_EXECUTORS):
             self.add_worker(cpu_of(machine, self.args))
@@ -235,7 +228,7 @@ class Standalone:
             "org.apache.spark.deploy.worker.Worker",
             self.url,
             *("--cores", str(SLOTS), "--memory", "3g", "--host", "127.0.0.1"),
-            *("--webui-port", str(_free_port()), "--work-dir", str(work_dir)),
+            *("--webui-port", str(free_port()), "--work-dir", str(work_dir)),
             cpu=cpu,
         )
         self.workers.append(worker)

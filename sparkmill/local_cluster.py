@@ -24,9 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from sparkmill.common.core.free_ports import free_port, free_ports
 from sparkmill.common.rpc.keys import (
     PRIVATE_DIR,
     PUBLIC_DIR,
@@ -76,39 +75,6 @@ LOCAL_DEFAULTS: dict[str, Any] = {
 }
 
 
-_LOWEST_PORT = 20000
-
-
-def _ephemeral_start() -> int:
-    """The first port the kernel hands out to outgoing connections (Linux: 32768)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as ranges:
-            return int(ranges.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free now, for a service to bind a moment later.
-
-    Taken below the kernel's ephemeral range: a port the kernel picked there (bind to 0) may be
-    given to some process's outgoing connection before the service binds it, and then the
-    service fails with "Address already in use" (it happened to a `sparkmill run`'s dispatcher).
-    """
-    top = _ephemeral_start()
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randrange(_LOWEST_PORT, top) if top > _LOWEST_PORT + 100 else 0
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
-            found: int = sock.getsockname()[1]
-            return found
-    raise OSError(f"no free port on {host} between {_LOWEST_PORT} and {top}")
-
-
 @dataclass
 class ServiceProcess:
     role: str
@@ -148,13 +114,16 @@ class LocalCluster:
     def write_config(self, zookeeper_address: str = "") -> dict[str, Any]:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
+        # One call, so the three ports differ (two independent picks once gave the dispatcher and
+        # the resource manager the same port).
+        dispatcher_port, resource_manager_port, rest_port = free_ports(3)
         config: dict[str, Any] = {
-            "dispatcher.rpc-address": f"tcp://127.0.0.1:{free_port()}",
-            "resourcemanager.rpc-address": f"tcp://127.0.0.1:{free_port()}",
+            "dispatcher.rpc-address": f"tcp://127.0.0.1:{dispatcher_port}",
+            "resourcemanager.rpc-address": f"tcp://127.0.0.1:{resource_manager_port}",
             "jobmaster.rpc-address": "tcp://127.0.0.1:0",
             "taskmanager.rpc-address": "tcp://127.0.0.1:0",
             "taskmanager.numberOfTaskSlots": self.slots,
-            "rest.port": free_port(),
+            "rest.port": rest_port,
             "exchange.dir": str(self.directory / "exchange"),
             # Attempt logs and ended jobs' archives live with the cluster's other files, so a
             # cluster started again in the same directory still shows its history.

@@ -15,12 +15,13 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from sparkmill.common.core.free_ports import free_port
 
 USER = "sparkmill"
 DATABASE = "postgres"
@@ -40,12 +41,6 @@ def postgres_available() -> bool:
     return postgres_bin() is not None and JDBC_JAR.is_file()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PostgresServer:
     def __init__(self, *, listen: tuple[str, ...] = (), allow: tuple[str, ...] = ()) -> None:
         """``listen``: addresses to listen on besides 127.0.0.1; ``allow``: networks (CIDR)
@@ -57,7 +52,7 @@ class PostgresServer:
         self.listen = listen
         self.allow = allow
         self.password = secrets.token_urlsafe(18)
-        self.port = _free_port()
+        self.port = free_port()
         self.base = Path(tempfile.mkdtemp(prefix="sparkmill-pg-"))
         self.data = self.base / "data"
         self._process: subprocess.Popen[bytes] | None = None

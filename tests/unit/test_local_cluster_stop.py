@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from sparkmill.local_cluster import LocalCluster, ServiceProcess, process_tree
 
 # A stand-in service: notes when SIGTERM came, takes ``argv[2]`` seconds to stop, exits.
@@ -88,9 +90,30 @@ def _running(pid: int) -> bool:
 def test_free_ports_come_from_below_the_kernels_ephemeral_range() -> None:
     # A port in the ephemeral range may go to another process's outgoing connection before the
     # service binds it ("Address already in use" at a dispatcher's start).
-    from sparkmill.local_cluster import _ephemeral_start, free_port
+    from sparkmill.common.core.free_ports import ephemeral_start
+    from sparkmill.local_cluster import free_port
 
-    top = _ephemeral_start()
+    top = ephemeral_start()
     ports = {free_port() for _ in range(50)}
     assert all(20000 <= port < top for port in ports), sorted(ports)
     assert len(ports) > 40  # spread out, so parallel clusters rarely pick the same
+
+
+def test_ports_handed_out_by_one_process_are_never_handed_out_again_soon() -> None:
+    # A local cluster's dispatcher and resource manager once got the same port from two separate
+    # picks, and one of them could not bind it.
+    from sparkmill.common.core.free_ports import free_port, free_ports
+
+    together = free_ports(3)
+    assert len(set(together)) == 3, together
+    one_by_one = [free_port() for _ in range(300)]
+    assert len(set(one_by_one)) == 300
+    assert not set(together) & set(one_by_one)
+
+
+def test_free_ports_refuses_a_negative_count() -> None:
+    from sparkmill.common.core.free_ports import free_ports
+
+    with pytest.raises(ValueError, match="negative"):
+        free_ports(-1)
+    assert free_ports(0) == []

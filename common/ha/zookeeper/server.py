@@ -17,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from sparkmill.common.core.free_ports import free_port, free_ports
+
 JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 
 
@@ -31,13 +33,6 @@ def _java() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class ZooKeeperServer:
     def __init__(
         self,
@@ -49,7 +44,7 @@ class ZooKeeperServer:
         peers: tuple[str, ...] = (),
     ) -> None:
         self.directory = directory
-        self.port = port or _free_port()
+        self.port = port or free_port()
         # In an ensemble: this server's myid and the ``server.N=...`` lines of all servers.
         self.server_id = server_id
         self.peers = peers
@@ -171,7 +166,8 @@ class ZooKeeperEnsemble:
     """``size`` servers on loopback forming one ensemble; ``address`` is the quorum string."""
 
     def __init__(self, directory: Path, size: int = 3, tick_ms: int = 200) -> None:
-        ports = [(_free_port(), _free_port()) for _ in range(size)]
+        picked = free_ports(2 * size)
+        ports = [(picked[2 * i], picked[2 * i + 1]) for i in range(size)]
         peers = tuple(
             f"server.{i + 1}=127.0.0.1:{quorum}:{election}"
             for i, (quorum, election) in enumerate(ports)
