@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from sparkmill.common.config import options as opt
 from sparkmill.common.config.configuration import Configuration
@@ -30,22 +31,19 @@ from sparkmill.common.runtime.logs import configure_process_logging
 from sparkmill.common.runtime.metrics import MetricsHttpServer, ProcessMetrics
 from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import ClusterSettings, settings_from_config
-from sparkmill.services.dispatcher import metrics as dispatcher_metrics
-from sparkmill.services.dispatcher.attempt_logs import TaskExecutorLogs
-from sparkmill.services.dispatcher.dispatcher import Dispatcher
-from sparkmill.services.dispatcher.rest_auth import (
-    authorizer_of as rest_authorizer_of,
-)
-from sparkmill.services.dispatcher.rest_service import RestEndpoint, start_rest_endpoint
-from sparkmill.services.jobmaster import metrics as job_master_metrics
-from sparkmill.services.jobmaster.service import JobMasterProcess
-from sparkmill.services.resourcemanager import metrics as resource_manager_metrics
-from sparkmill.services.resourcemanager.drivers import create_worker_driver
-from sparkmill.services.resourcemanager.resource_manager import ResourceManager
-from sparkmill.services.taskexecutor import metrics as task_executor_metrics
-from sparkmill.services.taskexecutor.task_executor import TaskExecutor
 
-Service = Dispatcher | ResourceManager | JobMasterProcess | TaskExecutor
+if TYPE_CHECKING:
+    from sparkmill.services.dispatcher.dispatcher import Dispatcher
+    from sparkmill.services.dispatcher.rest_service import RestEndpoint
+    from sparkmill.services.jobmaster.service import JobMasterProcess
+    from sparkmill.services.resourcemanager.resource_manager import ResourceManager
+    from sparkmill.services.taskexecutor.task_executor import TaskExecutor
+
+    Service = Dispatcher | ResourceManager | JobMasterProcess | TaskExecutor
+
+# A process imports its own service's package only (in _build and _register_metrics): the other
+# three cost about 0.1 s of CPU at every start, which a cold `sparkmill run` pays in each of its
+# processes while the Spark JVM starts on the same cores.
 
 EXIT_CONFIG_ERROR = 2
 # Set to a directory, every service process profiles its event loop thread with cProfile and
@@ -118,6 +116,9 @@ def _build(
     identity: ServiceIdentity,
 ) -> Service:
     if role == "dispatcher":
+        from sparkmill.services.dispatcher.attempt_logs import TaskExecutorLogs
+        from sparkmill.services.dispatcher.dispatcher import Dispatcher
+
         return Dispatcher(
             settings,
             runtime,
@@ -131,6 +132,9 @@ def _build(
             TaskExecutorLogs(clients, ha.resource_manager_retrieval()),
         )
     if role == "resource-manager":
+        from sparkmill.services.resourcemanager.drivers import create_worker_driver
+        from sparkmill.services.resourcemanager.resource_manager import ResourceManager
+
         return ResourceManager(
             settings,
             runtime,
@@ -141,7 +145,11 @@ def _build(
             create_worker_driver(settings, runtime, config),
         )
     if role == "job-master":
+        from sparkmill.services.jobmaster.service import JobMasterProcess
+
         return JobMasterProcess(settings, config, runtime, ha, clients, identity)
+    from sparkmill.services.taskexecutor.task_executor import TaskExecutor
+
     return TaskExecutor(
         settings,
         runtime,
@@ -169,14 +177,23 @@ def _register_metrics(service: Service, metrics: ProcessMetrics) -> None:
     """Add the service's own collectors (each service package wires its own) and start its RPC
     series at 0. This module is the one place that knows every service."""
     metrics.rpc.declare(service.SERVICE, service.METHODS)
-    if isinstance(service, Dispatcher):
-        dispatcher_metrics.register(service, metrics)
-    elif isinstance(service, ResourceManager):
-        resource_manager_metrics.register(service, metrics)
-    elif isinstance(service, JobMasterProcess):
-        job_master_metrics.register(service, metrics)
+    role = metrics.role
+    if role == "dispatcher":
+        from sparkmill.services.dispatcher import metrics as dispatcher_metrics
+
+        dispatcher_metrics.register(cast("Dispatcher", service), metrics)
+    elif role == "resource-manager":
+        from sparkmill.services.resourcemanager import metrics as resource_manager_metrics
+
+        resource_manager_metrics.register(cast("ResourceManager", service), metrics)
+    elif role == "job-master":
+        from sparkmill.services.jobmaster import metrics as job_master_metrics
+
+        job_master_metrics.register(cast("JobMasterProcess", service), metrics)
     else:
-        task_executor_metrics.register(service, metrics)
+        from sparkmill.services.taskexecutor import metrics as task_executor_metrics
+
+        task_executor_metrics.register(cast("TaskExecutor", service), metrics)
 
 
 async def _start_metrics_endpoint(
@@ -227,7 +244,11 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
     if not security.enabled:
         log.warning("%s %s: %s", role, identity_id[:8], INSECURE_WARNING)
     # Likewise the REST API's token file (a dispatcher's).
-    rest_authorizer = rest_authorizer_of(settings) if role == "dispatcher" else None
+    rest_authorizer = None
+    if role == "dispatcher":
+        from sparkmill.services.dispatcher.rest_auth import authorizer_of
+
+        rest_authorizer = authorizer_of(settings)
     runtime = ServiceRuntime(role)
     clients = RpcClientPool(
         f"{role} {identity_id[:8]}",
@@ -258,8 +279,12 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
         identity.address = await server.start()
         log.info("%s %s listening on %s", role, identity_id[:8], identity.address)
         endpoint = await _start_metrics_endpoint(metrics, settings, identity)
-        if isinstance(servicer, Dispatcher):  # before it announces itself: the URL is in its info
-            rest = await start_rest_endpoint(servicer, runtime, ha, clients, rest_authorizer)
+        if role == "dispatcher":  # before it announces itself: the URL is in its info
+            from sparkmill.services.dispatcher.rest_service import start_rest_endpoint
+
+            rest = await start_rest_endpoint(
+                cast("Dispatcher", servicer), runtime, ha, clients, rest_authorizer
+            )
             identity.rest_url = rest.url if rest is not None else ""
         await servicer.start()
         runtime.spawn(_refuse_foreign_coordination_data(ha, runtime), "verify HA")
