@@ -553,8 +553,18 @@ cmd_heal_all() {  # undo every fault in force: power on, heal, resume, then star
 }
 
 # -- commands ---------------------------------------------------------------------------------------
+stop_undo_timers() {  # the pending undo timers (undo_later): each is a session of its own, so
+  # its sleep goes with it. They would act on nothing once the fault files are gone, but they
+  # would stay around for up to their whole delay.
+  local pid
+  for pid in $(pgrep -f " undo [0-9.]+ $FAULTS/" || true); do
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  done
+}
+
 cmd_down() {
   local pid mnt i
+  stop_undo_timers
   for pid in $(nspawn_pids); do kill -TERM "$pid" 2>/dev/null || true; done
   for i in $(seq 1 60); do
     [ -z "$(nspawn_pids)" ] && break
