@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     Service = Dispatcher | ResourceManager | JobMasterProcess | TaskExecutor
 
 # A process imports its own service's package only (in _build and _register_metrics): the other
-# three cost about 0.1 s of CPU at every start, which a cold `sparkmill run` pays in each of its
+# three cost 0.1-0.2 s of CPU at every start, which a cold `sparkmill run` pays in each of its
 # processes while the Spark JVM starts on the same cores.
 
 EXIT_CONFIG_ERROR = 2
