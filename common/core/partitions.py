@@ -28,3 +28,6 @@ class InputGateInfo:
     partitioner: str  # "forward" | "hash" | "rebalance" | "broadcast"
     producer_parallelism: int
     partitions: tuple[InputPartitionInfo, ...]
+    # Sub-partitions each producer wrote for a hash or rebalance exchange; 0: one per consumer
+    # subtask. More than the consumers when they were decided after the producers ran.
+    subpartitions: int = 0

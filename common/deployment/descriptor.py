@@ -116,6 +116,7 @@ def input_gate_to_proto(gate: InputGateInfo) -> task_executor_pb2.InputGate:
         pattern=cast(Any, common_pb2.DistributionPattern.Value(gate.pattern)),
         partitioner=gate.partitioner,
         producer_parallelism=gate.producer_parallelism,
+        subpartitions=gate.subpartitions,
     )
     add = message.partitions.add
     for part in gate.partitions:
@@ -141,6 +142,7 @@ def input_gate_from_proto(gate: task_executor_pb2.InputGate) -> InputGateInfo:
             )
             for p in gate.partitions
         ),
+        subpartitions=gate.subpartitions,
     )
 
 
@@ -165,6 +167,7 @@ def shared_gate_reference(
         pattern=gate.pattern,
         partitioner=gate.partitioner,
         producer_parallelism=gate.producer_parallelism,
+        subpartitions=gate.subpartitions,
         shared_gate_id=gate_id,
         generation=generation,
     )

@@ -28,6 +28,10 @@ that log itself. Whatever a deposed JobMaster appends after its successor read i
 the mark and ignored forever; a JobMaster that was deposed before it adopted anything did
 nothing a successor must keep, and its log is ignored.
 
+**A parallelism decided while the job runs is recorded too** (``decided``), before any subtask
+of its vertex is deployed, so it precedes every record of that vertex's attempts: a successor
+that keeps any of them applies the same decision, and one that lost the decision keeps none.
+
 Without HA there is no second JobMaster to hand over to, and :class:`NoJobProgressStore` keeps
 nothing.
 """
@@ -52,7 +56,8 @@ LEADER = "leader"
 ADOPTED = "adopted"
 FINISHED = "finished"
 INVALIDATED = "invalidated"
-_KINDS = (LEADER, ADOPTED, FINISHED, INVALIDATED)
+DECIDED = "decided"
+_KINDS = (LEADER, ADOPTED, FINISHED, INVALIDATED, DECIDED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +75,7 @@ class FinishedAttempt:
 
 @dataclass(frozen=True, slots=True)
 class ProgressEvent:
-    kind: str  # LEADER | ADOPTED | FINISHED | INVALIDATED
+    kind: str  # LEADER | ADOPTED | FINISHED | INVALIDATED | DECIDED
     session_id: str
     attempt: FinishedAttempt | None = None  # FINISHED
     subtasks: tuple[tuple[str, int], ...] = field(default=())  # INVALIDATED: (vertex, subtask)
@@ -80,6 +85,8 @@ class ProgressEvent:
     # LEADER: the fingerprint of the parallelisms the session ran the job with; a successor
     # with other parallelisms keeps none of its finished attempts ("" = not recorded).
     layout: str = ""
+    # DECIDED: a vertex's parallelism decided while the job ran (vertex id, number, why).
+    decision: tuple[str, int, str] | None = None
 
     def to_json(self) -> str:
         record: dict[str, Any] = {"kind": self.kind, "session": self.session_id, "seq": self.seq}
@@ -101,6 +108,8 @@ class ProgressEvent:
             record["trusted"] = dict(self.trusted)
         if self.layout:
             record["layout"] = self.layout
+        if self.decision is not None:
+            record["vertex"], record["parallelism"], record["reason"] = self.decision
         return json.dumps(record, separators=(",", ":"))
 
     @staticmethod
@@ -124,6 +133,9 @@ class ProgressEvent:
                 base64.b64decode(record["acc"]) if "acc" in record else b"",
                 IOCounters(*io),
             )
+        decision = None
+        if kind == DECIDED:
+            decision = (str(record["vertex"]), int(record["parallelism"]), str(record["reason"]))
         subtasks = tuple((str(v), int(i)) for v, i in record.get("subtasks", ()))
         trusted = tuple(sorted((str(k), int(n)) for k, n in record.get("trusted", {}).items()))
         return ProgressEvent(
@@ -134,6 +146,7 @@ class ProgressEvent:
             trusted,
             int(record["seq"]),
             str(record.get("layout", "")),
+            decision,
         )
 
     def to_record(self) -> bytes:
@@ -196,6 +209,8 @@ class Recovered:
 
     finished: dict[tuple[str, int], FinishedAttempt]
     trusted: dict[str, int]
+    # Vertex id -> (parallelism, why) of the vertices decided while the job ran.
+    decisions: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 def replay(logs: list[SessionLog], own: LogId | None = None, layout: str = "") -> Recovered:
@@ -216,6 +231,7 @@ def replay(logs: list[SessionLog], own: LogId | None = None, layout: str = "") -
             trusted[log.id.name] = len(prefix)
             break
     finished: dict[tuple[str, int], FinishedAttempt] = {}
+    decisions: dict[str, tuple[int, str]] = {}
     for log in earlier:
         events = prefixes[log.id.name][: trusted.get(log.id.name, 0)]
         recorded = next((e.layout for e in events if e.kind == LEADER), "")
@@ -227,7 +243,11 @@ def replay(logs: list[SessionLog], own: LogId | None = None, layout: str = "") -
             elif event.kind == INVALIDATED:
                 for key in event.subtasks:
                     finished.pop(key, None)
-    return Recovered(finished, trusted)
+            elif event.kind == DECIDED and event.decision is not None and same_layout:
+                # The first decision stands: a successor applies it rather than deciding again.
+                vertex_id, parallelism, reason = event.decision
+                decisions.setdefault(vertex_id, (parallelism, reason))
+    return Recovered(finished, trusted, decisions)
 
 
 class JobProgressStore(Protocol):

@@ -18,11 +18,20 @@ max-parallelism]`` (and the vertex's own max parallelism); an input of unknown s
 vertex fed by a ``forward`` edge gets its producer's number, so that its subtasks still line
 up one to one (Flink's forward groups).
 
-Flink's adaptive batch scheduler decides a non-source vertex only once its producers have
-finished, from the bytes they wrote; here every decision is made before the job is scheduled,
-from the sources' sizes. The decisions are deterministic for unchanged inputs: a JobMaster that
-takes the job over decides the same, and :func:`layout_of` lets it check that it did before it
-keeps any finished subtask of the one before.
+That is the whole decision for :func:`decide_parallelism` (``explain`` shows it). When the job
+runs, :func:`plan_parallelism` keeps only the sources' decisions (and those of vertices
+forward-fed by them): every other open vertex is decided *late*, as in Flink's adaptive batch
+scheduler, once all its producers have finished, from the bytes they wrote
+(:func:`decide_from_written`). Its estimate above becomes its bound: the number of
+sub-partitions its producers split their output into, of which each of its subtasks reads a
+contiguous range (:mod:`sparkmill.common.exchange.subpartitions`), so the producers never need
+the final number. A job with a PIPELINED exchange is decided whole at the start (its regions
+must be known before anything runs).
+
+The upfront decisions are deterministic for unchanged inputs: a JobMaster that takes the job
+over decides the same, and :func:`ParallelismPlan.layout` lets it check that it did before it
+keeps any finished subtask of the one before. Late decisions go to the job's progress log
+before any of the vertex's subtasks runs, and a successor applies the recorded ones.
 """
 
 from __future__ import annotations
@@ -37,7 +46,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparkmill.common.core.ids import IntermediateDataSetID, JobVertexID
-from sparkmill.common.jobgraph.model import DistributionPattern, JobGraph, JobVertex
+from sparkmill.common.jobgraph.model import (
+    DistributionPattern,
+    JobEdge,
+    JobGraph,
+    JobVertex,
+    ResultPartitionType,
+)
 
 _GLOB_CHARACTERS = frozenset("*?[")
 # A source declaring a huge tree (a graph naming "/") must not keep the JobMaster's executor
@@ -214,12 +229,10 @@ def _decide(
     decided: Mapping[JobVertexID, int],
     settings: AutoParallelismSettings,
 ) -> ParallelismDecision:
-    for edge in vertex.inputs:
-        if edge.pattern is DistributionPattern.POINTWISE and edge.partitioner == "forward":
-            producer = producer_of[edge.source]
-            return ParallelismDecision(
-                decided[producer.id], f"as its forward input {producer.name!r}"
-            )
+    forward = _forward_input(vertex)
+    if forward is not None:
+        producer = producer_of[forward.source]
+        return ParallelismDecision(decided[producer.id], f"as its forward input {producer.name!r}")
     upper = max(
         1,
         min(settings.max_parallelism, vertex.max_parallelism, settings.job_graph_max_parallelism),
@@ -239,12 +252,106 @@ def _decide(
     )
 
 
-def layout_of(graph: JobGraph) -> str:
+@dataclass(frozen=True, slots=True)
+class ParallelismPlan:
+    """What the JobMaster decides when a job starts, and what it leaves for later."""
+
+    graph: JobGraph  # the upfront decisions applied; late vertices still AUTO_PARALLELISM
+    decisions: dict[JobVertexID, ParallelismDecision]  # the upfront ones
+    # Late vertex -> the most subtasks it may get: the sub-partitions its producers write.
+    late_bounds: dict[JobVertexID, int]
+    # Late vertex -> the bytes of its own source files (0: none, or unknown).
+    own_bytes: dict[JobVertexID, int]
+
+    @property
+    def layout(self) -> str:
+        """The fingerprint of the upfront decisions and the late bounds (see :func:`layout_of`)."""
+        return layout_of(self.graph, self.late_bounds)
+
+    def pending_text(self, vertex_id: JobVertexID) -> str:
+        """What the status views show for a late vertex before it is decided."""
+        bound = self.late_bounds[vertex_id]
+        return f"auto: decided when its inputs have finished (at most {bound})"
+
+
+def plan_parallelism(
+    graph: JobGraph,
+    source_sizes: Mapping[JobVertexID, int | None],
+    settings: AutoParallelismSettings,
+) -> ParallelismPlan:
+    """Decide the sources now and leave every other open vertex for :func:`decide_from_written`
+    (see the module docstring). Raises what :func:`decide_parallelism` raises."""
+    decided, decisions = decide_parallelism(graph, source_sizes, settings)
+    pipelined = any(
+        ds.result_type is ResultPartitionType.PIPELINED for v in graph.vertices for ds in v.produced
+    )
+    if not decisions or not settings.enabled or pipelined:
+        return ParallelismPlan(decided, decisions, {}, {})
+    producer_of = {ds.id: v for v in graph.vertices for ds in v.produced}
+    late: dict[JobVertexID, int] = {}
+    for vertex in graph.topological_order():
+        if not vertex.is_auto or not vertex.inputs:
+            continue
+        forward = _forward_input(vertex)
+        if forward is not None:
+            if producer_of[forward.source].id in late:
+                late[vertex.id] = decisions[vertex.id].parallelism  # decided with its producer
+        elif all(e.pattern is DistributionPattern.ALL_TO_ALL for e in vertex.inputs):
+            late[vertex.id] = decisions[vertex.id].parallelism
+    vertices = [
+        dataclasses.replace(v, parallelism=decisions[v.id].parallelism)
+        if v.is_auto and v.id not in late
+        else v
+        for v in graph.vertices
+    ]
+    own = {vid: source_sizes.get(vid) or 0 for vid in late}
+    upfront = {vid: d for vid, d in decisions.items() if vid not in late}
+    return ParallelismPlan(dataclasses.replace(graph, vertices=vertices), upfront, late, own)
+
+
+def _forward_input(vertex: JobVertex) -> JobEdge | None:
+    for edge in vertex.inputs:
+        if edge.pattern is DistributionPattern.POINTWISE and edge.partitioner == "forward":
+            return edge
+    return None
+
+
+def decide_from_written(
+    vertex: JobVertex, written: int, bound: int, settings: AutoParallelismSettings
+) -> ParallelismDecision:
+    """The parallelism of a late vertex whose producers wrote ``written`` bytes for it (its
+    own source files included), at most ``bound``: the sub-partitions they split it into."""
+    upper = max(
+        1,
+        min(
+            settings.max_parallelism,
+            vertex.max_parallelism,
+            settings.job_graph_max_parallelism,
+            bound,
+        ),
+    )
+    lower = min(settings.min_parallelism, upper)
+    wanted = math.ceil(written / settings.bytes_per_task) if written > 0 else 1
+    parallelism = max(lower, min(wanted, upper))
+    reason = (
+        f"{format_bytes(written)} written by its inputs, "
+        f"{format_bytes(settings.bytes_per_task)} per subtask"
+    )
+    if wanted > parallelism and parallelism == bound:
+        reason += f", at most the {bound} sub-partitions its inputs were split into"
+    return ParallelismDecision(parallelism, reason)
+
+
+def layout_of(graph: JobGraph, late_bounds: Mapping[JobVertexID, int] | None = None) -> str:
     """A short fingerprint of every vertex's parallelism: equal for two JobMasters of a job
     exactly when their subtasks (and the splits their results are written in) match."""
     digest = hashlib.sha256()
+    bounds = late_bounds or {}
     for vertex in sorted(graph.vertices, key=lambda v: v.id):
-        digest.update(f"{vertex.id}={vertex.parallelism};".encode())
+        if vertex.id in bounds:
+            digest.update(f"{vertex.id}=auto<={bounds[vertex.id]};".encode())
+        else:
+            digest.update(f"{vertex.id}={vertex.parallelism};".encode())
     return digest.hexdigest()[:16]
 
 

@@ -57,6 +57,7 @@ from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.job_outcome import hand_job_back, job_result, status_report
 from sparkmill.services.jobmaster.peer_calls import TaskExecutorConnection
 from sparkmill.services.jobmaster.recovery import ProgressRecorder, recover_finished_subtasks
+from sparkmill.services.jobmaster.scheduler.adaptive_parallelism import AdaptiveParallelism
 from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
 from sparkmill.services.jobmaster.scheduler.deployments import DeploymentTracker
 from sparkmill.services.jobmaster.scheduler.heartbeat_reconciliation import apply_heartbeat_report
@@ -160,15 +161,13 @@ class JobMaster:
 
     async def build_graph(self) -> None:
         """Build the execution graph in slices (the loop runs between them) and the scheduler.
-
         Raises :class:`UnavailableError` when the job was cancelled or let go of meanwhile
         (nothing was acquired yet: the half-built graph is dropped), and
-        :class:`InvalidArgumentError` for a job graph that cannot be expanded.
-        """
+        :class:`InvalidArgumentError` for a job graph that cannot be expanded."""
         if self._scheduler is not None:
             raise IllegalStateBug(f"job {short(self.job_id)}: its graph was built already")
         try:
-            layout, graph = await build_decided_graph(
+            plan, graph = await build_decided_graph(
                 self.job_graph,
                 self.job_settings.auto_parallelism,
                 self.runtime,
@@ -185,7 +184,7 @@ class JobMaster:
                 "execution graph"
             )
         self.graph = graph
-        self.progress.layout = layout
+        self.progress.layout = plan.layout
         self._scheduler = DefaultScheduler(
             graph,
             self.slot_pool,
@@ -194,6 +193,7 @@ class JobMaster:
             failover_strategy=self.job_settings.failover_strategy,
             progress=self.progress,
             fail_on_repeated_error=self.job_settings.restart.fail_on_repeated_error,
+            adaptive=AdaptiveParallelism(graph, self.job_settings.auto_parallelism, plan.own_bytes),
         )
 
     async def grant_leadership(self, session_id: str) -> None:

@@ -15,6 +15,7 @@ partitions, it never runs again - only if
   inputs it read);
 * its whole pipelined region is restorable (regions run all or nothing).
 
+Parallelisms decided while the job ran (its late vertices) are applied first, as recorded.
 Everything else runs again as usual. Losing the log (or part of it) costs re-running, never
 correctness: a subtask without a valid record simply runs.
 """
@@ -32,6 +33,7 @@ from sparkmill.common.core.partitions import InputPartitionInfo
 from sparkmill.common.exchange.layout import partition_readable
 from sparkmill.common.ha.progress_log import (
     ADOPTED,
+    DECIDED,
     FINISHED,
     INVALIDATED,
     LEADER,
@@ -112,6 +114,13 @@ class ProgressRecorder:
             io or NO_IO,
         )
         self._enqueue(ProgressEvent(FINISHED, self.session_id, attempt))
+
+    def vertex_decided(self, vertex_id: JobVertexID, parallelism: int, reason: str) -> None:
+        if self.session_id:
+            event = ProgressEvent(
+                DECIDED, self.session_id, decision=(vertex_id, parallelism, reason)
+            )
+            self._enqueue(event)
 
     def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None:
         if not self.session_id or not vertices:
@@ -253,6 +262,11 @@ async def recover_finished_subtasks(
     # job is deployed while the two records are written: readers trust no record of ours
     # before `adopted` (records are numbered), so dying before it lands loses only our own
     # progress, which costs re-running, never correctness - as losing any record does.
+    if recovered.decisions:
+        # Before anything is restored: the subtasks of a vertex decided while the job ran exist
+        # only once its decision is applied.
+        applied = scheduler.adaptive.apply_recorded(recovered.decisions)
+        log.info("job %s: %d recorded parallelism decisions applied", short(job_id), applied)
     finished = recovered.finished
     if not finished:
         return 0

@@ -38,11 +38,11 @@ def _marking(markers: Path, stage: str) -> Callable[[Any], Any]:
     return mark
 
 
-def _holding(markers: Path, release: Path) -> Callable[[Any], Any]:
+def _holding(markers: Path, release: Path, stage: str = "b") -> Callable[[Any], Any]:
     def hold(df: Any) -> Any:
         markers.mkdir(parents=True, exist_ok=True)
-        (markers / f"b-{uuid.uuid4().hex}").touch()
-        first = markers / "b-held"
+        (markers / f"{stage}-{uuid.uuid4().hex}").touch()
+        first = markers / f"{stage}-held"
         if not first.exists():
             first.touch()
             deadline = time.monotonic() + HOLD_LIMIT_S
@@ -82,6 +82,34 @@ def held_pipeline(
     return pipeline
 
 
+def decided_pipeline(name: str, out: Path, markers: Path, release: Path) -> sm.Pipeline:
+    """No parallelism set: the source gets the default (its size is unknown), the rest is
+    decided from what their inputs wrote, once they have finished.
+
+        range(3000), 3 subtasks ─ hash ─ agg by k, stage-x ─ rebalance ─ stage-y HOLDS ─ Parquet
+
+    stage-y's first run holds as stage-b's does: stage-x is decided and finished by then.
+    The output is :func:`expected_rows`'."""
+    auto = "execution.batch.adaptive.auto-parallelism."
+    config = {
+        auto + "default-source-parallelism": "3",
+        auto + "max-parallelism": "3",
+        auto + "avg-data-volume-per-task": "4kb",
+    }
+    pipeline = sm.Pipeline(name, config=config)
+    (
+        pipeline.range(ROWS)
+        .with_column("k", F.col("id") % KEYS)
+        .key_by("k")
+        .agg(F.count("*").alias("n"), F.sum("id").alias("total"))
+        .transform(_marking(markers, "x"), name="stage-x")
+        .rebalance()
+        .transform(_holding(markers, release, "y"), name="stage-y")
+        .write_parquet(str(out))
+    )
+    return pipeline
+
+
 def expected_rows() -> list[tuple[int, int, int]]:
     groups: dict[int, list[int]] = {}
     for i in range(ROWS):
@@ -97,8 +125,8 @@ def output_rows(out: Path) -> list[tuple[int, int, int]]:
 
 
 def runs(markers: Path, stage: str) -> int:
-    """How many times ``stage`` ran (``a`` or ``b``)."""
-    return sum(1 for p in markers.glob(f"{stage}-*") if p.name != "b-held")
+    """How many times ``stage`` ran (``a``, ``b``, ``x`` or ``y``)."""
+    return sum(1 for p in markers.glob(f"{stage}-*") if p.name != f"{stage}-held")
 
 
 def vertex(details: jobs_pb2.JobDetails, label: str) -> jobs_pb2.VertexDetails:

@@ -468,7 +468,12 @@ def test_automatic_parallelism_join_and_aggregation_match_pyspark(
         f"auto: {orders_bytes / 1024:.1f} KiB input, 32.0 KiB per subtask",
     )
     assert decided["read_csv #2"][0] == 1  # 11 customers
-    assert decided["join -> partial agg"][0] == 3 and decided["agg -> write_parquet"][0] == 3
+    # Decided once their inputs had finished, from the bytes those wrote, and never more than
+    # the 3 sub-partitions written for them; the final aggregation reads a few partial sums.
+    for name in ("join -> partial agg", "agg -> write_parquet"):
+        parallelism, why = decided[name]
+        assert 1 <= parallelism <= 3 and "written by its inputs, 32.0 KiB per subtask" in why
+    assert decided["agg -> write_parquet"][0] == 1
     assert decided["commit"] == (1, "")
 
     ref_orders = spark.read.csv(str(tmp_path / "orders"), header=True, schema=orders_schema)

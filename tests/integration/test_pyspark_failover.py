@@ -26,6 +26,7 @@ from sparkmill.local_cluster import LocalCluster
 from tests.integration.conftest import SPARK_SESSIONS, eventually, start_local_cluster
 from tests.integration.held_pipeline import (
     A_PARALLELISM,
+    decided_pipeline,
     held,
     held_pipeline,
     output_rows,
@@ -162,6 +163,52 @@ def test_job_master_takeover_keeps_the_finished_subtasks(
     assert runs(markers, "a") == A_PARALLELISM  # not one stage-a subtask ran again
     assert result.details.recovered_subtasks == A_PARALLELISM
     assert runs(markers, "b") == 2  # stage-b had not finished: it ran again
+
+
+def test_job_master_takeover_applies_the_decisions_and_keeps_the_decided_subtasks(
+    cluster: LocalCluster, client: ClusterClient, tmp_path: Path
+) -> None:
+    # Automatic parallelism: stage-x was decided from what the source wrote and finished,
+    # stage-y was decided and holds when the JobMaster dies. Its successor applies both
+    # recorded decisions and keeps every finished subtask of the source and of stage-x.
+    if len(client.cluster_status(timeout=60).job_master_process_infos) < 2:
+        cluster.add_process("job-master")
+    eventually(
+        lambda: len(client.cluster_status(timeout=60).job_master_process_infos) >= 2, timeout=120
+    )
+    out, markers, release = tmp_path / "out", tmp_path / "markers", tmp_path / "release"
+    job_id = client.submit(
+        decided_pipeline("auto-takeover", out, markers, release).build_job_graph()
+    )
+    eventually(lambda: (markers / "y-held").exists(), timeout=240)
+    details = client.status(job_id, timeout=60)
+    decided = {v.name: (v.parallelism, v.parallelism_decision) for v in details.vertices}
+    source, x, y = details.vertices[0], vertex(details, "stage-x"), vertex(details, "stage-y")
+    assert source.parallelism == 3 and "input size unknown" in source.parallelism_decision
+    assert "written by its inputs" in x.parallelism_decision
+    assert "written by its inputs" in y.parallelism_decision
+    store = FileJobProgressStore(cluster.directory / "ha-storage" / "job-progress")
+
+    def recorded() -> bool:
+        progress = replay(store.load(job_id))
+        kept = sum(v == x.vertex_id for v, _ in progress.finished)
+        return {x.vertex_id, y.vertex_id} <= set(progress.decisions) and kept == x.parallelism
+
+    eventually(recorded, timeout=60)
+    address, job_master = job_master_of(client, job_id)
+    sigkill(cluster, job_master)
+    eventually(
+        lambda: client.status(job_id, timeout=60).job_master_address not in ("", address),
+        timeout=120,
+    )
+    release.touch()
+    result = client.wait(job_id, timeout=600)
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    assert output_rows(out) == expected_held_rows()
+    assert runs(markers, "x") == x.parallelism  # not one stage-x subtask ran again
+    assert result.details.recovered_subtasks >= source.parallelism + x.parallelism
+    after = {v.name: (v.parallelism, v.parallelism_decision) for v in result.details.vertices}
+    assert {name: after[name] for name in decided} == decided  # never decided twice
 
 
 def test_task_executor_killed_mid_pipeline_output_matches_pyspark(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from sparkmill.common.core.errors import RpcError
 from sparkmill.common.core.ids import (
     AllocationID,
+    JobVertexID,
     new_dataset_id,
     new_job_id,
     new_resource_id,
@@ -25,6 +26,7 @@ from sparkmill.common.core.ids import (
 from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.states import ExecutionState, JobStatus
+from sparkmill.common.jobgraph.auto_parallelism import AutoParallelismSettings
 from sparkmill.common.jobgraph.model import (
     NOOP_OPERATOR_KIND,
     DistributionPattern,
@@ -41,6 +43,7 @@ from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     ExecutionGraph,
     ExecutionVertex,
 )
+from sparkmill.services.jobmaster.scheduler.adaptive_parallelism import AdaptiveParallelism
 from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
 from sparkmill.services.jobmaster.scheduler.restart_strategy import (
     NoRestartStrategy,
@@ -279,13 +282,18 @@ def run(
     restart_strategy: RestartStrategy | None = None,
     failover: str = "region",
     progress: ProgressListener | None = None,
+    late_bounds: dict[JobVertexID, int] | None = None,
+    auto_settings: AutoParallelismSettings | None = None,
 ) -> None:
+    """Run ``scenario`` against a real scheduler of ``job_graph``. With ``late_bounds`` (and
+    ``auto_settings``) those vertices are decided from what their producers wrote."""
+
     async def main() -> None:
         timers = ManualTimerService()
         rm = TestingSlotPoolActions()
         pool = SlotPool(job_graph.job_id, timers, rm, REQUEST_TIMEOUT, IDLE_TIMEOUT)
         pool.connect_to_resource_manager()
-        graph = ExecutionGraph.build(job_graph)
+        graph = ExecutionGraph.build(job_graph, late_bounds=late_bounds)
         actions = TestingSchedulerActions()
         scheduler = DefaultScheduler(
             graph,
@@ -294,6 +302,7 @@ def run(
             restart_strategy or NoRestartStrategy(),
             failover_strategy=failover,
             progress=progress,
+            adaptive=AdaptiveParallelism(graph, auto_settings) if late_bounds else None,
         )
         rm.scheduler = scheduler
         te = TaskExecutorInfo(new_resource_id(), "te-1:6123")

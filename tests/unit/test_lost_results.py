@@ -229,6 +229,9 @@ class RecordingProgress:
         names = ", ".join(v.task_name_with_subtask for v in vertices)
         self.events.append(f"invalidated {names}")
 
+    def vertex_decided(self, vertex_id: str, parallelism: int, reason: str) -> None:
+        self.events.append(f"decided {vertex_id} {parallelism}")
+
 
 def test_progress_is_told_of_finished_and_voided_attempts_in_order() -> None:
     job_graph = build_graph({"a": 1, "b": 1}, [("a", "b", A2A, BLOCKING)])

@@ -87,12 +87,10 @@ def deployment_of(
 
 
 def consumer_parallelism(result: IntermediateResult) -> int:
-    """How many subtasks consume ``result`` (0 when nothing does): the split its producers
-    write. Every consumer group of a result belongs to the one vertex reading it."""
-    groups = result.consumed_partition_groups
-    if not groups:
-        return 0
-    return groups[0].consumer_vertex_group.vertices[0].job_vertex.parallelism
+    """The split the producers of ``result`` write (0 when nothing reads it): as many parts as
+    its consumer has subtasks, or, for a consumer decided after they ran, the most it may get
+    (each of its subtasks then reads a range of parts)."""
+    return result.subpartitions
 
 
 def gate_of(edge: JobEdge, group: ConsumedPartitionGroup) -> InputGateInfo:
@@ -103,6 +101,7 @@ def gate_of(edge: JobEdge, group: ConsumedPartitionGroup) -> InputGateInfo:
         pattern=edge.pattern.name,
         partitioner=edge.partitioner,
         producer_parallelism=group.result.num_partitions,
+        subpartitions=group.result.subpartitions,
         partitions=tuple(
             InputPartitionInfo(
                 dataset_id=edge.source,

@@ -29,7 +29,7 @@ Nothing here is thread-safe: the graph lives on the job master's event loop.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 
 from sparkmill.common.core.errors import IllegalStateBug
 from sparkmill.common.core.ids import (
@@ -40,7 +40,13 @@ from sparkmill.common.core.ids import (
     short,
 )
 from sparkmill.common.core.states import ExecutionState
-from sparkmill.common.jobgraph.model import JobGraph, JobVertex
+from sparkmill.common.jobgraph.model import (
+    DistributionPattern,
+    JobEdge,
+    JobGraph,
+    JobVertex,
+    ResultPartitionType,
+)
 from sparkmill.services.jobmaster.executiongraph.edge_manager import connect_in_steps
 from sparkmill.services.jobmaster.executiongraph.execution_topology import (
     ConsumedPartitionGroup,
@@ -73,11 +79,25 @@ _TERMINAL_STATES = tuple(s for s in ExecutionState if s.is_terminal)
 class ExecutionGraph:
     """All execution vertices of one job, their wiring, and their current attempts."""
 
-    def __init__(self, job_graph: JobGraph, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        job_graph: JobGraph,
+        clock: Callable[[], float] = time.time,
+        late_bounds: Mapping[JobVertexID, int] | None = None,
+    ) -> None:
         """An empty graph; use :meth:`build`."""
         self.job_graph = job_graph
         self._clock = clock
+        # Vertices decided after their producers ran -> the sub-partitions those write.
+        self.late_bounds: dict[JobVertexID, int] = dict(late_bounds or {})
+        # The one edge reading each data set (its consumer and how it reads).
+        self._reader: dict[IntermediateDataSetID, JobEdge] = {
+            edge.source: edge for vertex in job_graph.vertices for edge in vertex.inputs
+        }
+        self._parallelism = {vertex.id: vertex.parallelism for vertex in job_graph.vertices}
         self._job_vertices: dict[JobVertexID, ExecutionJobVertex] = {}
+        # Not initialized yet (no subtasks, no wiring), in topological order.
+        self._uninitialized: dict[JobVertexID, ExecutionJobVertex] = {}
         self._vertices: list[ExecutionVertex] = []  # all of them, in topological order
         self._results: dict[IntermediateDataSetID, IntermediateResult] = {}
         self._groups: list[ConsumedPartitionGroup] = []  # every group once
@@ -89,14 +109,20 @@ class ExecutionGraph:
 
     @classmethod
     def build(
-        cls, job_graph: JobGraph, *, clock: Callable[[], float] = time.time
+        cls,
+        job_graph: JobGraph,
+        *,
+        clock: Callable[[], float] = time.time,
+        late_bounds: Mapping[JobVertexID, int] | None = None,
     ) -> ExecutionGraph:
         """Expand ``job_graph`` in one go. ``clock`` gives the wall-clock state timestamps.
 
+        The vertices of ``late_bounds`` (left at ``AUTO_PARALLELISM``), and every vertex
+        reading from one of them, stay uninitialized until :meth:`initialize_vertices`.
         Raises ``ValueError`` on a cycle, on an input whose data set is unknown, or on a
         parallelism below 1 (the dispatcher's validation should have refused such a graph).
         """
-        steps = cls.build_in_steps(job_graph, clock=clock)
+        steps = cls.build_in_steps(job_graph, clock=clock, late_bounds=late_bounds)
         while True:
             try:
                 next(steps)
@@ -111,6 +137,7 @@ class ExecutionGraph:
         *,
         clock: Callable[[], float] = time.time,
         chunk: int = BUILD_CHUNK,
+        late_bounds: Mapping[JobVertexID, int] | None = None,
     ) -> Generator[None, None, ExecutionGraph]:
         """:meth:`build` as a generator that pauses (yields) after about ``chunk`` units of work
         (a subtask with its partitions, or a subtask or partition wired into a group) and
@@ -121,7 +148,7 @@ class ExecutionGraph:
         """
         if chunk < 1:
             raise ValueError(f"chunk must be at least 1, not {chunk}")
-        graph = cls(job_graph, clock)
+        graph = cls(job_graph, clock, late_bounds)
         for job_vertex in job_graph.topological_order():
             yield from graph._attach_in_steps(job_vertex, chunk)
         # The regions too: the scheduler and the recovery ask for them first thing.
@@ -133,7 +160,32 @@ class ExecutionGraph:
     def _attach_in_steps(self, job_vertex: JobVertex, chunk: int) -> Iterator[None]:
         if job_vertex.id in self._job_vertices:
             raise ValueError(f"vertex '{job_vertex.name}' appears twice in the job graph")
-        ejv = ExecutionJobVertex(self, job_vertex, len(self._vertices), create_subtasks=False)
+        for edge in job_vertex.inputs:
+            if edge.source not in self._results:  # topological_order() checked this already
+                raise ValueError(f"vertex '{job_vertex.name}' reads unknown data set {edge.source}")
+        ready = job_vertex.id not in self.late_bounds and all(
+            self._results[edge.source].producer.initialized for edge in job_vertex.inputs
+        )
+        ejv = ExecutionJobVertex(
+            self, job_vertex, len(self._vertices), create_subtasks=False, initialized=ready
+        )
+        for result in ejv.produced_results:
+            if result.id in self._results:
+                raise ValueError(f"data set {result.id} is produced twice")
+            self._results[result.id] = result
+        self._job_vertices[job_vertex.id] = ejv
+        if ready:
+            yield from self._initialize_in_steps(ejv, chunk)
+        else:
+            self._uninitialized[job_vertex.id] = ejv
+        yield
+
+    def _initialize_in_steps(self, ejv: ExecutionJobVertex, chunk: int) -> Iterator[None]:
+        """Create the subtasks of ``ejv`` (whose producers are all initialized) and wire them."""
+        ejv._first_index = len(self._vertices)
+        ejv.initialized = True
+        for result in ejv.produced_results:
+            result.subpartitions = self._subpartitions_of(result.id)
         while not ejv.has_all_subtasks:
             created = ejv.add_subtasks(chunk)
             self._vertices.extend(created)
@@ -143,10 +195,8 @@ class ExecutionGraph:
                 executions[execution.attempt_id] = execution
             self._state_counts[ExecutionState.CREATED] += len(created)
             yield
-        for edge in job_vertex.inputs:
-            result = self._results.get(edge.source)
-            if result is None:  # topological_order() already checked this; be explicit
-                raise ValueError(f"vertex '{job_vertex.name}' reads unknown data set {edge.source}")
+        for edge in ejv.job_vertex.inputs:
+            result = self._results[edge.source]
             ejv.inputs.append(result)
             wired = 0
             for group in connect_in_steps(ejv, result, edge.pattern):
@@ -155,12 +205,69 @@ class ExecutionGraph:
                 if wired >= chunk:
                     wired = 0
                     yield
-        for result in ejv.produced_results:
-            if result.id in self._results:
-                raise ValueError(f"data set {result.id} is produced twice")
-            self._results[result.id] = result
-        self._job_vertices[job_vertex.id] = ejv
-        yield
+
+    def _subpartitions_of(self, dataset_id: IntermediateDataSetID) -> int:
+        """How many sub-partitions the producers of ``dataset_id`` write: the consumer's
+        parallelism, or its bound when it is decided only after they ran (0: no consumer)."""
+        edge = self._reader.get(dataset_id)
+        if edge is None:
+            return 0
+        if edge.pattern is DistributionPattern.ALL_TO_ALL and edge.target in self.late_bounds:
+            return self.late_bounds[edge.target]
+        consumer = self._job_vertices.get(edge.target)
+        # While the graph is built, the consumer (later in topological order) is not yet here.
+        parallelism = (
+            consumer.parallelism if consumer is not None else self._parallelism[edge.target]
+        )
+        if parallelism < 1:
+            raise IllegalStateBug(
+                f"data set {short(dataset_id)} is read POINTWISE by a vertex whose parallelism "
+                "is not decided yet: its producers cannot be wired"
+            )
+        return parallelism
+
+    # ---------------------------------------------------------------- late initialization
+
+    @property
+    def uninitialized_job_vertices(self) -> list[ExecutionJobVertex]:
+        """The job vertices without subtasks yet, in topological order."""
+        return list(self._uninitialized.values())
+
+    def initialize_vertices(self, decided: Mapping[JobVertexID, int]) -> list[ExecutionVertex]:
+        """Give the open vertices of ``decided`` their parallelism, then initialize every
+        vertex that now can be (its parallelism known, its producers initialized), in
+        topological order; returns the subtasks created (each its own region: only
+        all-BLOCKING graphs decide late, see ``plan_parallelism``)."""
+        for vertex_id, parallelism in decided.items():
+            ejv = self._uninitialized.get(vertex_id)
+            if ejv is None:
+                raise IllegalStateBug(f"vertex {short(vertex_id)} is not waiting for a decision")
+            ejv.decide(parallelism)
+        created_from = len(self._vertices)
+        for ejv in list(self._uninitialized.values()):
+            if ejv.job_vertex.is_auto or not all(r.producer.initialized for r in self._inputs(ejv)):
+                continue
+            del self._uninitialized[ejv.id]
+            for _ in self._initialize_in_steps(ejv, len(self._vertices) + 1):
+                pass
+        created = self._vertices[created_from:]
+        if self._regions is not None:
+            for vertex in created:
+                if any(
+                    g.result_type is not ResultPartitionType.BLOCKING
+                    for g in vertex.consumed_partition_groups
+                ):
+                    raise IllegalStateBug(
+                        f"{vertex!r} reads a PIPELINED result but was decided late"
+                    )
+                region = PipelinedRegion(len(self._regions), [vertex])
+                region.blocking_consumed_groups = tuple(vertex.consumed_partition_groups)
+                vertex._region = region
+                self._regions.append(region)
+        return created
+
+    def _inputs(self, ejv: ExecutionJobVertex) -> list[IntermediateResult]:
+        return [self._results[edge.source] for edge in ejv.job_vertex.inputs]
 
     # ---------------------------------------------------------------- structure queries
 
@@ -337,7 +444,10 @@ class ExecutionGraph:
 
     @property
     def all_vertices_finished(self) -> bool:
-        return self._state_counts[ExecutionState.FINISHED] == len(self._vertices)
+        """Every job vertex initialized and every subtask FINISHED."""
+        return not self._uninitialized and self._state_counts[ExecutionState.FINISHED] == len(
+            self._vertices
+        )
 
     @property
     def all_vertices_terminal(self) -> bool:

@@ -14,6 +14,7 @@ Nothing here is thread-safe: the graph lives on the job master's event loop.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -216,6 +217,7 @@ class ExecutionJobVertex:
     __slots__ = (
         "_first_index",
         "graph",
+        "initialized",
         "inputs",
         "job_vertex",
         "produced_results",
@@ -229,10 +231,18 @@ class ExecutionJobVertex:
         first_index: int,
         *,
         create_subtasks: bool = True,
+        initialized: bool = True,
     ) -> None:
         """``create_subtasks=False``: none yet; they come by :meth:`add_subtasks` (a graph
-        built in steps creates a wide vertex's subtasks a chunk at a time)."""
-        if job_vertex.parallelism < 1:
+        built in steps creates a wide vertex's subtasks a chunk at a time).
+
+        ``initialized=False`` (Flink's not yet initialized ``ExecutionJobVertex`` of a dynamic
+        graph): the vertex has no subtasks and no wiring yet, because its parallelism is still
+        to be decided or one of its producers is not initialized either. The graph initializes
+        it later (see :meth:`decide`); until then its parallelism may be ``AUTO_PARALLELISM``.
+        """
+        self.initialized = initialized
+        if initialized and job_vertex.parallelism < 1:
             raise ValueError(
                 f"vertex '{job_vertex.name}' has parallelism {job_vertex.parallelism}, "
                 "it must be at least 1"
@@ -262,6 +272,16 @@ class ExecutionJobVertex:
                 partitions.append(partition)
                 ev.produced_partitions.append(partition)
         return created
+
+    def decide(self, parallelism: int) -> None:
+        """Set the parallelism of a vertex that is not initialized yet and was left open."""
+        if self.initialized or not self.job_vertex.is_auto:
+            raise IllegalStateBug(f"{self!r} is decided already")
+        if not 1 <= parallelism <= self.job_vertex.max_parallelism:
+            raise IllegalStateBug(
+                f"{self!r}: parallelism {parallelism} is outside 1..{self.max_parallelism}"
+            )
+        self.job_vertex = dataclasses.replace(self.job_vertex, parallelism=parallelism)
 
     @property
     def has_all_subtasks(self) -> bool:
@@ -316,7 +336,14 @@ class IntermediateResult:
     ``i``) and knows every :class:`ConsumedPartitionGroup` built over it.
     """
 
-    __slots__ = ("consumed_partition_groups", "id", "partitions", "producer", "result_type")
+    __slots__ = (
+        "consumed_partition_groups",
+        "id",
+        "partitions",
+        "producer",
+        "result_type",
+        "subpartitions",
+    )
 
     def __init__(self, dataset: IntermediateDataSet, producer: ExecutionJobVertex) -> None:
         self.id: IntermediateDataSetID = dataset.id
@@ -324,6 +351,11 @@ class IntermediateResult:
         self.result_type: ResultPartitionType = dataset.result_type
         self.partitions: list[IntermediateResultPartition] = []
         self.consumed_partition_groups: list[ConsumedPartitionGroup] = []
+        # How many sub-partitions each producer subtask splits its partition into: the
+        # consumer's parallelism, or for a consumer decided after its producers ran, the most
+        # it may get (see sparkmill.common.exchange.subpartitions). Set by the graph when the
+        # producer is initialized; 0 while unknown or when nothing consumes the result.
+        self.subpartitions = 0
 
     @property
     def num_partitions(self) -> int:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sparkmill.common.core.ids import short
+from sparkmill.common.core.ids import JobVertexID, short
 from sparkmill.common.jobgraph.model import JobGraph
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     BUILD_CHUNK,
@@ -52,17 +52,21 @@ async def build_execution_graph(
     chunk: int = BUILD_CHUNK,
     monotonic: Callable[[], float] = time.monotonic,
     stats: BuildStats | None = None,
+    late_bounds: Mapping[JobVertexID, int] | None = None,
 ) -> ExecutionGraph | None:
     """Build the execution graph of ``job_graph`` in slices, yielding to the loop between them.
 
     ``stopped`` is asked after every pause: when it answers True (the job was cancelled or the
     JobMaster let go of it meanwhile) the half-built graph is dropped and None is returned.
     ``clock`` stamps the attempts' states; ``monotonic`` measures the slices (``stats``, if
-    given, is filled in; a completed build is logged with them). Raises what
+    given, is filled in; a completed build is logged with them). ``late_bounds``: see
+    :meth:`ExecutionGraph.build`. Raises what
     :meth:`ExecutionGraph.build` raises for a malformed job graph.
     """
     stats = stats if stats is not None else BuildStats()
-    steps = ExecutionGraph.build_in_steps(job_graph, clock=clock, chunk=chunk)
+    steps = ExecutionGraph.build_in_steps(
+        job_graph, clock=clock, chunk=chunk, late_bounds=late_bounds
+    )
     started = slice_started = monotonic()
 
     def end_slice(now: float) -> None:

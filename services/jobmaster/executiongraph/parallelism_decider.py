@@ -1,15 +1,14 @@
-"""The JobMaster's side of automatic parallelism: the sources sized off the event loop, then
-the decisions of :mod:`sparkmill.common.jobgraph.auto_parallelism`."""
+"""The JobMaster's side of automatic parallelism when a job starts: the sources sized off the
+event loop, then :func:`~sparkmill.common.jobgraph.auto_parallelism.plan_parallelism` (what is
+decided now, what waits for its producers)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from sparkmill.common.core.ids import JobVertexID
 from sparkmill.common.jobgraph.auto_parallelism import (
-    ParallelismDecision,
-    decide_parallelism,
-    layout_of,
+    ParallelismPlan,
+    plan_parallelism,
     size_sources,
 )
 from sparkmill.common.jobgraph.model import JobGraph
@@ -19,15 +18,15 @@ from sparkmill.services.jobmaster.executiongraph.execution_graph import Executio
 from sparkmill.services.jobmaster.executiongraph.graph_building import build_execution_graph
 
 
-async def decide_open_parallelism(
+async def plan_open_parallelism(
     graph: JobGraph, settings: AutoParallelismSettings, runtime: ServiceRuntime
-) -> tuple[JobGraph, dict[JobVertexID, ParallelismDecision]]:
-    """``graph`` with its open parallelisms decided; listing the sources' files is blocking
-    disk work, so it runs in the runtime's executor."""
+) -> ParallelismPlan:
+    """The plan for ``graph``'s open parallelisms; listing the sources' files is blocking disk
+    work, so it runs in the runtime's executor."""
     if not any(vertex.is_auto for vertex in graph.vertices):
-        return graph, {}
+        return ParallelismPlan(graph, {}, {}, {})
     sizes = await runtime.run_blocking(size_sources, graph)
-    return decide_parallelism(graph, sizes, settings)
+    return plan_parallelism(graph, sizes, settings)
 
 
 async def build_decided_graph(
@@ -36,13 +35,16 @@ async def build_decided_graph(
     runtime: ServiceRuntime,
     *,
     stopped: Callable[[], bool],
-) -> tuple[str, ExecutionGraph | None]:
-    """The execution graph of ``job_graph`` with its open parallelisms decided (None when
-    ``stopped`` said so while it was built), and the layout fingerprint of the decisions
-    (what a successor must match to keep finished subtasks). Raises ``ValueError`` for a
-    graph that cannot be expanded."""
-    decided, decisions = await decide_open_parallelism(job_graph, settings, runtime)
-    graph = await build_execution_graph(decided, stopped=stopped)
+) -> tuple[ParallelismPlan, ExecutionGraph | None]:
+    """The plan of ``job_graph``'s open parallelisms (its layout is what a successor must
+    match to keep finished subtasks), and the execution graph built by it (None when
+    ``stopped`` said so while it was built): the late vertices still without subtasks. Raises
+    ``ValueError`` for a graph that cannot be expanded."""
+    plan = await plan_open_parallelism(job_graph, settings, runtime)
+    graph = await build_execution_graph(plan.graph, stopped=stopped, late_bounds=plan.late_bounds)
     if graph is not None:
-        graph.parallelism_decisions = {vid: d.text for vid, d in decisions.items()}
-    return layout_of(decided), graph
+        graph.parallelism_decisions = {vid: d.text for vid, d in plan.decisions.items()}
+        graph.parallelism_decisions.update(
+            {vid: plan.pending_text(vid) for vid in plan.late_bounds}
+        )
+    return plan, graph

@@ -30,9 +30,8 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 
 from sparkmill.common.core.errors import ResourceExhaustedError, RpcError
-from sparkmill.common.core.ids import ExecutionAttemptID, IntermediateDataSetID, short
+from sparkmill.common.core.ids import ExecutionAttemptID, short
 from sparkmill.common.core.io_counters import NO_IO, IOCounters
-from sparkmill.common.core.partitions import NO_DATA_PARTITIONER
 from sparkmill.common.core.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     Execution,
@@ -40,8 +39,10 @@ from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     ExecutionVertex,
 )
 from sparkmill.services.jobmaster.executiongraph.execution_topology import PipelinedRegion
+from sparkmill.services.jobmaster.scheduler.adaptive_parallelism import AdaptiveParallelism
 from sparkmill.services.jobmaster.scheduler.failover import (
     lost_results_still_needed,
+    no_data_results,
     producers_of_lost_partitions,
     vertices_to_restart,
 )
@@ -90,9 +91,12 @@ class DefaultScheduler:
         failover_strategy: str = "region",
         progress: ProgressListener | None = None,
         fail_on_repeated_error: bool = True,
+        adaptive: AdaptiveParallelism | None = None,
     ) -> None:
         self.graph = graph
         self.progress: ProgressListener = progress or NoProgressListener()
+        # Decides the vertices left open until their producers finished.
+        self.adaptive = adaptive or AdaptiveParallelism(graph)
         self.slot_pool = slot_pool
         # Subtasks of one slot sharing group share physical slots (Flink's slot sharing).
         self.slot_sharing = SlotSharingManager(slot_pool, SlotSharingStrategy(graph.job_vertices))
@@ -112,11 +116,7 @@ class DefaultScheduler:
         self._restarts = PendingRestarts()
         self._slot_waits = SlotWaits(self._deploy_when_all_slots_assigned)
         self._closed = False  # the JobMaster let go of the job: nothing may change any more
-        # Data sets whose every consumer only waits for them (no records): never "lost".
-        consumed = [e for jv in graph.job_graph.vertices for e in jv.inputs]
-        self.no_data_results: frozenset[IntermediateDataSetID] = frozenset(
-            e.source for e in consumed if e.partitioner == NO_DATA_PARTITIONER
-        ) - {e.source for e in consumed if e.partitioner != NO_DATA_PARTITIONER}
+        self.no_data_results = no_data_results(graph.job_graph)
 
     # -- job status -----------------------------------------------------------------------------
 
@@ -143,13 +143,15 @@ class DefaultScheduler:
         if accumulator:
             self.accumulators.setdefault(name, {})[vertex.subtask_index] = accumulator
         self.io[name] = self.io.get(name, NO_IO) + io
+        self.adaptive.attempt_finished(vertex, io)
         self.recovered_subtasks += 1
 
     # -- scheduling -----------------------------------------------------------------------------
 
     def start_scheduling(self) -> None:
         self._transition(JobStatus.RUNNING)
-        self._schedule_regions(r for r in self.graph.pipelined_regions() if r.inputs_consumable)
+        ready = [r for r in self.graph.pipelined_regions() if r.inputs_consumable]
+        self._schedule_regions(ready + self.adaptive.decide(self.progress))
         self._check_job_finished()
 
     def _schedule_regions(self, regions: Iterable[PipelinedRegion]) -> None:
@@ -300,6 +302,7 @@ class DefaultScheduler:
             execution.transition_to(ES.FINISHED)
             self.repeated_failures.finished(execution.vertex.id)
             self.progress.attempt_finished(execution, accumulator, io)
+            self.adaptive.attempt_finished(execution.vertex, io)
             if accumulator:
                 name = execution.vertex.job_vertex.name
                 self.accumulators.setdefault(name, {})[execution.vertex.subtask_index] = accumulator
@@ -330,6 +333,7 @@ class DefaultScheduler:
                 region = self.graph.region_of(consumer)
                 if region.index not in ready and region.inputs_consumable:
                     ready[region.index] = region
+        ready.update((r.index, r) for r in self.adaptive.decide(self.progress))
         self._schedule_regions(ready.values())
         self._after_terminal()
 
@@ -405,7 +409,7 @@ class DefaultScheduler:
         strategy, restarted after its back-off, before any consumer could read them)."""
         if self._closed or self.status is not JobStatus.RUNNING:
             return
-        pending = self._pending_restart()
+        pending = self._restarts.vertex_ids()
         written_there = [
             v
             for v in self.graph.all_execution_vertices()
@@ -436,9 +440,6 @@ class DefaultScheduler:
         self._handle_failure(lost, message)
         self._after_terminal()
 
-    def _pending_restart(self) -> set[int]:
-        return self._restarts.vertex_ids()
-
     def _handle_failure(self, origins: list[ExecutionVertex], cause: str) -> None:
         pending_backoff = self._restarts.remaining_backoff()
         concurrent = (
@@ -455,7 +456,7 @@ class DefaultScheduler:
                 self.fail_job(f"{cause} (no restart left: {self.restart_strategy.describe()})")
                 return
             backoff_s = self.restart_strategy.backoff_s()  # once: it may be jittered per call
-        pending = self._pending_restart()
+        pending = self._restarts.vertex_ids()
         # Vertices a restart already waits for are left to it (resetting them twice would
         # throw away the attempt the first restart starts).
         vertices = [

@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from sparkmill.common.core.ids import IntermediateDataSetID
+from sparkmill.common.core.partitions import NO_DATA_PARTITIONER
 from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.jobgraph.model import JobGraph
 from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 from sparkmill.services.jobmaster.executiongraph.execution_topology import (
     ExecutionVertex,
@@ -31,6 +33,14 @@ from sparkmill.services.jobmaster.executiongraph.execution_topology import (
 )
 
 ES = ExecutionState
+
+
+def no_data_results(job_graph: JobGraph) -> frozenset[IntermediateDataSetID]:
+    """Data sets whose every consumer only waits for them (no records): never "lost"."""
+    consumed = [e for jv in job_graph.vertices for e in jv.inputs]
+    return frozenset(e.source for e in consumed if e.partitioner == NO_DATA_PARTITIONER) - {
+        e.source for e in consumed if e.partitioner != NO_DATA_PARTITIONER
+    }
 
 
 def vertices_to_restart(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparkmill.common.core.errors import RpcError
+from sparkmill.common.core.ids import JobVertexID
 from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.states import JobStatus
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
@@ -35,14 +36,17 @@ class SchedulerActions(Protocol):
 
 
 class ProgressListener(Protocol):
-    """Told about finished attempts and about finished attempts that became void (a JobMaster
-    that takes the job over later restores what is still valid)."""
+    """Told about finished attempts, about finished attempts that became void, and about
+    parallelisms decided while the job runs (a JobMaster that takes the job over later
+    restores what is still valid, with the same decisions)."""
 
     def attempt_finished(
         self, execution: Execution, accumulator: bytes, io: IOCounters | None
     ) -> None: ...
 
     def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None: ...
+
+    def vertex_decided(self, vertex_id: JobVertexID, parallelism: int, reason: str) -> None: ...
 
 
 class NoProgressListener:
@@ -52,6 +56,9 @@ class NoProgressListener:
         pass
 
     def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None:
+        pass
+
+    def vertex_decided(self, vertex_id: JobVertexID, parallelism: int, reason: str) -> None:
         pass
 
 

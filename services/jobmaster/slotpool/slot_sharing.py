@@ -106,11 +106,14 @@ class SlotSharingStrategy:
         group = self._groups.get(group_id)
         if group is None:
             group = ExecutionSlotSharingGroup(group_id)
+            undecided = False
             for vertex in self._sharing[name]:
+                undecided = undecided or vertex.parallelism < 1
                 if index < vertex.parallelism:
                     group.members.append(ExecutionVertexID(vertex.id, index))
                     group.profiles.append(vertex.resource_profile)
-            self._groups[group_id] = group
+            if not undecided:  # a vertex decided later may still join the group
+                self._groups[group_id] = group
         return group
 
     @property

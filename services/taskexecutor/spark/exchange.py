@@ -7,14 +7,18 @@ starts (the edges are BLOCKING). Where the files go is the shared exchange layou
 
 Splitting, per partitioner:
 
-* ``hash`` - one sub-partition per consumer subtask: ``pmod(hash(keys), n)`` with Spark's own
-  Murmur3 hash (the same in every process), numeric keys hashed as normalized doubles so that
-  equal values of different numeric types (an int and a long key of a join) meet;
-* ``rebalance`` - round robin over the consumer subtasks;
+* ``hash`` - ``pmod(hash(keys), K)`` with Spark's own Murmur3 hash (the same in every process),
+  numeric keys hashed as normalized doubles so that equal values of different numeric types (an
+  int and a long key of a join) meet;
+* ``rebalance`` - round robin over the ``K`` sub-partitions;
 * ``broadcast`` - not split; every consumer reads everything;
 * ``forward`` (POINTWISE) - with S producers and T consumers, S >= T: each consumer reads whole
   partitions; S < T: partition p is split round robin among its readers
   ``[ceil(p*T/S), ceil((p+1)*T/S))`` (see :func:`pointwise_readers`).
+
+``K`` is the number of consumer subtasks, or more when the consumer's parallelism is decided
+after the producers ran: each consumer then reads a contiguous range of sub-partitions (see
+:mod:`sparkmill.common.exchange.subpartitions`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from sparkmill.common.exchange.layout import (
     sub_partition_dir,
 )
 from sparkmill.common.exchange.pointwise import pointwise_readers
+from sparkmill.common.exchange.subpartitions import subpartition_range
 from sparkmill.common.pipeline import plan as S
 
 # -- writing ------------------------------------------------------------------------------------
@@ -128,6 +133,9 @@ def gate_paths(
     """The directories this subtask reads for ``gate``, and the data set's schema (JSON)."""
     paths: list[str] = []
     schema: str | None = None
+    subpartitions: range | None = None
+    if gate.partitioner in (S.HASH, S.REBALANCE):
+        subpartitions = subpartition_range(subtask, parallelism, gate.subpartitions)
     for part in sorted(gate.partitions, key=lambda p: p.partition_number):
         base = partition_dir(
             exchange_dir, job_id, gate.dataset_id, part.partition_number, part.producer_attempt_id
@@ -142,9 +150,14 @@ def gate_paths(
         if schema is None:
             schema = schema_file.read_text()
         data = base / DATA_DIR
-        if gate.partitioner in (S.HASH, S.REBALANCE):
-            path = sub_partition_dir(data, subtask)
-        elif gate.partitioner == S.FORWARD:
+        if subpartitions is not None:
+            paths.extend(
+                str(path)
+                for path in (sub_partition_dir(data, k) for k in subpartitions)
+                if path.is_dir()
+            )
+            continue
+        if gate.partitioner == S.FORWARD:
             readers = pointwise_readers(
                 part.partition_number, gate.producer_parallelism, parallelism
             )

@@ -1,0 +1,171 @@
+"""Deciding a vertex's parallelism once its producers have finished (the deciding part of
+Flink's ``AdaptiveBatchScheduler``).
+
+When a job starts, the JobMaster decides its sources from the size of their files and leaves
+every other open vertex *late* (``plan_parallelism``): such a vertex has no subtasks yet. Its
+producers split what they write for it into as many sub-partitions as it may ever get (its
+bound). When the last of them has finished, :meth:`AdaptiveParallelism.decide` counts the
+bytes they wrote (what their finished attempts reported), decides the vertex's parallelism
+from them (``decide_from_written``), and vertices fed from it by a ``forward`` edge get the
+same; the execution graph then creates their subtasks and wires them, and the scheduler
+deploys them like any other.
+
+Every decision goes to the progress listener before any subtask of the vertex is deployed:
+the job's progress log keeps it ahead of the vertex's finished attempts, so a JobMaster that
+takes the job over applies the recorded decisions (:meth:`AdaptiveParallelism.apply_recorded`)
+before it restores finished subtasks, and never decides a vertex twice differently while
+keeping any output of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from sparkmill.common.core.ids import JobVertexID, short
+from sparkmill.common.core.io_counters import IOCounters
+from sparkmill.common.core.partitions import NO_DATA_PARTITIONER
+from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.jobgraph.auto_parallelism import (
+    AutoParallelismSettings,
+    ParallelismDecision,
+    decide_from_written,
+)
+from sparkmill.common.jobgraph.model import DistributionPattern
+from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
+from sparkmill.services.jobmaster.executiongraph.execution_topology import (
+    ExecutionJobVertex,
+    ExecutionVertex,
+    ExecutionVertexID,
+    PipelinedRegion,
+)
+from sparkmill.services.jobmaster.scheduler.scheduler_interfaces import ProgressListener
+
+log = logging.getLogger(__name__)
+
+_FINISHED = ExecutionState.FINISHED
+
+
+class AdaptiveParallelism:
+    """The late decisions of one job's scheduler (inert for a graph without late vertices)."""
+
+    def __init__(
+        self,
+        graph: ExecutionGraph,
+        settings: AutoParallelismSettings | None = None,
+        own_bytes: Mapping[JobVertexID, int] | None = None,
+    ) -> None:
+        if graph.late_bounds and settings is None:
+            raise ValueError("a graph with vertices decided late needs the settings to decide")
+        self.graph = graph
+        self.settings = settings
+        self.own_bytes = dict(own_bytes or {})
+        # Bytes each subtask's finished attempt wrote (only kept while something is open).
+        self._written: dict[ExecutionVertexID, int] = {}
+        # Per producer job vertex: its subtasks before this index were all seen FINISHED.
+        self._cursor: dict[JobVertexID, int] = {}
+
+    def attempt_finished(self, vertex: ExecutionVertex, io: IOCounters | None) -> None:
+        if self.graph.late_bounds:
+            self._written[vertex.id] = io.bytes_out if io is not None else 0
+
+    def decide(self, progress: ProgressListener) -> list[PipelinedRegion]:
+        """Decide every open vertex whose producers have all finished, initialize what that
+        makes ready, record the decisions with ``progress``; returns the new subtasks' regions
+        whose inputs are consumable (to schedule)."""
+        if not self.graph.late_bounds or not self.graph.uninitialized_job_vertices:
+            return []
+        decisions = self._ready()
+        if not decisions:
+            return []
+        for vertex_id, decision in decisions.items():
+            # Recorded before any of its subtasks exists, so before any of them can finish.
+            progress.vertex_decided(vertex_id, decision.parallelism, decision.text)
+        created = self.graph.initialize_vertices(
+            {vertex_id: d.parallelism for vertex_id, d in decisions.items()}
+        )
+        for vertex_id, decision in decisions.items():
+            self.graph.parallelism_decisions[vertex_id] = decision.text
+            log.info(
+                "job %s: vertex %r decided at parallelism %d (%s)",
+                short(self.graph.job_id),
+                self.graph.job_vertex(vertex_id).name,
+                decision.parallelism,
+                decision.reason,
+            )
+        regions = {id(r): r for r in map(self.graph.region_of, created)}
+        return [region for region in regions.values() if region.inputs_consumable]
+
+    def apply_recorded(self, recorded: Mapping[str, tuple[int, str]]) -> int:
+        """Apply what an earlier JobMaster of the job decided (and recorded) for vertices that
+        are still open here; returns how many were applied. A record that does not fit this
+        graph (an unknown vertex, a number out of its bounds) is ignored: the vertex is then
+        decided anew, and nothing of it is restored."""
+        applied: dict[JobVertexID, int] = {}
+        texts: dict[JobVertexID, str] = {}
+        for ejv in self.graph.uninitialized_job_vertices:
+            record = recorded.get(ejv.id)
+            bound = self.graph.late_bounds.get(ejv.id, 0)
+            if record is None or not ejv.job_vertex.is_auto or not 1 <= record[0] <= bound:
+                continue
+            applied[ejv.id] = record[0]
+            texts[ejv.id] = record[1]
+        if applied:
+            self.graph.initialize_vertices(applied)
+            self.graph.parallelism_decisions.update(texts)
+        return len(applied)
+
+    def _ready(self) -> dict[JobVertexID, ParallelismDecision]:
+        settings = self.settings
+        assert settings is not None
+        graph = self.graph
+        decisions: dict[JobVertexID, ParallelismDecision] = {}
+        for ejv in graph.uninitialized_job_vertices:  # topological order
+            vertex = ejv.job_vertex
+            if not vertex.is_auto:
+                continue
+            producers = [(edge, graph.result(edge.source).producer) for edge in vertex.inputs]
+            forward = next(
+                (
+                    producer
+                    for edge, producer in producers
+                    if edge.pattern is DistributionPattern.POINTWISE
+                    and edge.partitioner == "forward"
+                ),
+                None,
+            )
+            if forward is not None:
+                decided = decisions.get(forward.id)
+                if decided is not None:
+                    decisions[ejv.id] = ParallelismDecision(
+                        decided.parallelism, f"as its forward input {forward.name!r}"
+                    )
+                continue
+            if not all(self._all_finished(producer) for _, producer in producers):
+                continue
+            written = self.own_bytes.get(ejv.id, 0)
+            for edge, producer in producers:
+                if edge.partitioner not in ("broadcast", NO_DATA_PARTITIONER):
+                    written += sum(self._written.get(v.id, 0) for v in producer.task_vertices)
+            decisions[ejv.id] = decide_from_written(
+                vertex, written, graph.late_bounds[ejv.id], settings
+            )
+        return decisions
+
+    def _all_finished(self, producer: ExecutionJobVertex) -> bool:
+        """Whether every subtask of ``producer`` has finished: amortized O(1) per call, as
+        subtasks are looked at again only after all were seen finished once."""
+        if not producer.initialized:
+            return False
+        subtasks = producer.task_vertices
+        index = self._cursor.get(producer.id, 0)
+        while index < len(subtasks) and subtasks[index].current_execution.state is _FINISHED:
+            index += 1
+        self._cursor[producer.id] = index
+        if index < len(subtasks):
+            return False
+        # A restart may have reset a subtask behind the cursor since: look at all, this once.
+        if all(v.current_execution.state is _FINISHED for v in subtasks):
+            return True
+        self._cursor[producer.id] = 0
+        return False
