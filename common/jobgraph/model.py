@@ -21,8 +21,10 @@ from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
 DEFAULT_MAX_PARALLELISM = 32768
 
 AUTO_PARALLELISM = -1
-"""The parallelism of a vertex the JobMaster decides when the job starts, from the size of its
-input (Flink's ``ExecutionConfig.PARALLELISM_DEFAULT`` under its adaptive batch scheduler)."""
+"""The parallelism of a vertex the JobMaster decides from the data: a source's when the job
+starts, from the size of its input, any other's once its producers finished, from the bytes
+they wrote (Flink's ``ExecutionConfig.PARALLELISM_DEFAULT`` under its adaptive batch
+scheduler)."""
 
 NOOP_OPERATOR_KIND = "noop"
 """The built-in test operator (its payload: common/pipeline/noop.py)."""

@@ -77,7 +77,7 @@ def _add_vertices(
         details.vertices.add(
             vertex_id=ejv.id,
             name=ejv.name,
-            parallelism=ejv.parallelism,
+            parallelism=max(0, ejv.parallelism),  # 0: not decided yet ("auto")
             tasks_by_state=counts,
             subtask_attempts=attempts,
             subtask_task_executors=locations,

@@ -27,6 +27,7 @@ from sparkmill.common.core.ids import JobVertexID
 from sparkmill.common.jobgraph.auto_parallelism import (
     ParallelismDecision,
     decide_parallelism,
+    plan_parallelism,
     size_sources,
 )
 from sparkmill.common.jobgraph.model import JobGraph
@@ -90,16 +91,18 @@ def plan_document(pipeline: Any, path: Path, pipeline_args: list[str]) -> dict[s
     producer = {ds.id: v.name for v in graph.vertices for ds in v.produced}
     vertices: list[dict[str, Any]] = []
     exchanges: list[dict[str, str]] = []
-    _, expected = expected_parallelism(graph)
+    expected, late = expected_parallelism(graph)
     for vertex in graph.vertices:
         decision = expected.get(vertex.id)
         vertices.append(
             {
                 "name": vertex.name,
                 "parallelism": "auto" if vertex.is_auto else vertex.parallelism,
-                # What the cluster's defaults would decide from the files as seen here.
+                # What the cluster's defaults would decide from the files as seen here; for a
+                # vertex decided late, the most it may get (its producers' split).
                 "expected_parallelism": decision.parallelism if decision else None,
                 "expected_because": decision.reason if decision else None,
+                "decided_late": vertex.id in late,
                 "operators": operators.get(vertex.name, [vertex.name]),
                 "slot_sharing_group": vertex.slot_sharing_group,
                 "sinks": list(vertex.sink_paths) if vertex.name != "commit" else [],
@@ -139,15 +142,26 @@ def plan_document(pipeline: Any, path: Path, pipeline_args: list[str]) -> dict[s
 
 def expected_parallelism(
     graph: JobGraph,
-) -> tuple[JobGraph, dict[JobVertexID, ParallelismDecision]]:
+) -> tuple[dict[JobVertexID, ParallelismDecision], set[JobVertexID]]:
     """What a JobMaster with the default keys (and the job's own) would decide for the open
-    vertices, from the input files as this machine sees them."""
+    vertices when the job starts, from the input files as this machine sees them, and which of
+    them it decides only once their producers have finished (their number here is their
+    bound: the most they may get)."""
     if not any(vertex.is_auto for vertex in graph.vertices):
-        return graph, {}
+        return {}, set()
     settings = job_settings_from_config(
         Configuration().with_overrides(graph.config, job_scope=True)
     ).auto_parallelism
-    return decide_parallelism(graph, size_sources(graph), settings)
+    sizes = size_sources(graph)
+    _, decisions = decide_parallelism(graph, sizes, settings)
+    late = plan_parallelism(graph, sizes, settings).late_bounds
+    for vertex_id, bound in late.items():
+        decisions[vertex_id] = ParallelismDecision(
+            bound,
+            f"decided once its inputs have finished, from the bytes they wrote; at most {bound} "
+            f"(estimated: {decisions[vertex_id].reason})",
+        )
+    return decisions, set(late)
 
 
 def plan_text(document: dict[str, Any]) -> str:
@@ -158,9 +172,9 @@ def plan_text(document: dict[str, Any]) -> str:
         + (f" with arguments: {args}" if args else ""),
         f"{len(document['vertices'])} vertices, {document['subtasks']} subtasks"
         + (
-            f" (the cluster decides {document['auto_vertices']} parallelisms from the "
-            "input's size when the job starts; 'auto (n)': what its default keys decide from "
-            "the files as seen here)"
+            f" (the cluster decides {document['auto_vertices']} parallelisms from the data: "
+            "'auto (n)': what its default keys decide from the files as seen here when the job "
+            "starts; 'auto (<=n)': decided once its inputs have finished, at most n)"
             if document.get("auto_vertices")
             else ""
         ),
@@ -170,7 +184,8 @@ def plan_text(document: dict[str, Any]) -> str:
     for number, vertex in enumerate(document["vertices"], 1):
         shown = vertex["parallelism"]
         if vertex.get("expected_parallelism"):
-            shown = f"auto ({vertex['expected_parallelism']})"
+            at_most = "<=" if vertex.get("decided_late") else ""
+            shown = f"auto ({at_most}{vertex['expected_parallelism']})"
         lines.append(f"{number:>3}  {shown:>11}  {vertex['name']}")
         if vertex.get("expected_because"):
             lines.append(f"{'':>18}auto: {vertex['expected_because']}")

@@ -299,10 +299,12 @@ def job_slot_need(graph: JobGraph) -> int:
     """The slots the job uses at once at most: per slot sharing group, its largest vertex
     (Flink's slot sharing puts one subtask of each vertex of a group into one slot)."""
     largest: dict[str, int] = {}
-    graph, _ = expected_parallelism(graph)
+    decisions, _ = expected_parallelism(graph)  # a late vertex counts with its bound
     for vertex in graph.vertices:
         group = vertex.slot_sharing_group
-        largest[group] = max(largest.get(group, 0), vertex.parallelism)
+        decision = decisions.get(vertex.id)
+        parallelism = decision.parallelism if decision is not None else vertex.parallelism
+        largest[group] = max(largest.get(group, 0), parallelism)
     return sum(largest.values())
 
 

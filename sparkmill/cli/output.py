@@ -50,9 +50,10 @@ def task_name(details: jobs_pb2.JobDetails, vertex_name: str, subtask_index: int
 def parallelism_text(vertex: jobs_pb2.VertexDetails) -> str:
     """``parallelism 4``; ``parallelism auto`` before the JobMaster decided it, and after
     ``parallelism 2, auto: 300.0 MiB input, 256.0 MiB per subtask``."""
-    number = vertex.parallelism or "auto"
     decision = vertex.parallelism_decision
-    return f"parallelism {number}" + (f", {decision}" if decision and vertex.parallelism else "")
+    if not vertex.parallelism:  # e.g. "auto: decided when its inputs have finished (at most 8)"
+        return f"parallelism {decision if decision.startswith('auto') else 'auto'}"
+    return f"parallelism {vertex.parallelism}" + (f", {decision}" if decision else "")
 
 
 def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from sparkmill.common.jobgraph.auto_parallelism import (
     plan_parallelism,
 )
 from sparkmill.common.jobgraph.model import AUTO_PARALLELISM, JobGraph
+from sparkmill.common.v1 import jobs_pb2
 from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import consumer_parallelism
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     Execution,
@@ -43,6 +44,7 @@ from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     ExecutionJobVertex,
     ExecutionVertex,
 )
+from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.recovery import plan_recovery
 from sparkmill.services.jobmaster.scheduler.adaptive_parallelism import AdaptiveParallelism
 from tests.unit.scheduler_harness import (
@@ -197,6 +199,18 @@ class _Progress:
         self.events.append(f"decided {parallelism}: {reason}")
 
 
+def _details(h: Harness) -> jobs_pb2.JobDetails:
+    return render_job_details(
+        name="job",
+        status=h.status(),
+        submitted_at=0.0,
+        ended_at=0.0,
+        job_master_address="",
+        graph=h.graph,
+        scheduler=h.scheduler,
+    )
+
+
 def _initialized(vertex: ExecutionJobVertex) -> bool:
     return vertex.initialized
 
@@ -213,6 +227,9 @@ def test_a_late_vertex_gets_its_subtasks_when_its_producers_finished() -> None:
         assert h.graph.num_execution_vertices == 2
         src_result = h.graph.job_vertices[0].produced_results[0]
         assert consumer_parallelism(src_result) == 8  # the bound: producers split 8 ways
+        h.graph.parallelism_decisions[agg.id] = "auto: decided when its inputs have finished"
+        shown = _details(h).vertices[1]
+        assert (shown.parallelism, shown.subtask_states) == (0, [])  # the views say "auto"
         h.offer()
         await _settle(h)
         _written(h, "src", 0, 150)
@@ -225,6 +242,9 @@ def test_a_late_vertex_gets_its_subtasks_when_its_producers_finished() -> None:
         assert h.graph.parallelism_decisions[agg.id] == (
             "auto: 250 B written by its inputs, 100 B per subtask"
         )
+        shown = _details(h).vertices[1]
+        assert (shown.parallelism, len(shown.subtask_states)) == (3, 3)
+        assert shown.parallelism_decision == h.graph.parallelism_decisions[agg.id]
         h.offer()
         await _settle(h)
         assert h.states("agg") == [ES.DEPLOYING] * 3  # each its own region, all inputs ready
@@ -285,6 +305,40 @@ def test_a_producer_restarted_before_the_decision_delays_it() -> None:
         assert not agg.initialized  # src 1 runs again first
         _written(h, "src", 1, 500)
         assert agg.parallelism == 6  # from the bytes of the attempts that count
+        await h.finish_all()
+        assert h.status() is JobStatus.FINISHED
+
+    run(
+        job_graph,
+        scenario,
+        restart_strategy=FixedDelayRestartStrategy(3, 0.01),
+        late_bounds=bounds,
+        auto_settings=Small(),
+    )
+
+
+def test_lost_results_of_a_vertex_not_decided_yet_are_produced_again() -> None:
+    from sparkmill.services.jobmaster.scheduler.restart_strategy import (
+        FixedDelayRestartStrategy,
+    )
+
+    job_graph, bounds = _late_job()
+
+    async def scenario(h: Harness) -> None:
+        h.scheduler.start_scheduling()
+        h.offer()
+        await _settle(h)
+        _written(h, "src", 0, 100)
+        # Nothing reads src 0's result yet, but the vertex decided later will read all of it.
+        h.scheduler.results_lost_with_task_executor(h.te.resource_id, "its disk is gone")
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            h.offer()
+            await _settle(h)
+            if h.execution("src", 0).attempt_number == 1:
+                break
+        assert h.execution("src", 0).attempt_number == 1
+        assert not h.graph.job_vertices[1].initialized
         await h.finish_all()
         assert h.status() is JobStatus.FINISHED
 

@@ -334,6 +334,16 @@ def test_status_views_say_auto_before_the_decision_and_why_after() -> None:
     assert parallelism_text(fixed) == "parallelism 1"
     assert vertex_json(after, now=0.0)["parallelism-decision"].startswith("auto: 1.0 GiB")
     assert vertex_json(before, now=0.0)["tasks"]["CREATED"] == 0
+    # A vertex the JobMaster decides once its inputs have finished says so meanwhile.
+    waiting = jobs_pb2.VertexDetails(
+        name="agg",
+        parallelism=0,
+        parallelism_decision="auto: decided when its inputs have finished (at most 8)",
+    )
+    assert parallelism_text(waiting) == (
+        "parallelism auto: decided when its inputs have finished (at most 8)"
+    )
+    assert vertex_json(waiting, now=0.0)["status"] == "CREATED"
 
 
 def test_explain_shows_auto_and_what_the_default_keys_would_decide(tmp_path: Path) -> None:
@@ -345,6 +355,9 @@ def test_explain_shows_auto_and_what_the_default_keys_would_decide(tmp_path: Pat
     assert (read["parallelism"], read["expected_parallelism"]) == ("auto", 3)
     assert read["expected_because"] == "600.0 MiB input, 256.0 MiB per subtask"
     assert (agg["parallelism"], agg["expected_parallelism"]) == ("auto", 3)
+    assert agg["decided_late"] and not read["decided_late"]
+    assert agg["expected_because"].startswith("decided once its inputs have finished")
     assert (commit["parallelism"], commit["expected_parallelism"]) == (1, None)
     assert document["subtasks"] == 7 and document["auto_vertices"] == 2
     assert "  auto (3)  read_text -> partial agg" in plan_text(document)
+    assert "auto (<=3)  agg -> write_parquet" in plan_text(document)

@@ -227,9 +227,9 @@ group(
     "Adaptive batch execution",
     "Parallelism decided from the data (Flink's adaptive batch scheduler). A vertex whose "
     "parallelism the pipeline does not set (neither `Pipeline(parallelism=...)` nor "
-    "`set_parallelism`) gets one when its job starts: a source from the size of the files it "
-    "reads, every other vertex from the estimated size of its input. Each key may be set per "
-    "job.",
+    "`set_parallelism`) gets one decided from the data: a source from the size of the files it "
+    "reads when its job starts, every other vertex from the bytes its inputs wrote, once they "
+    "have finished. Each key may be set per job.",
 )
 
 AUTO_PARALLELISM_ENABLED = option(

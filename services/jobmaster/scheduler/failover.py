@@ -130,6 +130,8 @@ def _result_still_needed(
     for partition in vertex.produced_partitions:
         if partition.result.id in no_data_results:
             continue
+        if not partition.consumer_vertex_groups and partition.result.subpartitions:
+            return True  # read by a vertex not decided yet: all of it will be read
         for group in partition.consumer_vertex_groups:
             needed = cache.get(id(group))
             if needed is None:
