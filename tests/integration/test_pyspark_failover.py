@@ -103,6 +103,27 @@ def sigkill(cluster: LocalCluster, pid: int) -> None:
         popen.wait(timeout=30)
 
 
+def two_job_master_processes(cluster: LocalCluster, client: ClusterClient) -> None:
+    """A process to take a job over: a test before may have killed one of the two."""
+    if len(client.cluster_status(timeout=60).job_master_process_infos) < 2:
+        cluster.add_process("job-master")
+    eventually(
+        lambda: len(client.cluster_status(timeout=60).job_master_process_infos) >= 2, timeout=120
+    )
+
+
+def kill_job_master_until_taken_over(
+    cluster: LocalCluster, client: ClusterClient, job_id: str
+) -> None:
+    """SIGKILL the process whose JobMaster leads ``job_id``; return once another leads it."""
+    address, job_master = job_master_of(client, job_id)
+    sigkill(cluster, job_master)
+    eventually(
+        lambda: client.status(job_id, timeout=60).job_master_address not in ("", address),
+        timeout=120,
+    )
+
+
 def test_leaders_killed_mid_pipeline_output_matches_pyspark(
     cluster: LocalCluster, client: ClusterClient, tmp_path: Path
 ) -> None:
@@ -127,12 +148,7 @@ def test_job_master_takeover_keeps_the_finished_subtasks(
 ) -> None:
     # stage-a finishes, stage-b holds: the JobMaster dies with stage-a's results unread. The
     # JobMaster that takes over restores stage-a's finished subtasks instead of running them.
-    # A process to take over: the test before may have killed one of the two.
-    if len(client.cluster_status(timeout=60).job_master_process_infos) < 2:
-        cluster.add_process("job-master")
-    eventually(
-        lambda: len(client.cluster_status(timeout=60).job_master_process_infos) >= 2, timeout=120
-    )
+    two_job_master_processes(cluster, client)
     out, markers, release = tmp_path / "out", tmp_path / "markers", tmp_path / "release"
     job_id = client.submit(held_pipeline("jm-takeover", out, markers, release).build_job_graph())
 
@@ -150,12 +166,7 @@ def test_job_master_takeover_keeps_the_finished_subtasks(
         lambda: sum(v == stage_a for v, _ in replay(store.load(job_id)).finished) == A_PARALLELISM,
         timeout=60,
     )
-    address, job_master = job_master_of(client, job_id)
-    sigkill(cluster, job_master)
-    eventually(
-        lambda: client.status(job_id, timeout=60).job_master_address not in ("", address),
-        timeout=120,
-    )
+    kill_job_master_until_taken_over(cluster, client, job_id)
     release.touch()  # lets the old stage-b attempt's thread end; the new attempt never waits
     result = client.wait(job_id, timeout=600)
     assert result.status == common_pb2.FINISHED, result.failure.message
@@ -171,11 +182,7 @@ def test_job_master_takeover_applies_the_decisions_and_keeps_the_decided_subtask
     # Automatic parallelism: stage-x was decided from what the source wrote and finished,
     # stage-y was decided and holds when the JobMaster dies. Its successor applies both
     # recorded decisions and keeps every finished subtask of the source and of stage-x.
-    if len(client.cluster_status(timeout=60).job_master_process_infos) < 2:
-        cluster.add_process("job-master")
-    eventually(
-        lambda: len(client.cluster_status(timeout=60).job_master_process_infos) >= 2, timeout=120
-    )
+    two_job_master_processes(cluster, client)
     out, markers, release = tmp_path / "out", tmp_path / "markers", tmp_path / "release"
     job_id = client.submit(
         decided_pipeline("auto-takeover", out, markers, release).build_job_graph()
@@ -195,12 +202,7 @@ def test_job_master_takeover_applies_the_decisions_and_keeps_the_decided_subtask
         return {x.vertex_id, y.vertex_id} <= set(progress.decisions) and kept == x.parallelism
 
     eventually(recorded, timeout=60)
-    address, job_master = job_master_of(client, job_id)
-    sigkill(cluster, job_master)
-    eventually(
-        lambda: client.status(job_id, timeout=60).job_master_address not in ("", address),
-        timeout=120,
-    )
+    kill_job_master_until_taken_over(cluster, client, job_id)
     release.touch()
     result = client.wait(job_id, timeout=600)
     assert result.status == common_pb2.FINISHED, result.failure.message

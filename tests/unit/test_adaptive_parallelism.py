@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,10 +40,8 @@ from sparkmill.common.jobgraph.model import AUTO_PARALLELISM, JobGraph
 from sparkmill.common.v1 import jobs_pb2
 from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import consumer_parallelism
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
-    Execution,
     ExecutionGraph,
     ExecutionJobVertex,
-    ExecutionVertex,
 )
 from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.recovery import plan_recovery
@@ -57,6 +56,7 @@ from tests.unit.scheduler_harness import (
     run,
 )
 from tests.unit.test_auto_parallelism import Limits, connect, vertex
+from tests.unit.test_lost_results import RecordingProgress
 
 ES = ExecutionState
 AUTO = AUTO_PARALLELISM
@@ -181,24 +181,6 @@ def _written(h: Harness, name: str, index: int, size: int) -> None:
     assert h.report(name, index, ES.FINISHED, io=IOCounters(bytes_out=size))
 
 
-class _Progress:
-    __test__ = False
-
-    def __init__(self) -> None:
-        self.events: list[str] = []
-
-    def attempt_finished(
-        self, execution: Execution, accumulator: bytes, io: IOCounters | None
-    ) -> None:
-        self.events.append(f"finished {execution.vertex.task_name_with_subtask}")
-
-    def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None:
-        self.events.append("invalidated")
-
-    def vertex_decided(self, vertex_id: JobVertexID, parallelism: int, reason: str) -> None:
-        self.events.append(f"decided {parallelism}: {reason}")
-
-
 def _details(h: Harness) -> jobs_pb2.JobDetails:
     return render_job_details(
         name="job",
@@ -217,7 +199,7 @@ def _initialized(vertex: ExecutionJobVertex) -> bool:
 
 def test_a_late_vertex_gets_its_subtasks_when_its_producers_finished() -> None:
     job_graph, bounds = _late_job()
-    progress = _Progress()
+    progress = RecordingProgress()
 
     async def scenario(h: Harness) -> None:
         h.scheduler.start_scheduling()
@@ -252,9 +234,7 @@ def test_a_late_vertex_gets_its_subtasks_when_its_producers_finished() -> None:
         assert h.status() is JobStatus.FINISHED
 
     run(job_graph, scenario, progress=progress, late_bounds=bounds, auto_settings=Small())
-    decided = progress.events.index(
-        "decided 3: auto: 250 B written by its inputs, 100 B per subtask"
-    )
+    decided = progress.events.index(f"decided {job_graph.vertices[1].id} 3")
     assert progress.events[:decided] == ["finished src (1/2)", "finished src (2/2)"]
     assert len([e for e in progress.events if e.startswith("finished agg")]) == 3
 
@@ -295,12 +275,7 @@ def test_a_producer_restarted_before_the_decision_delays_it() -> None:
         _written(h, "src", 0, 100)
         h.run("src", 1)
         assert h.report("src", 1, ES.FAILED, message="boom")
-        for _ in range(200):  # the restart's back-off runs on the loop's clock
-            await asyncio.sleep(0.005)
-            h.offer()
-            await _settle(h)
-            if h.state("src", 1) is ES.DEPLOYING:
-                break
+        await _restarted(h, lambda: h.state("src", 1) is ES.DEPLOYING)
         agg = h.graph.job_vertices[1]
         assert not agg.initialized  # src 1 runs again first
         _written(h, "src", 1, 500)
@@ -331,13 +306,7 @@ def test_lost_results_of_a_vertex_not_decided_yet_are_produced_again() -> None:
         _written(h, "src", 0, 100)
         # Nothing reads src 0's result yet, but the vertex decided later will read all of it.
         h.scheduler.results_lost_with_task_executor(h.te.resource_id, "its disk is gone")
-        for _ in range(200):
-            await asyncio.sleep(0.005)
-            h.offer()
-            await _settle(h)
-            if h.execution("src", 0).attempt_number == 1:
-                break
-        assert h.execution("src", 0).attempt_number == 1
+        await _restarted(h, lambda: h.execution("src", 0).attempt_number == 1)
         assert not h.graph.job_vertices[1].initialized
         await h.finish_all()
         assert h.status() is JobStatus.FINISHED
@@ -349,6 +318,17 @@ def test_lost_results_of_a_vertex_not_decided_yet_are_produced_again() -> None:
         late_bounds=bounds,
         auto_settings=Small(),
     )
+
+
+async def _restarted(h: Harness, done: Callable[[], bool]) -> None:
+    """Offer slots until ``done`` (a restart's back-off runs on the loop's clock)."""
+    for _ in range(200):
+        await asyncio.sleep(0.005)
+        h.offer()
+        await _settle(h)
+        if done():
+            return
+    raise AssertionError("the restart did not happen")
 
 
 async def _settle(h: Harness) -> None:
