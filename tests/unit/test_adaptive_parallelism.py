@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +46,7 @@ from sparkmill.services.jobmaster.executiongraph.execution_graph import (
 from sparkmill.services.jobmaster.job_details import render_job_details
 from sparkmill.services.jobmaster.recovery import plan_recovery
 from sparkmill.services.jobmaster.scheduler.adaptive_parallelism import AdaptiveParallelism
+from sparkmill.services.jobmaster.scheduler.restart_strategy import FixedDelayRestartStrategy
 from tests.unit.scheduler_harness import (
     A2A,
     BLOCKING,
@@ -262,16 +263,10 @@ def test_a_forward_consumer_of_a_late_vertex_is_decided_with_it() -> None:
 
 
 def test_a_producer_restarted_before_the_decision_delays_it() -> None:
-    from sparkmill.services.jobmaster.scheduler.restart_strategy import (
-        FixedDelayRestartStrategy,
-    )
-
     job_graph, bounds = _late_job()
 
     async def scenario(h: Harness) -> None:
-        h.scheduler.start_scheduling()
-        h.offer()
-        await _settle(h)
+        await _sources_deployed(h)
         _written(h, "src", 0, 100)
         h.run("src", 1)
         assert h.report("src", 1, ES.FAILED, message="boom")
@@ -283,26 +278,14 @@ def test_a_producer_restarted_before_the_decision_delays_it() -> None:
         await h.finish_all()
         assert h.status() is JobStatus.FINISHED
 
-    run(
-        job_graph,
-        scenario,
-        restart_strategy=FixedDelayRestartStrategy(3, 0.01),
-        late_bounds=bounds,
-        auto_settings=Small(),
-    )
+    _run_restarting(job_graph, bounds, scenario)
 
 
 def test_lost_results_of_a_vertex_not_decided_yet_are_produced_again() -> None:
-    from sparkmill.services.jobmaster.scheduler.restart_strategy import (
-        FixedDelayRestartStrategy,
-    )
-
     job_graph, bounds = _late_job()
 
     async def scenario(h: Harness) -> None:
-        h.scheduler.start_scheduling()
-        h.offer()
-        await _settle(h)
+        await _sources_deployed(h)
         _written(h, "src", 0, 100)
         # Nothing reads src 0's result yet, but the vertex decided later will read all of it.
         h.scheduler.results_lost_with_task_executor(h.te.resource_id, "its disk is gone")
@@ -311,13 +294,22 @@ def test_lost_results_of_a_vertex_not_decided_yet_are_produced_again() -> None:
         await h.finish_all()
         assert h.status() is JobStatus.FINISHED
 
-    run(
-        job_graph,
-        scenario,
-        restart_strategy=FixedDelayRestartStrategy(3, 0.01),
-        late_bounds=bounds,
-        auto_settings=Small(),
-    )
+    _run_restarting(job_graph, bounds, scenario)
+
+
+def _run_restarting(
+    job_graph: JobGraph,
+    bounds: dict[JobVertexID, int],
+    scenario: Callable[[Harness], Awaitable[None]],
+) -> None:
+    restarts = FixedDelayRestartStrategy(3, 0.01)
+    run(job_graph, scenario, restart_strategy=restarts, late_bounds=bounds, auto_settings=Small())
+
+
+async def _sources_deployed(h: Harness) -> None:
+    h.scheduler.start_scheduling()
+    h.offer()
+    await _settle(h)
 
 
 async def _restarted(h: Harness, done: Callable[[], bool]) -> None:
@@ -434,3 +426,36 @@ def test_a_consumer_decided_late_reads_its_range_of_every_partition(tmp_path: Pa
 
     assert read(0) == [(0, "0"), (0, "1"), (1, "0"), (1, "1")]  # range(0, 2)
     assert read(1) == [(0, "3"), (0, "4"), (1, "3"), (1, "4")]  # range(2, 5)
+
+
+def test_late_wiring_follows_flinks_rules_for_every_count_up_to_40() -> None:
+    from sparkmill.common.exchange.pointwise import pointwise_readers
+
+    for producers in range(1, 41):
+        for consumers in sorted({1, 7, producers, 40}):
+            # ALL_TO_ALL into a late vertex: every subtask reads every partition.
+            job_graph = build_graph(
+                {"src": producers, "late": AUTO}, [("src", "late", A2A, BLOCKING)]
+            )
+            graph = ExecutionGraph.build(job_graph, late_bounds={job_graph.vertices[1].id: 40})
+            created = graph.initialize_vertices({job_graph.vertices[1].id: consumers})
+            assert len(created) == consumers
+            for subtask in created:
+                (group,) = subtask.consumed_partition_groups
+                assert [p.partition_number for p in group] == list(range(producers))
+            # POINTWISE out of a late vertex into a fixed one: Flink's rule on the decided count.
+            job_graph = build_graph(
+                {"src": 1, "late": AUTO, "fixed": consumers},
+                [("src", "late", A2A, BLOCKING), ("late", "fixed", POINTWISE, BLOCKING)],
+            )
+            late_id = job_graph.vertices[1].id
+            graph = ExecutionGraph.build(job_graph, late_bounds={late_id: 40})
+            graph.initialize_vertices({late_id: producers})
+            assert graph.job_vertex(late_id).produced_results[0].subpartitions == consumers
+            for subtask in graph.job_vertex(job_graph.vertices[2].id).task_vertices:
+                read = [p.partition_number for g in subtask.consumed_partition_groups for p in g]
+                assert read == [
+                    p
+                    for p in range(producers)
+                    if subtask.subtask_index in pointwise_readers(p, producers, consumers)
+                ]
