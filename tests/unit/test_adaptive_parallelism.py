@@ -381,6 +381,21 @@ def test_a_successor_applies_the_recorded_decisions_and_keeps_what_they_ran() ->
     ]
 
 
+def test_a_forward_consumer_whose_decision_record_was_lost_is_applied_with_its_producer() -> None:
+    job_graph = build_graph(
+        {"src": 1, "agg": AUTO, "tail": AUTO},
+        [("src", "agg", A2A, BLOCKING), ("agg", "tail", POINTWISE, BLOCKING)],
+    )
+    _, agg, tail = (v.id for v in job_graph.vertices)
+    graph = ExecutionGraph.build(job_graph, late_bounds={agg: 4, tail: 4})
+    adaptive = AdaptiveParallelism(graph, Small())
+    # A torn write kept agg's record and lost tail's: tail follows agg all the same (agg's
+    # partitions cannot be wired to a consumer of unknown number).
+    assert adaptive.apply_recorded({agg: (2, "auto: as recorded")}) == 2
+    assert len(graph.job_vertex(tail).task_vertices) == 2
+    assert graph.parallelism_decisions[tail] == "auto: as its forward input 'agg'"
+
+
 def test_the_job_is_finished_only_once_every_vertex_is_decided_and_ran() -> None:
     job_graph, bounds = _late_job()
     graph = ExecutionGraph.build(job_graph, late_bounds=bounds)

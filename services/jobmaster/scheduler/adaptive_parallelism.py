@@ -103,9 +103,16 @@ class AdaptiveParallelism:
         decided anew, and nothing of it is restored."""
         applied: dict[JobVertexID, int] = {}
         texts: dict[JobVertexID, str] = {}
-        for ejv in self.graph.uninitialized_job_vertices:
+        for ejv in self.graph.uninitialized_job_vertices:  # topological order
             record = recorded.get(ejv.id)
             bound = self.graph.late_bounds.get(ejv.id, 0)
+            forward = _forward_producer(self.graph, ejv)
+            if forward is not None and forward.id in applied:
+                # Decided with its producer, always (its producer's partitions are split for
+                # it): also when a torn write kept the producer's record and lost this one.
+                applied[ejv.id] = applied[forward.id]
+                texts[ejv.id] = f"auto: as its forward input {forward.name!r}"
+                continue
             if record is None or not ejv.job_vertex.is_auto or not 1 <= record[0] <= bound:
                 continue
             applied[ejv.id] = record[0]
@@ -125,15 +132,7 @@ class AdaptiveParallelism:
             if not vertex.is_auto:
                 continue
             producers = [(edge, graph.result(edge.source).producer) for edge in vertex.inputs]
-            forward = next(
-                (
-                    producer
-                    for edge, producer in producers
-                    if edge.pattern is DistributionPattern.POINTWISE
-                    and edge.partitioner == "forward"
-                ),
-                None,
-            )
+            forward = _forward_producer(graph, ejv)
             if forward is not None:
                 decided = decisions.get(forward.id)
                 if decided is not None:
@@ -169,3 +168,11 @@ class AdaptiveParallelism:
             return True
         self._cursor[producer.id] = 0
         return False
+
+
+def _forward_producer(graph: ExecutionGraph, ejv: ExecutionJobVertex) -> ExecutionJobVertex | None:
+    """The producer feeding ``ejv`` through a ``forward`` edge, if any (they share a number)."""
+    for edge in ejv.job_vertex.inputs:
+        if edge.pattern is DistributionPattern.POINTWISE and edge.partitioner == "forward":
+            return graph.result(edge.source).producer
+    return None
