@@ -383,10 +383,14 @@ def test_a_successor_applies_the_recorded_decisions_and_keeps_what_they_ran() ->
 
 def test_a_forward_consumer_whose_decision_record_was_lost_is_applied_with_its_producer() -> None:
     job_graph = build_graph(
-        {"src": 1, "agg": AUTO, "tail": AUTO},
-        [("src", "agg", A2A, BLOCKING), ("agg", "tail", POINTWISE, BLOCKING)],
+        {"src": 1, "agg": AUTO, "tail": AUTO, "fixed": 1},
+        [
+            ("src", "agg", A2A, BLOCKING),
+            ("agg", "tail", POINTWISE, BLOCKING),
+            ("tail", "fixed", POINTWISE, BLOCKING),  # a fixed number after them, forward-fed
+        ],
     )
-    _, agg, tail = (v.id for v in job_graph.vertices)
+    _, agg, tail, fixed = (v.id for v in job_graph.vertices)
     graph = ExecutionGraph.build(job_graph, late_bounds={agg: 4, tail: 4})
     adaptive = AdaptiveParallelism(graph, Small())
     # A torn write kept agg's record and lost tail's: tail follows agg all the same (agg's
@@ -394,6 +398,8 @@ def test_a_forward_consumer_whose_decision_record_was_lost_is_applied_with_its_p
     assert adaptive.apply_recorded({agg: (2, "auto: as recorded")}) == 2
     assert len(graph.job_vertex(tail).task_vertices) == 2
     assert graph.parallelism_decisions[tail] == "auto: as its forward input 'agg'"
+    assert len(graph.job_vertex(fixed).task_vertices) == 1  # kept, and wired
+    assert graph.uninitialized_job_vertices == []
 
 
 def test_the_job_is_finished_only_once_every_vertex_is_decided_and_ran() -> None:

@@ -106,6 +106,8 @@ class AdaptiveParallelism:
         for ejv in self.graph.uninitialized_job_vertices:  # topological order
             record = recorded.get(ejv.id)
             bound = self.graph.late_bounds.get(ejv.id, 0)
+            if not ejv.job_vertex.is_auto:
+                continue  # a fixed number: initialized once its producers are
             forward = _forward_producer(self.graph, ejv)
             if forward is not None and forward.id in applied:
                 # Decided with its producer, always (its producer's partitions are split for
@@ -113,7 +115,7 @@ class AdaptiveParallelism:
                 applied[ejv.id] = applied[forward.id]
                 texts[ejv.id] = f"auto: as its forward input {forward.name!r}"
                 continue
-            if record is None or not ejv.job_vertex.is_auto or not 1 <= record[0] <= bound:
+            if record is None or not 1 <= record[0] <= bound:
                 continue
             applied[ejv.id] = record[0]
             texts[ejv.id] = record[1]
