@@ -82,11 +82,16 @@ def held_pipeline(
     return pipeline
 
 
+def _unchanged(df: Any) -> Any:
+    return df
+
+
 def decided_pipeline(name: str, out: Path, markers: Path, release: Path) -> sm.Pipeline:
     """No parallelism set: the source gets the default (its size is unknown), the rest is
     decided from what their inputs wrote, once they have finished.
 
-        range(3000), 3 subtasks ─ hash ─ agg by k, stage-x ─ rebalance ─ stage-y HOLDS ─ Parquet
+        range(3000), 3 subtasks ─ hash ─ agg by k, stage-x ─ rebalance ─ stage-y HOLDS
+            ─ forward ─ fixed (1 subtask) ─ Parquet
 
     stage-y's first run holds as stage-b's does: stage-x is decided and finished by then.
     The output is :func:`expected_rows`'."""
@@ -105,6 +110,8 @@ def decided_pipeline(name: str, out: Path, markers: Path, release: Path) -> sm.P
         .transform(_marking(markers, "x"), name="stage-x")
         .rebalance()
         .transform(_holding(markers, release, "y"), name="stage-y")
+        .transform(_unchanged, name="fixed")
+        .set_parallelism(1)  # fixed, forward-fed by a vertex decided late
         .write_parquet(str(out))
     )
     return pipeline
