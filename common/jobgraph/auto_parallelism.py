@@ -229,7 +229,7 @@ def _decide(
     decided: Mapping[JobVertexID, int],
     settings: AutoParallelismSettings,
 ) -> ParallelismDecision:
-    forward = _forward_input(vertex)
+    forward = forward_input(vertex)
     if forward is not None:
         producer = producer_of[forward.source]
         return ParallelismDecision(decided[producer.id], f"as its forward input {producer.name!r}")
@@ -292,7 +292,7 @@ def plan_parallelism(
     for vertex in graph.topological_order():
         if not vertex.is_auto or not vertex.inputs:
             continue
-        forward = _forward_input(vertex)
+        forward = forward_input(vertex)
         if forward is not None:
             if producer_of[forward.source].id in late:
                 late[vertex.id] = decisions[vertex.id].parallelism  # decided with its producer
@@ -309,7 +309,9 @@ def plan_parallelism(
     return ParallelismPlan(dataclasses.replace(graph, vertices=vertices), upfront, late, own)
 
 
-def _forward_input(vertex: JobVertex) -> JobEdge | None:
+def forward_input(vertex: JobVertex) -> JobEdge | None:
+    """The input through which ``vertex`` is forward-fed (it then shares its producer's
+    number), if any."""
     for edge in vertex.inputs:
         if edge.pattern is DistributionPattern.POINTWISE and edge.partitioner == "forward":
             return edge

@@ -30,8 +30,8 @@ from sparkmill.common.jobgraph.auto_parallelism import (
     AutoParallelismSettings,
     ParallelismDecision,
     decide_from_written,
+    forward_input,
 )
-from sparkmill.common.jobgraph.model import DistributionPattern
 from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 from sparkmill.services.jobmaster.executiongraph.execution_topology import (
     ExecutionJobVertex,
@@ -133,7 +133,6 @@ class AdaptiveParallelism:
             vertex = ejv.job_vertex
             if not vertex.is_auto:
                 continue
-            producers = [(edge, graph.result(edge.source).producer) for edge in vertex.inputs]
             forward = _forward_producer(graph, ejv)
             if forward is not None:
                 decided = decisions.get(forward.id)
@@ -141,6 +140,11 @@ class AdaptiveParallelism:
                     decisions[ejv.id] = ParallelismDecision(
                         decided.parallelism, f"as its forward input {forward.name!r}"
                     )
+                continue
+            producers = [(edge, graph.result(edge.source).producer) for edge in vertex.inputs]
+            # Every producer's cursor first (O(1) amortized), the full check only then: a
+            # finished wide producer is not scanned again for each subtask of a slower one.
+            if not all(self._seen_finished(producer) for _, producer in producers):
                 continue
             if not all(self._all_finished(producer) for _, producer in producers):
                 continue
@@ -153,9 +157,9 @@ class AdaptiveParallelism:
             )
         return decisions
 
-    def _all_finished(self, producer: ExecutionJobVertex) -> bool:
-        """Whether every subtask of ``producer`` has finished: amortized O(1) per call, as
-        subtasks are looked at again only after all were seen finished once."""
+    def _seen_finished(self, producer: ExecutionJobVertex) -> bool:
+        """Whether every subtask of ``producer`` was seen FINISHED once: amortized O(1) per
+        call, each subtask is passed once by the cursor."""
         if not producer.initialized:
             return False
         subtasks = producer.task_vertices
@@ -163,10 +167,12 @@ class AdaptiveParallelism:
         while index < len(subtasks) and subtasks[index].current_execution.state is _FINISHED:
             index += 1
         self._cursor[producer.id] = index
-        if index < len(subtasks):
-            return False
-        # A restart may have reset a subtask behind the cursor since: look at all, this once.
-        if all(v.current_execution.state is _FINISHED for v in subtasks):
+        return index == len(subtasks)
+
+    def _all_finished(self, producer: ExecutionJobVertex) -> bool:
+        """Whether every subtask of ``producer`` is FINISHED now. A restart may have reset one
+        behind the cursor since it passed: then the cursor starts over."""
+        if all(v.current_execution.state is _FINISHED for v in producer.task_vertices):
             return True
         self._cursor[producer.id] = 0
         return False
@@ -174,7 +180,5 @@ class AdaptiveParallelism:
 
 def _forward_producer(graph: ExecutionGraph, ejv: ExecutionJobVertex) -> ExecutionJobVertex | None:
     """The producer feeding ``ejv`` through a ``forward`` edge, if any (they share a number)."""
-    for edge in ejv.job_vertex.inputs:
-        if edge.pattern is DistributionPattern.POINTWISE and edge.partitioner == "forward":
-            return graph.result(edge.source).producer
-    return None
+    edge = forward_input(ejv.job_vertex)
+    return graph.result(edge.source).producer if edge is not None else None
