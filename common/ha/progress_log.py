@@ -28,6 +28,10 @@ that log itself. Whatever a deposed JobMaster appends after its successor read i
 the mark and ignored forever; a JobMaster that was deposed before it adopted anything did
 nothing a successor must keep, and its log is ignored.
 
+**The blocklist of speculative execution is recorded** (``blocked``: every blocked task
+executor with the wall-clock moment it is unblocked) whenever it changes; a successor keeps the
+last one it trusts, so a slow machine stays blocked across a takeover.
+
 **A parallelism decided while the job runs is recorded too** (``decided``), before any subtask
 of its vertex is deployed, so it precedes every record of that vertex's attempts: a successor
 that keeps any of them applies the same decision, and one that lost the decision keeps none.
@@ -57,7 +61,8 @@ ADOPTED = "adopted"
 FINISHED = "finished"
 INVALIDATED = "invalidated"
 DECIDED = "decided"
-_KINDS = (LEADER, ADOPTED, FINISHED, INVALIDATED, DECIDED)
+BLOCKED = "blocked"
+_KINDS = (LEADER, ADOPTED, FINISHED, INVALIDATED, DECIDED, BLOCKED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +80,7 @@ class FinishedAttempt:
 
 @dataclass(frozen=True, slots=True)
 class ProgressEvent:
-    kind: str  # LEADER | ADOPTED | FINISHED | INVALIDATED | DECIDED
+    kind: str  # LEADER | ADOPTED | FINISHED | INVALIDATED | DECIDED | BLOCKED
     session_id: str
     attempt: FinishedAttempt | None = None  # FINISHED
     subtasks: tuple[tuple[str, int], ...] = field(default=())  # INVALIDATED: (vertex, subtask)
@@ -87,6 +92,8 @@ class ProgressEvent:
     layout: str = ""
     # DECIDED: a vertex's parallelism decided while the job ran (vertex id, number, why).
     decision: tuple[str, int, str] | None = None
+    # BLOCKED: the whole blocklist, (task executor resource id, unblocked at: wall-clock s).
+    blocked: tuple[tuple[str, float], ...] = field(default=())
 
     def to_json(self) -> str:
         record: dict[str, Any] = {"kind": self.kind, "session": self.session_id, "seq": self.seq}
@@ -110,6 +117,8 @@ class ProgressEvent:
             record["layout"] = self.layout
         if self.decision is not None:
             record["vertex"], record["parallelism"], record["reason"] = self.decision
+        if self.kind == BLOCKED:
+            record["blocked"] = dict(self.blocked)
         return json.dumps(record, separators=(",", ":"))
 
     @staticmethod
@@ -138,6 +147,7 @@ class ProgressEvent:
             decision = (str(record["vertex"]), int(record["parallelism"]), str(record["reason"]))
         subtasks = tuple((str(v), int(i)) for v, i in record.get("subtasks", ()))
         trusted = tuple(sorted((str(k), int(n)) for k, n in record.get("trusted", {}).items()))
+        blocked = tuple(sorted((str(k), float(u)) for k, u in record.get("blocked", {}).items()))
         return ProgressEvent(
             kind,
             str(record["session"]),
@@ -147,6 +157,7 @@ class ProgressEvent:
             int(record["seq"]),
             str(record.get("layout", "")),
             decision,
+            blocked,
         )
 
     def to_record(self) -> bytes:
@@ -211,6 +222,8 @@ class Recovered:
     trusted: dict[str, int]
     # Vertex id -> (parallelism, why) of the vertices decided while the job ran.
     decisions: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # The last recorded blocklist: task executor resource id -> unblocked at (wall-clock s).
+    blocked: dict[str, float] = field(default_factory=dict)
 
 
 def replay(logs: list[SessionLog], own: LogId | None = None, layout: str = "") -> Recovered:
@@ -232,6 +245,7 @@ def replay(logs: list[SessionLog], own: LogId | None = None, layout: str = "") -
             break
     finished: dict[tuple[str, int], FinishedAttempt] = {}
     decisions: dict[str, tuple[int, str]] = {}
+    blocked: dict[str, float] = {}
     for log in earlier:
         events = prefixes[log.id.name][: trusted.get(log.id.name, 0)]
         recorded = next((e.layout for e in events if e.kind == LEADER), "")
@@ -247,7 +261,9 @@ def replay(logs: list[SessionLog], own: LogId | None = None, layout: str = "") -
                 # The first decision stands: a successor applies it rather than deciding again.
                 vertex_id, parallelism, reason = event.decision
                 decisions.setdefault(vertex_id, (parallelism, reason))
-    return Recovered(finished, trusted, decisions)
+            elif event.kind == BLOCKED:
+                blocked = dict(event.blocked)
+    return Recovered(finished, trusted, decisions, blocked)
 
 
 class JobProgressStore(Protocol):

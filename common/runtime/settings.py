@@ -284,6 +284,21 @@ class AutoParallelismSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeculativeSettings:
+    """Speculative execution and the slow-task detector (``execution.batch.speculative.*``,
+    ``slow-task-detector.*``); see
+    :mod:`sparkmill.services.jobmaster.scheduler.speculative_execution`."""
+
+    enabled: bool = _option(opt.SPECULATIVE_ENABLED)
+    max_concurrent_executions: int = _option(opt.SPECULATIVE_MAX_CONCURRENT)
+    block_duration_s: float = _option(opt.SPECULATIVE_BLOCK_DURATION)
+    check_interval_s: float = _option(opt.SLOW_TASK_CHECK_INTERVAL)
+    baseline_lower_bound_s: float = _option(opt.SLOW_TASK_BASELINE_LOWER_BOUND)
+    baseline_ratio: float = _option(opt.SLOW_TASK_BASELINE_RATIO)
+    baseline_multiplier: float = _option(opt.SLOW_TASK_BASELINE_MULTIPLIER)
+
+
+@dataclass(frozen=True, slots=True)
 class JobSettings:
     """What one JobMaster runs its job with: the cluster's options overridden by the job's own
     (the job-overridable keys of its job graph's config)."""
@@ -296,6 +311,9 @@ class JobSettings:
     )
     auto_parallelism: AutoParallelismSettings = _setting(  # noqa: RUF009 (as above)
         lambda source: resolve_settings(AutoParallelismSettings, source)
+    )
+    speculative: SpeculativeSettings = _setting(  # noqa: RUF009 (as above)
+        lambda source: resolve_settings(SpeculativeSettings, source)
     )
 
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from sparkmill.common.v1 import common_pb2 as sparkmill_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17sparkmill/v1/jobs.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\"\xb7\x03\n\rVertexDetails\x12\x11\n\tvertex_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0bparallelism\x18\x03 \x01(\x05\x12\x45\n\x0etasks_by_state\x18\x04 \x03(\x0b\x32-.sparkmill.v1.VertexDetails.TasksByStateEntry\x12\x18\n\x10subtask_attempts\x18\x05 \x03(\x05\x12\x12\n\nrecords_in\x18\x06 \x01(\x03\x12\x13\n\x0brecords_out\x18\x07 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x08 \x01(\x03\x12\x11\n\tbytes_out\x18\t \x01(\x03\x12\x1e\n\x16subtask_task_executors\x18\n \x03(\t\x12\x16\n\x0esubtask_states\x18\x0b \x03(\x05\x12\x1b\n\x13subtask_start_times\x18\x0c \x03(\x01\x12\x19\n\x11subtask_end_times\x18\r \x03(\x01\x12\x1c\n\x14parallelism_decision\x18\x0e \x01(\t\x1a\x33\n\x11TasksByStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\xa3\x01\n\x0bTaskFailure\x12\x11\n\ttimestamp\x18\x01 \x01(\x01\x12\x13\n\x0bvertex_name\x18\x02 \x01(\t\x12\x15\n\rsubtask_index\x18\x03 \x01(\x05\x12\x16\n\x0e\x61ttempt_number\x18\x04 \x01(\x05\x12\x15\n\rtask_executor\x18\x05 \x01(\t\x12&\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\"\xad\x03\n\nJobDetails\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\'\n\x06status\x18\x03 \x01(\x0e\x32\x17.sparkmill.v1.JobStatus\x12\x14\n\x0csubmitted_at\x18\x04 \x01(\x01\x12\x10\n\x08\x65nded_at\x18\x05 \x01(\x01\x12-\n\x08vertices\x18\x06 \x03(\x0b\x32\x1b.sparkmill.v1.VertexDetails\x12(\n\x07\x66\x61ilure\x18\x07 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\x12\x1a\n\x12job_master_address\x18\x08 \x01(\t\x12\x10\n\x08restarts\x18\t \x01(\x05\x12-\n\nexceptions\x18\n \x03(\x0b\x32\x19.sparkmill.v1.TaskFailure\x12\x1a\n\x12recovered_subtasks\x18\x0b \x01(\x05\x12-\n\njob_master\x18\x0c \x01(\x0b\x32\x19.sparkmill.v1.ServiceInfo\x12\x15\n\rpipeline_args\x18\r \x03(\t\x12\x18\n\x10slot_wait_reason\x18\x0e \x01(\t\"\x8f\x02\n\tJobResult\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.sparkmill.v1.JobStatus\x12(\n\x07\x66\x61ilure\x18\x03 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\x12)\n\x07\x64\x65tails\x18\x04 \x01(\x0b\x32\x18.sparkmill.v1.JobDetails\x12?\n\x0c\x61\x63\x63umulators\x18\x05 \x03(\x0b\x32).sparkmill.v1.JobResult.AccumulatorsEntry\x1a\x33\n\x11\x41\x63\x63umulatorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"c\n\tHostedJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.sparkmill.v1.JobStatus\x12\x1d\n\x15job_master_session_id\x18\x03 \x01(\t\"\xbb\x01\n\rAttemptLogRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tvertex_id\x18\x02 \x01(\t\x12\x13\n\x0bvertex_name\x18\x03 \x01(\t\x12\x15\n\rsubtask_index\x18\x04 \x01(\x05\x12\x16\n\x0e\x61ttempt_number\x18\x05 \x01(\x05\x12\x18\n\x10job_master_epoch\x18\x06 \x01(\x03\x12\x12\n\nattempt_id\x18\x07 \x01(\t\x12\x15\n\rtask_executor\x18\x08 \x01(\t\"(\n\x16ListAttemptLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"<\n\x0f\x41ttemptLogIndex\x12)\n\x04logs\x18\x01 \x03(\x0b\x32\x1b.sparkmill.v1.AttemptLogRef\"\x88\x01\n\x14GetAttemptLogRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06vertex\x18\x02 \x01(\t\x12\x15\n\rsubtask_index\x18\x03 \x01(\x05\x12\x16\n\x0e\x61ttempt_number\x18\x04 \x01(\x05\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\x05\"\xaa\x01\n\x0f\x41ttemptLogChunk\x12(\n\x03ref\x18\x01 \x01(\x0b\x32\x1b.sparkmill.v1.AttemptLogRef\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03\x12\x15\n\rdropped_bytes\x18\x05 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x06 \x01(\x03\x12\r\n\x05\x65nded\x18\x07 \x01(\x08\"\x9e\x01\n\x0b\x41rchivedJob\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.sparkmill.v1.JobResult\x12$\n\x04plan\x18\x02 \x01(\x0b\x32\x16.sparkmill.v1.JobGraph\x12+\n\x04logs\x18\x03 \x01(\x0b\x32\x1d.sparkmill.v1.AttemptLogIndex\x12\x13\n\x0b\x61rchived_at\x18\x04 \x01(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17sparkmill/v1/jobs.proto\x12\x0csparkmill.v1\x1a\x19sparkmill/v1/common.proto\"\x94\x04\n\rVertexDetails\x12\x11\n\tvertex_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0bparallelism\x18\x03 \x01(\x05\x12\x45\n\x0etasks_by_state\x18\x04 \x03(\x0b\x32-.sparkmill.v1.VertexDetails.TasksByStateEntry\x12\x18\n\x10subtask_attempts\x18\x05 \x03(\x05\x12\x12\n\nrecords_in\x18\x06 \x01(\x03\x12\x13\n\x0brecords_out\x18\x07 \x01(\x03\x12\x10\n\x08\x62ytes_in\x18\x08 \x01(\x03\x12\x11\n\tbytes_out\x18\t \x01(\x03\x12\x1e\n\x16subtask_task_executors\x18\n \x03(\t\x12\x16\n\x0esubtask_states\x18\x0b \x03(\x05\x12\x1b\n\x13subtask_start_times\x18\x0c \x03(\x01\x12\x19\n\x11subtask_end_times\x18\r \x03(\x01\x12\x1c\n\x14parallelism_decision\x18\x0e \x01(\t\x12\x1c\n\x14speculative_attempts\x18\x0f \x01(\x05\x12\x18\n\x10speculative_wins\x18\x10 \x01(\x05\x12#\n\x1bsubtask_speculative_running\x18\x11 \x03(\x05\x1a\x33\n\x11TasksByStateEntry\x12\x0b\n\x03key\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"9\n\x13\x42lockedTaskExecutor\x12\x13\n\x0bresource_id\x18\x01 \x01(\t\x12\r\n\x05until\x18\x02 \x01(\x01\"\xa3\x01\n\x0bTaskFailure\x12\x11\n\ttimestamp\x18\x01 \x01(\x01\x12\x13\n\x0bvertex_name\x18\x02 \x01(\t\x12\x15\n\rsubtask_index\x18\x03 \x01(\x05\x12\x16\n\x0e\x61ttempt_number\x18\x04 \x01(\x05\x12\x15\n\rtask_executor\x18\x05 \x01(\t\x12&\n\x05\x65rror\x18\x06 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\"\xf0\x03\n\nJobDetails\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\'\n\x06status\x18\x03 \x01(\x0e\x32\x17.sparkmill.v1.JobStatus\x12\x14\n\x0csubmitted_at\x18\x04 \x01(\x01\x12\x10\n\x08\x65nded_at\x18\x05 \x01(\x01\x12-\n\x08vertices\x18\x06 \x03(\x0b\x32\x1b.sparkmill.v1.VertexDetails\x12(\n\x07\x66\x61ilure\x18\x07 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\x12\x1a\n\x12job_master_address\x18\x08 \x01(\t\x12\x10\n\x08restarts\x18\t \x01(\x05\x12-\n\nexceptions\x18\n \x03(\x0b\x32\x19.sparkmill.v1.TaskFailure\x12\x1a\n\x12recovered_subtasks\x18\x0b \x01(\x05\x12-\n\njob_master\x18\x0c \x01(\x0b\x32\x19.sparkmill.v1.ServiceInfo\x12\x15\n\rpipeline_args\x18\r \x03(\t\x12\x18\n\x10slot_wait_reason\x18\x0e \x01(\t\x12\x41\n\x16\x62locked_task_executors\x18\x0f \x03(\x0b\x32!.sparkmill.v1.BlockedTaskExecutor\"\x8f\x02\n\tJobResult\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.sparkmill.v1.JobStatus\x12(\n\x07\x66\x61ilure\x18\x03 \x01(\x0b\x32\x17.sparkmill.v1.ErrorInfo\x12)\n\x07\x64\x65tails\x18\x04 \x01(\x0b\x32\x18.sparkmill.v1.JobDetails\x12?\n\x0c\x61\x63\x63umulators\x18\x05 \x03(\x0b\x32).sparkmill.v1.JobResult.AccumulatorsEntry\x1a\x33\n\x11\x41\x63\x63umulatorsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"c\n\tHostedJob\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.sparkmill.v1.JobStatus\x12\x1d\n\x15job_master_session_id\x18\x03 \x01(\t\"\xbb\x01\n\rAttemptLogRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tvertex_id\x18\x02 \x01(\t\x12\x13\n\x0bvertex_name\x18\x03 \x01(\t\x12\x15\n\rsubtask_index\x18\x04 \x01(\x05\x12\x16\n\x0e\x61ttempt_number\x18\x05 \x01(\x05\x12\x18\n\x10job_master_epoch\x18\x06 \x01(\x03\x12\x12\n\nattempt_id\x18\x07 \x01(\t\x12\x15\n\rtask_executor\x18\x08 \x01(\t\"(\n\x16ListAttemptLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"<\n\x0f\x41ttemptLogIndex\x12)\n\x04logs\x18\x01 \x03(\x0b\x32\x1b.sparkmill.v1.AttemptLogRef\"\x88\x01\n\x14GetAttemptLogRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06vertex\x18\x02 \x01(\t\x12\x15\n\rsubtask_index\x18\x03 \x01(\x05\x12\x16\n\x0e\x61ttempt_number\x18\x04 \x01(\x05\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\x05\"\xaa\x01\n\x0f\x41ttemptLogChunk\x12(\n\x03ref\x18\x01 \x01(\x0b\x32\x1b.sparkmill.v1.AttemptLogRef\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x04 \x01(\x03\x12\x15\n\rdropped_bytes\x18\x05 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x06 \x01(\x03\x12\r\n\x05\x65nded\x18\x07 \x01(\x08\"\x9e\x01\n\x0b\x41rchivedJob\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.sparkmill.v1.JobResult\x12$\n\x04plan\x18\x02 \x01(\x0b\x32\x16.sparkmill.v1.JobGraph\x12+\n\x04logs\x18\x03 \x01(\x0b\x32\x1d.sparkmill.v1.AttemptLogIndex\x12\x13\n\x0b\x61rchived_at\x18\x04 \x01(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,29 +37,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBRESULT_ACCUMULATORSENTRY']._loaded_options = None
   _globals['_JOBRESULT_ACCUMULATORSENTRY']._serialized_options = b'8\001'
   _globals['_VERTEXDETAILS']._serialized_start=69
-  _globals['_VERTEXDETAILS']._serialized_end=508
-  _globals['_VERTEXDETAILS_TASKSBYSTATEENTRY']._serialized_start=457
-  _globals['_VERTEXDETAILS_TASKSBYSTATEENTRY']._serialized_end=508
-  _globals['_TASKFAILURE']._serialized_start=511
-  _globals['_TASKFAILURE']._serialized_end=674
-  _globals['_JOBDETAILS']._serialized_start=677
-  _globals['_JOBDETAILS']._serialized_end=1106
-  _globals['_JOBRESULT']._serialized_start=1109
-  _globals['_JOBRESULT']._serialized_end=1380
-  _globals['_JOBRESULT_ACCUMULATORSENTRY']._serialized_start=1329
-  _globals['_JOBRESULT_ACCUMULATORSENTRY']._serialized_end=1380
-  _globals['_HOSTEDJOB']._serialized_start=1382
-  _globals['_HOSTEDJOB']._serialized_end=1481
-  _globals['_ATTEMPTLOGREF']._serialized_start=1484
-  _globals['_ATTEMPTLOGREF']._serialized_end=1671
-  _globals['_LISTATTEMPTLOGSREQUEST']._serialized_start=1673
-  _globals['_LISTATTEMPTLOGSREQUEST']._serialized_end=1713
-  _globals['_ATTEMPTLOGINDEX']._serialized_start=1715
-  _globals['_ATTEMPTLOGINDEX']._serialized_end=1775
-  _globals['_GETATTEMPTLOGREQUEST']._serialized_start=1778
-  _globals['_GETATTEMPTLOGREQUEST']._serialized_end=1914
-  _globals['_ATTEMPTLOGCHUNK']._serialized_start=1917
-  _globals['_ATTEMPTLOGCHUNK']._serialized_end=2087
-  _globals['_ARCHIVEDJOB']._serialized_start=2090
-  _globals['_ARCHIVEDJOB']._serialized_end=2248
+  _globals['_VERTEXDETAILS']._serialized_end=601
+  _globals['_VERTEXDETAILS_TASKSBYSTATEENTRY']._serialized_start=550
+  _globals['_VERTEXDETAILS_TASKSBYSTATEENTRY']._serialized_end=601
+  _globals['_BLOCKEDTASKEXECUTOR']._serialized_start=603
+  _globals['_BLOCKEDTASKEXECUTOR']._serialized_end=660
+  _globals['_TASKFAILURE']._serialized_start=663
+  _globals['_TASKFAILURE']._serialized_end=826
+  _globals['_JOBDETAILS']._serialized_start=829
+  _globals['_JOBDETAILS']._serialized_end=1325
+  _globals['_JOBRESULT']._serialized_start=1328
+  _globals['_JOBRESULT']._serialized_end=1599
+  _globals['_JOBRESULT_ACCUMULATORSENTRY']._serialized_start=1548
+  _globals['_JOBRESULT_ACCUMULATORSENTRY']._serialized_end=1599
+  _globals['_HOSTEDJOB']._serialized_start=1601
+  _globals['_HOSTEDJOB']._serialized_end=1700
+  _globals['_ATTEMPTLOGREF']._serialized_start=1703
+  _globals['_ATTEMPTLOGREF']._serialized_end=1890
+  _globals['_LISTATTEMPTLOGSREQUEST']._serialized_start=1892
+  _globals['_LISTATTEMPTLOGSREQUEST']._serialized_end=1932
+  _globals['_ATTEMPTLOGINDEX']._serialized_start=1934
+  _globals['_ATTEMPTLOGINDEX']._serialized_end=1994
+  _globals['_GETATTEMPTLOGREQUEST']._serialized_start=1997
+  _globals['_GETATTEMPTLOGREQUEST']._serialized_end=2133
+  _globals['_ATTEMPTLOGCHUNK']._serialized_start=2136
+  _globals['_ATTEMPTLOGCHUNK']._serialized_end=2306
+  _globals['_ARCHIVEDJOB']._serialized_start=2309
+  _globals['_ARCHIVEDJOB']._serialized_end=2467
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VertexDetails(_message.Message):
-    __slots__ = ("vertex_id", "name", "parallelism", "tasks_by_state", "subtask_attempts", "records_in", "records_out", "bytes_in", "bytes_out", "subtask_task_executors", "subtask_states", "subtask_start_times", "subtask_end_times", "parallelism_decision")
+    __slots__ = ("vertex_id", "name", "parallelism", "tasks_by_state", "subtask_attempts", "records_in", "records_out", "bytes_in", "bytes_out", "subtask_task_executors", "subtask_states", "subtask_start_times", "subtask_end_times", "parallelism_decision", "speculative_attempts", "speculative_wins", "subtask_speculative_running")
     class TasksByStateEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,9 @@ class VertexDetails(_message.Message):
     SUBTASK_START_TIMES_FIELD_NUMBER: _ClassVar[int]
     SUBTASK_END_TIMES_FIELD_NUMBER: _ClassVar[int]
     PARALLELISM_DECISION_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_WINS_FIELD_NUMBER: _ClassVar[int]
+    SUBTASK_SPECULATIVE_RUNNING_FIELD_NUMBER: _ClassVar[int]
     vertex_id: str
     name: str
     parallelism: int
@@ -44,7 +47,18 @@ class VertexDetails(_message.Message):
     subtask_start_times: _containers.RepeatedScalarFieldContainer[float]
     subtask_end_times: _containers.RepeatedScalarFieldContainer[float]
     parallelism_decision: str
-    def __init__(self, vertex_id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., tasks_by_state: _Optional[_Mapping[int, int]] = ..., subtask_attempts: _Optional[_Iterable[int]] = ..., records_in: _Optional[int] = ..., records_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., subtask_task_executors: _Optional[_Iterable[str]] = ..., subtask_states: _Optional[_Iterable[int]] = ..., subtask_start_times: _Optional[_Iterable[float]] = ..., subtask_end_times: _Optional[_Iterable[float]] = ..., parallelism_decision: _Optional[str] = ...) -> None: ...
+    speculative_attempts: int
+    speculative_wins: int
+    subtask_speculative_running: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, vertex_id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., tasks_by_state: _Optional[_Mapping[int, int]] = ..., subtask_attempts: _Optional[_Iterable[int]] = ..., records_in: _Optional[int] = ..., records_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., subtask_task_executors: _Optional[_Iterable[str]] = ..., subtask_states: _Optional[_Iterable[int]] = ..., subtask_start_times: _Optional[_Iterable[float]] = ..., subtask_end_times: _Optional[_Iterable[float]] = ..., parallelism_decision: _Optional[str] = ..., speculative_attempts: _Optional[int] = ..., speculative_wins: _Optional[int] = ..., subtask_speculative_running: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class BlockedTaskExecutor(_message.Message):
+    __slots__ = ("resource_id", "until")
+    RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    resource_id: str
+    until: float
+    def __init__(self, resource_id: _Optional[str] = ..., until: _Optional[float] = ...) -> None: ...
 
 class TaskFailure(_message.Message):
     __slots__ = ("timestamp", "vertex_name", "subtask_index", "attempt_number", "task_executor", "error")
@@ -63,7 +77,7 @@ class TaskFailure(_message.Message):
     def __init__(self, timestamp: _Optional[float] = ..., vertex_name: _Optional[str] = ..., subtask_index: _Optional[int] = ..., attempt_number: _Optional[int] = ..., task_executor: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ...) -> None: ...
 
 class JobDetails(_message.Message):
-    __slots__ = ("job_id", "name", "status", "submitted_at", "ended_at", "vertices", "failure", "job_master_address", "restarts", "exceptions", "recovered_subtasks", "job_master", "pipeline_args", "slot_wait_reason")
+    __slots__ = ("job_id", "name", "status", "submitted_at", "ended_at", "vertices", "failure", "job_master_address", "restarts", "exceptions", "recovered_subtasks", "job_master", "pipeline_args", "slot_wait_reason", "blocked_task_executors")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +92,7 @@ class JobDetails(_message.Message):
     JOB_MASTER_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_ARGS_FIELD_NUMBER: _ClassVar[int]
     SLOT_WAIT_REASON_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_TASK_EXECUTORS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     status: _common_pb2.JobStatus
@@ -92,7 +107,8 @@ class JobDetails(_message.Message):
     job_master: _common_pb2.ServiceInfo
     pipeline_args: _containers.RepeatedScalarFieldContainer[str]
     slot_wait_reason: str
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., submitted_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., vertices: _Optional[_Iterable[_Union[VertexDetails, _Mapping]]] = ..., failure: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., job_master_address: _Optional[str] = ..., restarts: _Optional[int] = ..., exceptions: _Optional[_Iterable[_Union[TaskFailure, _Mapping]]] = ..., recovered_subtasks: _Optional[int] = ..., job_master: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., pipeline_args: _Optional[_Iterable[str]] = ..., slot_wait_reason: _Optional[str] = ...) -> None: ...
+    blocked_task_executors: _containers.RepeatedCompositeFieldContainer[BlockedTaskExecutor]
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., status: _Optional[_Union[_common_pb2.JobStatus, str]] = ..., submitted_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., vertices: _Optional[_Iterable[_Union[VertexDetails, _Mapping]]] = ..., failure: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., job_master_address: _Optional[str] = ..., restarts: _Optional[int] = ..., exceptions: _Optional[_Iterable[_Union[TaskFailure, _Mapping]]] = ..., recovered_subtasks: _Optional[int] = ..., job_master: _Optional[_Union[_common_pb2.ServiceInfo, _Mapping]] = ..., pipeline_args: _Optional[_Iterable[str]] = ..., slot_wait_reason: _Optional[str] = ..., blocked_task_executors: _Optional[_Iterable[_Union[BlockedTaskExecutor, _Mapping]]] = ...) -> None: ...
 
 class JobResult(_message.Message):
     __slots__ = ("job_id", "status", "failure", "details", "accumulators")

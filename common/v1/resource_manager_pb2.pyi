@@ -91,20 +91,22 @@ class DisconnectJobMasterRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., job_master_session_id: _Optional[str] = ..., cause: _Optional[str] = ...) -> None: ...
 
 class RequestSlotRequest(_message.Message):
-    __slots__ = ("job_id", "allocation_id", "resource_profile", "job_master_address", "timeout_ms", "job_master_session_id")
+    __slots__ = ("job_id", "allocation_id", "resource_profile", "job_master_address", "timeout_ms", "job_master_session_id", "excluded_task_executors")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ALLOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_PROFILE_FIELD_NUMBER: _ClassVar[int]
     JOB_MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     JOB_MASTER_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDED_TASK_EXECUTORS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     allocation_id: str
     resource_profile: _common_pb2.ResourceProfile
     job_master_address: str
     timeout_ms: int
     job_master_session_id: str
-    def __init__(self, job_id: _Optional[str] = ..., allocation_id: _Optional[str] = ..., resource_profile: _Optional[_Union[_common_pb2.ResourceProfile, _Mapping]] = ..., job_master_address: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., job_master_session_id: _Optional[str] = ...) -> None: ...
+    excluded_task_executors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., allocation_id: _Optional[str] = ..., resource_profile: _Optional[_Union[_common_pb2.ResourceProfile, _Mapping]] = ..., job_master_address: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., job_master_session_id: _Optional[str] = ..., excluded_task_executors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelSlotRequestRequest(_message.Message):
     __slots__ = ("allocation_id",)

@@ -130,6 +130,9 @@ def vertex_json(vertex: jobs_pb2.VertexDetails, now: float) -> Json:
         "duration": _duration_ms(start, end, now),
         "tasks": tasks,
         "attempts-max": max(vertex.subtask_attempts, default=0),
+        # Not Flink's REST fields (its web UI shows speculative attempts per subtask):
+        "speculative-attempts": vertex.speculative_attempts,
+        "speculative-wins": vertex.speculative_wins,
         "metrics": {
             "read-records": vertex.records_in,
             "write-records": vertex.records_out,
@@ -155,6 +158,7 @@ def subtasks_json(vertex: jobs_pb2.VertexDetails, now: float) -> list[Json]:
                 "status": execution_state(at(vertex.subtask_states, index, 0)),
                 "attempt": at(vertex.subtask_attempts, index, 0),
                 "taskmanager-id": at(vertex.subtask_task_executors, index, ""),
+                "speculative-running": at(vertex.subtask_speculative_running, index, 0),
                 "start-time": millis(start),
                 "end-time": millis(end),
                 "duration": _duration_ms(start, end, now),
@@ -183,6 +187,9 @@ def job_details_json(
         "job-master-address": details.job_master_address,
         "failure": error_json(details.failure) if details.HasField("failure") else None,
         "slot-wait-reason": details.slot_wait_reason or None,
+        "blocked-taskmanagers": [
+            {"id": b.resource_id, "until": millis(b.until)} for b in details.blocked_task_executors
+        ],
         "vertices": [
             {**vertex_json(v, now), "subtasks": subtasks_json(v, now)} for v in details.vertices
         ],

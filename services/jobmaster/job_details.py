@@ -13,6 +13,7 @@ from sparkmill.common.core.states import ExecutionState, JobStatus
 from sparkmill.common.v1 import common_pb2, jobs_pb2
 from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 from sparkmill.services.jobmaster.scheduler.default_scheduler import DefaultScheduler
+from sparkmill.services.jobmaster.scheduler.speculative_execution import racing_attempts
 
 # The failure cause is shown while the job fails or restarts, and once it failed.
 _SHOWS_FAILURE_CAUSE = frozenset({JobStatus.FAILED, JobStatus.FAILING, JobStatus.RESTARTING})
@@ -51,12 +52,15 @@ def render_job_details(
         details.failure.code = common_pb2.INTERNAL
         details.failure.message = scheduler.failure_cause
     _add_exceptions(details, scheduler)
+    for resource_id, until in sorted(scheduler.speculation.blocklist.until.items()):
+        details.blocked_task_executors.add(resource_id=resource_id, until=until)
     return details
 
 
 def _add_vertices(
     details: jobs_pb2.JobDetails, graph: ExecutionGraph, scheduler: DefaultScheduler
 ) -> None:
+    speculation = scheduler.speculation
     for ejv in graph.job_vertices:
         counts: dict[int, int] = {}
         attempts: list[int] = []
@@ -64,7 +68,10 @@ def _add_vertices(
         states: list[int] = []
         started: list[float] = []
         ended: list[float] = []
+        speculative: list[int] = []
         for vertex in ejv.task_vertices:
+            if speculation.enabled:
+                speculative.append(sum(1 for e in racing_attempts(vertex) if e.is_speculative))
             execution = vertex.current_execution
             counts[execution.state.value] = counts.get(execution.state.value, 0) + 1
             attempts.append(execution.attempt_number)
@@ -89,6 +96,9 @@ def _add_vertices(
             bytes_in=io.bytes_in if io else 0,
             bytes_out=io.bytes_out if io else 0,
             parallelism_decision=graph.parallelism_decisions.get(ejv.id, ""),
+            speculative_attempts=speculation.attempts_started.get(ejv.id, 0),
+            speculative_wins=speculation.attempts_won.get(ejv.id, 0),
+            subtask_speculative_running=speculative,
         )
 
 

@@ -194,6 +194,7 @@ class JobMaster:
             progress=self.progress,
             fail_on_repeated_error=self.job_settings.restart.fail_on_repeated_error,
             adaptive=AdaptiveParallelism(graph, self.job_settings.auto_parallelism, plan.own_bytes),
+            speculative=self.job_settings.speculative,
         )
 
     async def grant_leadership(self, session_id: str) -> None:
@@ -399,7 +400,10 @@ class JobMaster:
     # -- SlotPoolActions --------------------------------------------------------------------
 
     def request_slot_from_resource_manager(
-        self, allocation_id: AllocationID, resource_profile: ResourceProfile
+        self,
+        allocation_id: AllocationID,
+        resource_profile: ResourceProfile,
+        excluded: frozenset[ResourceID] = frozenset(),
     ) -> None:
         self.slot_requests.request(
             resource_manager_pb2.RequestSlotRequest(
@@ -409,6 +413,7 @@ class JobMaster:
                 job_master_address=self.host.identity.address,
                 timeout_ms=int(self.job_settings.slot_request_timeout_s * 1000),
                 job_master_session_id=self.session_id,
+                excluded_task_executors=sorted(excluded),
             )
         )
 

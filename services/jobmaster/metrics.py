@@ -52,10 +52,14 @@ class _JobSnapshot:
     restarts: int
     running_time_s: float
     tasks: dict[ExecutionState, int]
+    speculative_attempts: int = 0
+    speculative_wins: int = 0
+    blocked_task_executors: int = 0
 
 
 def _snapshot(jm: JobMaster) -> _JobSnapshot:
     end = jm.ended_at or time.time()
+    speculation = jm.scheduler.speculation
     return _JobSnapshot(
         jm.job_id,
         jm.job_graph.name,
@@ -63,6 +67,9 @@ def _snapshot(jm: JobMaster) -> _JobSnapshot:
         jm.scheduler.restarts,
         max(0.0, end - jm.submitted_at),
         jm.graph.state_counts(),
+        sum(speculation.attempts_started.values()),
+        sum(speculation.attempts_won.values()),
+        len(speculation.blocklist.until),
     )
 
 
@@ -216,14 +223,33 @@ def _job_families(jobs: Iterable[_JobSnapshot]) -> Iterator[Metric]:
         "The job's current task attempts (one per subtask) by execution state.",
         ["job_id", "state"],
     )
+    speculative = counter(
+        "job_speculative_attempts",
+        "Speculative attempts started beside slow subtasks of the job (speculative execution).",
+        ["job_id"],
+    )
+    wins = counter(
+        "job_speculative_wins",
+        "Speculative attempts that finished before the attempt they raced.",
+        ["job_id"],
+    )
+    blocked = gauge(
+        "job_blocked_task_executors",
+        "Task executors that get no new slot of the job for a while: one of its attempts was "
+        "slow on them (the blocklist).",
+        ["job_id"],
+    )
     names = [s.name for s in JobStatus]
     for job in sorted(jobs, key=lambda j: j.job_id):
+        speculative.add_metric([job.job_id], job.speculative_attempts)
+        wins.add_metric([job.job_id], job.speculative_wins)
+        blocked.add_metric([job.job_id], float(job.blocked_task_executors))
         one_hot(status, [job.job_id, job.name], names, job.status.name)
         restarts.add_metric([job.job_id], job.restarts)
         running.add_metric([job.job_id], job.running_time_s)
         for state in ExecutionState:
             tasks.add_metric([job.job_id, state.name], float(job.tasks.get(state, 0)))
-    yield from (status, restarts, running, tasks)
+    yield from (status, restarts, running, tasks, speculative, wins, blocked)
 
 
 def register(process: JobMasterProcess, metrics: ProcessMetrics) -> JobMasterCollector:

@@ -25,14 +25,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
-from sparkmill.common.core.ids import ExecutionAttemptID, JobVertexID, short
+from sparkmill.common.core.ids import ExecutionAttemptID, JobVertexID, ResourceID, short
 from sparkmill.common.core.io_counters import NO_IO, IOCounters
 from sparkmill.common.core.partitions import InputPartitionInfo
 from sparkmill.common.exchange.layout import partition_readable
 from sparkmill.common.ha.progress_log import (
     ADOPTED,
+    BLOCKED,
     DECIDED,
     FINISHED,
     INVALIDATED,
@@ -121,6 +122,11 @@ class ProgressRecorder:
                 DECIDED, self.session_id, decision=(vertex_id, parallelism, reason)
             )
             self._enqueue(event)
+
+    def blocklist_changed(self, until: Mapping[ResourceID, float]) -> None:
+        if self.session_id:
+            blocked = tuple(sorted(until.items()))
+            self._enqueue(ProgressEvent(BLOCKED, self.session_id, blocked=blocked))
 
     def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None:
         if not self.session_id or not vertices:
@@ -267,6 +273,8 @@ async def recover_finished_subtasks(
         # only once its decision is applied.
         applied = scheduler.adaptive.apply_recorded(recovered.decisions)
         log.info("job %s: %d recorded parallelism decisions applied", short(job_id), applied)
+    if recovered.blocked:
+        scheduler.speculation.restore_blocklist(recovered.blocked)
     finished = recovered.finished
     if not finished:
         return 0

@@ -69,7 +69,10 @@ from sparkmill.services.resourcemanager.active_workers import ActiveWorkers, Act
 from sparkmill.services.resourcemanager.cluster_status import cluster_status
 from sparkmill.services.resourcemanager.job_master_registration import JobMasterRegistration
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest
-from sparkmill.services.resourcemanager.slot_requests import START_MORE_TASK_EXECUTORS
+from sparkmill.services.resourcemanager.slot_requests import (
+    START_MORE_TASK_EXECUTORS,
+    excluded_task_executors,
+)
 from sparkmill.services.resourcemanager.slot_wait import slot_wait_reason
 from sparkmill.services.resourcemanager.task_executor_registration import (
     TaskExecutorRegistration,
@@ -454,6 +457,7 @@ class ResourceManager(ResourceManagerServicer):
                 resource_profile=profile,
                 job_master_address=request.job_master_address,
                 timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
+                excluded=excluded_task_executors(request.excluded_task_executors),
             )
         )
         if self.active_workers is not None:

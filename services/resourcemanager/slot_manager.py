@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 
 from sparkmill.common.core.errors import (
     AlreadyExistsError,
@@ -341,12 +341,20 @@ class SlotManager:
     # ---------------------------------------------------------------- internals: matching
 
     def _find_slot(
-        self, required: ResourceProfile, exclude: TrackedSlot | None
+        self,
+        required: ResourceProfile,
+        exclude: TrackedSlot | None,
+        excluded_task_executors: frozenset[ResourceID] = frozenset(),
     ) -> TrackedSlot | None:
         if self._counts[SlotState.FREE] == 0:
             return None
+        task_executors: Iterable[TrackedTaskExecutor] = self._tes.values()
+        if excluded_task_executors:
+            task_executors = [
+                te for te in task_executors if te.resource_id not in excluded_task_executors
+            ]
         return find_free_slot(
-            self._tes.values(),
+            task_executors,
             self._free_by_profile,
             required,
             exclude,
@@ -354,7 +362,7 @@ class SlotManager:
         )
 
     def _try_place(self, entry: PendingSlotRequest, exclude: TrackedSlot | None) -> bool:
-        slot = self._find_slot(entry.request.resource_profile, exclude)
+        slot = self._find_slot(entry.request.resource_profile, exclude, entry.request.excluded)
         if slot is None:
             return False
         self._start_attempt(entry, slot)

@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sparkmill.common.core.errors import RpcError
-from sparkmill.common.core.ids import AllocationID, InstanceID, JobID
+from sparkmill.common.core.errors import InvalidArgumentError, RpcError
+from sparkmill.common.core.ids import AllocationID, InstanceID, JobID, ResourceID, is_valid_name_id
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.slots import SlotID
 
@@ -26,6 +27,26 @@ class SlotRequest:
     job_master_address: str
     # The job's own slot.request.timeout (a job may override the cluster's); None = cluster's.
     timeout_s: float | None = None
+    # Task executors (resource ids) whose slots must not serve it (the job's blocklist).
+    excluded: frozenset[ResourceID] = frozenset()
+
+
+MAX_EXCLUDED_TASK_EXECUTORS = 1024
+
+
+def excluded_task_executors(ids: Sequence[str]) -> frozenset[ResourceID]:
+    """The task executors a slot request excludes, checked: valid resource ids, not too many."""
+    if len(ids) > MAX_EXCLUDED_TASK_EXECUTORS:
+        raise InvalidArgumentError(
+            f"a slot request excludes {len(ids)} task executors; at most "
+            f"{MAX_EXCLUDED_TASK_EXECUTORS} are allowed"
+        )
+    bad = [i for i in ids if not is_valid_name_id(i)]
+    if bad:
+        raise InvalidArgumentError(
+            f"a slot request excludes {bad[0][:80]!r}, which is not a task executor resource id"
+        )
+    return frozenset(ResourceID(i) for i in ids)
 
 
 class AllocationStatus(enum.Enum):

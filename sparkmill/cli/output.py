@@ -56,6 +56,19 @@ def parallelism_text(vertex: jobs_pb2.VertexDetails) -> str:
     return f"parallelism {vertex.parallelism}" + (f", {decision}" if decision else "")
 
 
+def speculation_text(vertex: jobs_pb2.VertexDetails) -> str:
+    """``; 2 speculative attempts (1 won, 1 running)``, or nothing without speculation."""
+    if not vertex.speculative_attempts:
+        return ""
+    running = sum(vertex.subtask_speculative_running)
+    return (
+        f"; {vertex.speculative_attempts} speculative attempt"
+        f"{'s' if vertex.speculative_attempts != 1 else ''} ({vertex.speculative_wins} won"
+        + (f", {running} running" if running else "")
+        + ")"
+    )
+
+
 def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
     return {
         "job_id": details.job_id,
@@ -78,9 +91,13 @@ def details_json(details: jobs_pb2.JobDetails) -> dict[str, Any]:
                 "tasks": {execution_state_name(k): n for k, n in sorted(v.tasks_by_state.items())},
                 "attempts": list(v.subtask_attempts),
                 "task_executors": list(v.subtask_task_executors),
+                "speculative_attempts": v.speculative_attempts,
+                "speculative_wins": v.speculative_wins,
+                "speculative_running": sum(v.subtask_speculative_running),
             }
             for v in details.vertices
         ],
+        "blocked_task_executors": {b.resource_id: b.until for b in details.blocked_task_executors},
         "slot_wait_reason": details.slot_wait_reason or None,
         "failure": details.failure.message or None,
         "exceptions": [
@@ -148,7 +165,10 @@ def print_details(details: jobs_pb2.JobDetails) -> None:
         )
         rerun = sum(1 for a in v.subtask_attempts if a > 0)
         again = f"; {rerun} ran again (max attempt #{max(v.subtask_attempts)})" if rerun else ""
-        print(f"  {v.name} ({parallelism_text(v)}): {states}{again}")
+        print(f"  {v.name} ({parallelism_text(v)}): {states}{again}{speculation_text(v)}")
+    for blocked in details.blocked_task_executors:
+        until = time.strftime("%H:%M:%S", time.localtime(blocked.until))
+        print(f"  task executor {blocked.resource_id[:8]} blocked until {until} (a slow attempt)")
     if details.slot_wait_reason:
         print(details.slot_wait_reason)
     if details.failure.message:

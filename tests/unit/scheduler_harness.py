@@ -11,6 +11,7 @@ offering slots to the pool, exactly as a task executor would; task progress is r
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from sparkmill.common.core.errors import RpcError
 from sparkmill.common.core.ids import (
     AllocationID,
     JobVertexID,
+    ResourceID,
     new_dataset_id,
     new_job_id,
     new_resource_id,
@@ -37,6 +39,7 @@ from sparkmill.common.jobgraph.model import (
     OperatorSpec,
     ResultPartitionType,
 )
+from sparkmill.common.runtime.settings import SpeculativeSettings
 from sparkmill.common.runtime.timers import ManualTimerService
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     Execution,
@@ -128,12 +131,17 @@ class TestingSlotPoolActions:
         self.requested: list[AllocationID] = []
         self.cancelled: list[AllocationID] = []
         self.freed: list[AllocationID] = []
+        self.excluded: dict[AllocationID, frozenset[ResourceID]] = {}
         self.scheduler: DefaultScheduler | None = None
 
     def request_slot_from_resource_manager(
-        self, allocation_id: AllocationID, resource_profile: ResourceProfile
+        self,
+        allocation_id: AllocationID,
+        resource_profile: ResourceProfile,
+        excluded: frozenset[ResourceID] = frozenset(),
     ) -> None:
         self.requested.append(allocation_id)
+        self.excluded[allocation_id] = excluded
 
     def cancel_slot_request_at_resource_manager(self, allocation_id: AllocationID) -> None:
         self.cancelled.append(allocation_id)
@@ -284,16 +292,19 @@ def run(
     progress: ProgressListener | None = None,
     late_bounds: dict[JobVertexID, int] | None = None,
     auto_settings: AutoParallelismSettings | None = None,
+    speculative: SpeculativeSettings | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> None:
     """Run ``scenario`` against a real scheduler of ``job_graph``. With ``late_bounds`` (and
-    ``auto_settings``) those vertices are decided from what their producers wrote."""
+    ``auto_settings``) those vertices are decided from what their producers wrote;
+    ``speculative`` configures speculative execution, ``clock`` the graph's timestamps."""
 
     async def main() -> None:
         timers = ManualTimerService()
         rm = TestingSlotPoolActions()
         pool = SlotPool(job_graph.job_id, timers, rm, REQUEST_TIMEOUT, IDLE_TIMEOUT)
         pool.connect_to_resource_manager()
-        graph = ExecutionGraph.build(job_graph, late_bounds=late_bounds)
+        graph = ExecutionGraph.build(job_graph, late_bounds=late_bounds, clock=clock)
         actions = TestingSchedulerActions()
         scheduler = DefaultScheduler(
             graph,
@@ -303,6 +314,7 @@ def run(
             failover_strategy=failover,
             progress=progress,
             adaptive=AdaptiveParallelism(graph, auto_settings) if late_bounds else None,
+            speculative=speculative,
         )
         rm.scheduler = scheduler
         te = TaskExecutorInfo(new_resource_id(), "te-1:6123")

@@ -89,7 +89,14 @@ def test_job_overridable_keys() -> None:
         "pipeline.args",
     }
     assert all(
-        k.startswith(("restart-strategy.", "execution.batch.adaptive.auto-parallelism."))
+        k.startswith(
+            (
+                "restart-strategy.",
+                "execution.batch.adaptive.auto-parallelism.",
+                "execution.batch.speculative.",
+                "slow-task-detector.",
+            )
+        )
         for k in keys
         if k not in others
     )

@@ -10,7 +10,9 @@ pool and execution graph, hand-written fakes for the outside world.
 
 from __future__ import annotations
 
-from sparkmill.common.core.ids import new_resource_id
+from collections.abc import Mapping
+
+from sparkmill.common.core.ids import ResourceID, new_resource_id
 from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.states import ExecutionState, JobStatus
 from sparkmill.services.jobmaster.executiongraph.execution_graph import Execution, ExecutionVertex
@@ -231,6 +233,9 @@ class RecordingProgress:
 
     def vertex_decided(self, vertex_id: str, parallelism: int, reason: str) -> None:
         self.events.append(f"decided {vertex_id} {parallelism}")
+
+    def blocklist_changed(self, until: Mapping[ResourceID, float]) -> None:
+        self.events.append(f"blocked {sorted(until)}")
 
 
 def test_progress_is_told_of_finished_and_voided_attempts_in_order() -> None:

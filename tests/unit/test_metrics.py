@@ -364,7 +364,14 @@ def _job_master(graph: ExecutionGraph, restarts: int = 0) -> Any:
         job_id=graph.job_id,
         job_graph=graph.job_graph,
         status=JobStatus.RUNNING,
-        scheduler=SimpleNamespace(restarts=restarts),
+        scheduler=SimpleNamespace(
+            restarts=restarts,
+            speculation=SimpleNamespace(
+                attempts_started={"v": 3},
+                attempts_won={"v": 2},
+                blocklist=SimpleNamespace(until={"te-slow": 1e12}),
+            ),
+        ),
         graph=graph,
         submitted_at=50.0,
         ended_at=0.0,
@@ -399,6 +406,9 @@ def test_job_master_collector_reads_jobs_and_observes_latencies_once() -> None:
     assert value(collector, "sparkmill_job_tasks", state="RUNNING", **job) == 1
     assert value(collector, "sparkmill_job_tasks", state="DEPLOYING", **job) == 1
     assert value(collector, "sparkmill_job_restarts_total", **job) == 1
+    assert value(collector, "sparkmill_job_speculative_attempts_total", **job) == 3
+    assert value(collector, "sparkmill_job_speculative_wins_total", **job) == 2
+    assert value(collector, "sparkmill_job_blocked_task_executors", **job) == 1
     assert value(collector, "sparkmill_job_status", job_name="demo", status="RUNNING", **job) == 1
     assert value(collector, "sparkmill_job_master_jobs", status="RUNNING") == 1
     assert value(collector, "sparkmill_job_master_standby_jobs") == 0

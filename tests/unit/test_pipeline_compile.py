@@ -476,6 +476,27 @@ def test_a_late_older_attempt_never_replaces_a_newer_commit(tmp_path: Path) -> N
     assert (Path(out) / "part-00000-000.csv").read_text() == "attempt 1"
 
 
+def test_an_attempt_committing_after_the_job_commit_claimed_its_subtask_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Speculative execution: the attempt that lost the race may still commit (its cancel
+    came too late) while the job commit publishes the winner's output. Before the claim, its
+    newer commit would have deleted the very directory the plan was moving files from."""
+    out = str(tmp_path / "out")
+    sink = S.SinkOutput("csv", out, "overwrite")
+    commit = S.SinkCommit(out, "csv", "overwrite", 1)
+    assert sinks.commit_task(sink, JOB, 0, sink_attempt(out, "winner", "attempt 0"))
+    plan = sinks._plan(commit, JOB)  # the job commit has claimed and planned
+    late = sink_attempt(out, "loser", "attempt 1")
+    assert sinks.commit_task(sink, JOB, 0, late, attempt_number=1)  # it commits beside
+    assert sinks.commit_job(commit, JOB) == len(plan) == 1
+    published = sorted(p.name for p in Path(out).iterdir())
+    assert published == ["_SUCCESS", "part-00000-000.csv"]
+    assert (Path(out) / "part-00000-000.csv").read_text() == "attempt 0"
+    # A retried job commit keeps what the first one published.
+    assert sinks.commit_job(commit, JOB) == 0
+
+
 def test_an_attempt_of_a_later_job_master_replaces_a_higher_numbered_commit(
     tmp_path: Path,
 ) -> None:

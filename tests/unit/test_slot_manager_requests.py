@@ -3,20 +3,24 @@ timeouts, cancellation, and retries after a refused or unanswered allocation."""
 
 from __future__ import annotations
 
+import pytest
+
 from sparkmill.common.core.errors import (
     AlreadyExistsError,
     DeadlineExceededError,
+    InvalidArgumentError,
     ResourceExhaustedError,
     UnavailableError,
 )
 from sparkmill.common.core.ids import new_allocation_id
-from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
 from sparkmill.common.core.slots import SlotID
 from sparkmill.services.resourcemanager.slot_manager import (
     REFUSED_SLOT_RETRY_DELAY_S,
     AllocationStatus,
     SlotState,
 )
+from sparkmill.services.resourcemanager.slot_requests import SlotRequest, excluded_task_executors
 from tests.unit.slot_manager_fakes import (
     ALLOCATION_TIMEOUT,
     BIG,
@@ -334,3 +338,31 @@ def test_allocation_timeout_error_type_when_it_must_wait() -> None:
     [(_, _, error)] = h.actions.failures
     assert isinstance(error, ResourceExhaustedError)
     assert not isinstance(error, DeadlineExceededError)
+
+
+def test_a_request_is_never_placed_on_an_excluded_task_executor() -> None:
+    h = Harness(spread_out=True)
+    slow, fast = h.add_te(slots=1), h.add_te(slots=4)
+
+    def request() -> SlotRequest:
+        excluded = frozenset({fast.resource_id})
+        request = SlotRequest(h.job, new_allocation_id(), UNKNOWN_PROFILE, "jm", excluded=excluded)
+        assert h.sm.register_slot_request(request)
+        return request
+
+    request()
+    assert h.actions.allocations[-1][1].resource_id == slow.resource_id
+    # Only the excluded executor has free slots: the request waits rather than take one.
+    waiting = request()
+    info = h.sm.allocation_of(waiting.allocation_id)
+    assert info is not None and info.status is AllocationStatus.WAITING
+    assert len(h.actions.allocations) == 1
+    h.check_counts([slow, fast])
+
+
+def test_excluded_task_executors_are_checked() -> None:
+    assert excluded_task_executors(["te-1", "host.example-2"]) == {"te-1", "host.example-2"}
+    with pytest.raises(InvalidArgumentError, match="not a task executor resource id"):
+        excluded_task_executors(["../etc"])
+    with pytest.raises(InvalidArgumentError, match="at most 1024"):
+        excluded_task_executors([f"te-{i}" for i in range(1025)])

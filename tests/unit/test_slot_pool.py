@@ -44,11 +44,16 @@ class RecordingActions:
     cancelled: list[AllocationID] = field(default_factory=list)
     freed: list[tuple[ResourceID, AllocationID, str]] = field(default_factory=list)
     lost: list[tuple[PhysicalSlot, BaseException]] = field(default_factory=list)
+    excluded: dict[AllocationID, frozenset[ResourceID]] = field(default_factory=dict)
 
     def request_slot_from_resource_manager(
-        self, allocation_id: AllocationID, resource_profile: ResourceProfile
+        self,
+        allocation_id: AllocationID,
+        resource_profile: ResourceProfile,
+        excluded: frozenset[ResourceID] = frozenset(),
     ) -> None:
         self.requested.append((allocation_id, resource_profile))
+        self.excluded[allocation_id] = excluded
 
     def cancel_slot_request_at_resource_manager(self, allocation_id: AllocationID) -> None:
         self.cancelled.append(allocation_id)

@@ -36,6 +36,7 @@ _DOCS_ORDER = (
     "systemd driver",
     "Jobs, failover and restarts",
     "Adaptive batch execution",
+    "Speculative execution",
     "High availability",
     "Metrics",
     "REST API and web dashboard",

@@ -279,3 +279,76 @@ AUTO_PARALLELISM_DEFAULT_SOURCE = option(
     job_overridable=True,
     min=1,
 )
+
+# --------------------------------------------------------------------------------------------
+group(
+    "Speculative execution",
+    "A subtask that runs much longer than the finished subtasks of its vertex gets a second "
+    "attempt on another task executor; the first attempt to finish wins and the others are "
+    "cancelled (Flink's speculative execution, FLIP-168). The task executor of a slow attempt "
+    "is blocked for new slots a while (Flink's blocklist, FLIP-224). Each key may be set per job.",
+)
+
+SPECULATIVE_ENABLED = option(
+    "execution.batch.speculative.enabled",
+    BOOL,
+    False,
+    "Run speculative attempts of slow subtasks. Off, as in Flink and Spark: a speculative "
+    "attempt repeats all the work of its subtask on a slot another subtask could use.",
+    job_overridable=True,
+)
+SPECULATIVE_MAX_CONCURRENT = option(
+    "execution.batch.speculative.max-concurrent-executions",
+    INT,
+    2,
+    "The most attempts of one subtask that run at the same time (the original included).",
+    job_overridable=True,
+    min=2,
+    max=16,
+)
+SPECULATIVE_BLOCK_DURATION = option(
+    "execution.batch.speculative.block-slow-node-duration",
+    DURATION,
+    60.0,
+    "How long the task executor of a slow attempt gets no new slot of the job. 0 blocks "
+    "nothing (the speculative attempt then only avoids the slow attempt's own executor).",
+    job_overridable=True,
+    min=0,
+)
+SLOW_TASK_CHECK_INTERVAL = option(
+    "slow-task-detector.check-interval",
+    DURATION,
+    1.0,
+    "How often the JobMaster looks for slow attempts.",
+    job_overridable=True,
+    min=10 * MS,
+)
+SLOW_TASK_BASELINE_LOWER_BOUND = option(
+    "slow-task-detector.execution-time.baseline-lower-bound",
+    DURATION,
+    10.0,
+    "An attempt is never slow before it has run this long. 10 s (Flink: 1 min): a subtask "
+    "here has about a second of fixed cost and its time varies by seconds with the load of "
+    "its machine; below that, speculation would mostly repeat work for noise.",
+    job_overridable=True,
+    min=0,
+)
+SLOW_TASK_BASELINE_RATIO = option(
+    "slow-task-detector.execution-time.baseline-ratio",
+    FLOAT,
+    0.75,
+    "The share of a vertex's subtasks that must have finished before any of its running "
+    "attempts can be found slow.",
+    job_overridable=True,
+    min=0.0,
+    max=1.0,
+)
+SLOW_TASK_BASELINE_MULTIPLIER = option(
+    "slow-task-detector.execution-time.baseline-multiplier",
+    FLOAT,
+    1.5,
+    "An attempt is slow once it has run longer than this times the median time of the "
+    "vertex's finished subtasks (and the lower bound).",
+    job_overridable=True,
+    min=1.0,
+)

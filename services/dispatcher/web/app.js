@@ -258,6 +258,7 @@ async function renderJob(view, jid) {
       el("dt", {}, "Started"), el("dd", {}, time(job["start-time"])),
       el("dt", {}, "Duration"), el("dd", {}, duration(job.duration)),
       el("dt", {}, "Restarts"), el("dd", { id: "job-restarts" }, job.restarts),
+      ...speculationFacts(job),
       el("dt", {}, "JobMaster"), el("dd", { id: "job-master" }, jm
         ? [el("span", { class: "mono" }, `${shortId(jm.id)} @ ${jm.address}`),
           ` on ${jm.host} (pid ${jm.pid}) `,
@@ -274,6 +275,23 @@ async function renderJob(view, jid) {
   ];
 }
 
+// Speculative execution: attempts started and won, and the task executors blocked for the job.
+function speculationFacts(job) {
+  const started = job.vertices.reduce((n, v) => n + (v["speculative-attempts"] || 0), 0);
+  const won = job.vertices.reduce((n, v) => n + (v["speculative-wins"] || 0), 0);
+  const blocked = job["blocked-taskmanagers"] || [];
+  const facts = [];
+  if (started) {
+    facts.push(el("dt", {}, "Speculative attempts"),
+      el("dd", { id: "job-speculative" }, `${started} (${won} finished first)`));
+  }
+  if (blocked.length) {
+    facts.push(el("dt", {}, "Blocked task executors"), el("dd", { id: "job-blocked" },
+      blocked.map((b) => el("span", { class: "mono" }, `${shortId(b.id)} until ${time(b.until)} `))));
+  }
+  return facts;
+}
+
 function subtasksTable(job) {
   const rows = [];
   for (const vertex of job.vertices) {
@@ -282,7 +300,8 @@ function subtasksTable(job) {
         el("td", {}, vertex.name),
         el("td", {}, `${st.subtask + 1} / ${vertex.parallelism}`),
         el("td", {}, badge(st.status)),
-        el("td", {}, `#${st.attempt}`),
+        el("td", {}, `#${st.attempt}`,
+          st["speculative-running"] ? ` (+${st["speculative-running"]} speculative)` : ""),
         el("td", { class: "mono" }, shortId(st["taskmanager-id"]) || "–"),
         el("td", {}, time(st["start-time"])),
         el("td", {}, time(st["end-time"])),

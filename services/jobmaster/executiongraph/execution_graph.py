@@ -101,7 +101,7 @@ class ExecutionGraph:
         self._vertices: list[ExecutionVertex] = []  # all of them, in topological order
         self._results: dict[IntermediateDataSetID, IntermediateResult] = {}
         self._groups: list[ConsumedPartitionGroup] = []  # every group once
-        self._executions: dict[ExecutionAttemptID, Execution] = {}  # current attempts only
+        self._executions: dict[ExecutionAttemptID, Execution] = {}  # live and current attempts
         self._state_counts: dict[ExecutionState, int] = dict.fromkeys(ExecutionState, 0)
         self._regions: list[PipelinedRegion] | None = None
         # Why each vertex the pipeline left open got its parallelism (for the status views).
@@ -353,8 +353,8 @@ class ExecutionGraph:
     # ---------------------------------------------------------------- attempts
 
     def execution(self, attempt_id: ExecutionAttemptID) -> Execution | None:
-        """The *current* attempt with this id; None for an unknown or superseded attempt (a
-        report about it is stale and must be ignored or refused)."""
+        """The current (or another live, speculative) attempt with this id; None for an
+        unknown or superseded attempt (a report about it is stale and must be refused)."""
         return self._executions.get(attempt_id)
 
     def reset_vertex_for_new_execution(self, vertex: ExecutionVertex) -> Execution:
@@ -373,13 +373,8 @@ class ExecutionGraph:
             )
         for partition in vertex.produced_partitions:
             partition.mark_unfinished()
-        new = Execution(vertex, old.attempt_number + 1, self._clock())
-        prior = vertex._prior_executions
-        if prior is None:
-            prior = vertex._prior_executions = []
-        prior.append(old)
-        if len(prior) > MAX_PRIOR_ATTEMPTS_KEPT:
-            del prior[0]
+        new = Execution(vertex, vertex.new_attempt_number(), self._clock())
+        _remember_prior(vertex, old)
         vertex.current_execution = new
         vertex.vertex_version += 1
         del self._executions[old.attempt_id]
@@ -409,6 +404,7 @@ class ExecutionGraph:
         del self._executions[current.attempt_id]
         current.attempt_id = attempt_id
         current.attempt_number = attempt_number
+        vertex.attempt_number_used(attempt_number)
         current.task_executor_id = task_executor_id
         self._executions[attempt_id] = current
         now = self._clock()
@@ -420,15 +416,61 @@ class ExecutionGraph:
             partition.mark_finished()
         return current
 
+    # ---------------------------------------------------------------- speculative attempts
+
+    def add_speculative_execution(self, vertex: ExecutionVertex) -> Execution:
+        """A new CREATED attempt of ``vertex`` that runs beside its current one (Flink's
+        ``SpeculativeExecutionVertex.createNewSpeculativeExecution``). It is found by
+        :meth:`execution` but counted in :meth:`state_counts` only if it becomes current."""
+        if vertex._graph is not self:
+            raise IllegalStateBug(f"{vertex!r} belongs to another execution graph")
+        if vertex.current_execution.state.is_terminal:
+            raise IllegalStateBug(f"{vertex!r}: no speculative attempt beside a terminal one")
+        execution = Execution(vertex, vertex.new_attempt_number(), self._clock())
+        if vertex._speculative is None:
+            vertex._speculative = []
+        vertex._speculative.append(execution)
+        self._executions[execution.attempt_id] = execution
+        return execution
+
+    def make_current(self, execution: Execution) -> Execution:
+        """Let a speculative attempt take the place of its vertex's current one (it finished
+        first, or the current one failed) and return the one it replaced. A replaced attempt
+        that is still live stays found by :meth:`execution` until it is terminal."""
+        vertex = execution.vertex
+        if vertex._graph is not self or execution not in vertex.speculative_executions:
+            raise IllegalStateBug(f"{execution!r} is not a speculative attempt of this graph")
+        assert vertex._speculative is not None
+        vertex._speculative.remove(execution)
+        old = vertex.current_execution
+        counts = self._state_counts
+        counts[old.state] -= 1
+        counts[execution.state] += 1
+        vertex.current_execution = execution
+        if old.state.is_terminal:
+            del self._executions[old.attempt_id]
+            _remember_prior(vertex, old)
+        else:
+            vertex._speculative.append(old)
+        return old
+
     def now(self) -> float:
         return self._clock()
 
     def execution_transitioned(
         self, execution: Execution, old: ExecutionState, new: ExecutionState
     ) -> None:
-        if execution.vertex.current_execution is not execution:
-            # Only current attempts can move: superseded ones were terminal when replaced.
-            raise IllegalStateBug(f"{execution!r} changed state but is not the current attempt")
+        vertex = execution.vertex
+        if vertex.current_execution is not execution:
+            if execution not in vertex.speculative_executions:
+                # Only live attempts can move: superseded ones were terminal when replaced.
+                raise IllegalStateBug(f"{execution!r} changed state but is not a live attempt")
+            if new.is_terminal:
+                assert vertex._speculative is not None
+                vertex._speculative.remove(execution)
+                del self._executions[execution.attempt_id]
+                _remember_prior(vertex, execution)
+            return
         counts = self._state_counts
         counts[old] -= 1
         counts[new] += 1
@@ -494,3 +536,12 @@ __all__ = [
     "PartitionID",
     "PipelinedRegion",
 ]
+
+
+def _remember_prior(vertex: ExecutionVertex, execution: Execution) -> None:
+    prior = vertex._prior_executions
+    if prior is None:
+        prior = vertex._prior_executions = []
+    prior.append(execution)
+    if len(prior) > MAX_PRIOR_ATTEMPTS_KEPT:
+        del prior[0]

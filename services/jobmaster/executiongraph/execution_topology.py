@@ -94,8 +94,16 @@ class Execution:
 
     @property
     def is_current(self) -> bool:
-        """False once the vertex was reset for a newer attempt."""
-        return self.vertex.current_execution is self
+        """True for the vertex's current attempt and for its other live attempts (speculative
+        ones, or one that lost the race and is being cancelled); False once the vertex was
+        reset for a newer attempt and this one is terminal."""
+        vertex = self.vertex
+        return vertex.current_execution is self or self in vertex.speculative_executions
+
+    @property
+    def is_speculative(self) -> bool:
+        """A live attempt of the vertex other than its current one."""
+        return self in self.vertex.speculative_executions
 
     @property
     def description(self) -> str:
@@ -154,10 +162,12 @@ class ExecutionVertex:
     """One parallel subtask of an :class:`ExecutionJobVertex`; survives across attempts."""
 
     __slots__ = (
+        "_attempts_made",
         "_graph",
         "_index",
         "_prior_executions",
         "_region",
+        "_speculative",
         "consumed_partition_groups",
         "current_execution",
         "id",
@@ -182,7 +192,27 @@ class ExecutionVertex:
         self.produced_partitions: list[IntermediateResultPartition] = []
         # consumed_partition_groups[k] is what this subtask reads for job_vertex.inputs[k].
         self.consumed_partition_groups: list[ConsumedPartitionGroup] = []
+        # Live attempts besides the current one (Flink's SpeculativeExecutionVertex keeps them
+        # all as current): speculative attempts racing it, and losers still being cancelled.
+        # None until the first one, to keep a wide job's vertices small.
+        self._speculative: list[Execution] | None = None
+        self._attempts_made = 1
         self.current_execution = Execution(self, 0, graph.now())
+
+    @property
+    def speculative_executions(self) -> Sequence[Execution]:
+        return self._speculative or ()
+
+    def new_attempt_number(self) -> int:
+        """The number of the next attempt: one past every attempt made so far, so speculative
+        attempts and restarts never share one (the sink commit orders attempts by it)."""
+        number = self._attempts_made
+        self._attempts_made += 1
+        return number
+
+    def attempt_number_used(self, number: int) -> None:
+        """An attempt with ``number`` exists (restored from an earlier JobMaster)."""
+        self._attempts_made = max(self._attempts_made, number + 1)
 
     @property
     def execution_state(self) -> ExecutionState:

@@ -30,9 +30,10 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 
 from sparkmill.common.core.errors import ResourceExhaustedError, RpcError
-from sparkmill.common.core.ids import ExecutionAttemptID, short
+from sparkmill.common.core.ids import ExecutionAttemptID, ResourceID, short
 from sparkmill.common.core.io_counters import NO_IO, IOCounters
 from sparkmill.common.core.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
+from sparkmill.common.runtime.settings import SpeculativeSettings
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     Execution,
     ExecutionGraph,
@@ -59,6 +60,7 @@ from sparkmill.services.jobmaster.scheduler.scheduler_interfaces import (
     SchedulerActions,
 )
 from sparkmill.services.jobmaster.scheduler.slot_waits import SlotOutcome, SlotWaits
+from sparkmill.services.jobmaster.scheduler.speculative_execution import SpeculativeExecution
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
     PendingSlotRequest,
     PhysicalSlot,
@@ -92,6 +94,7 @@ class DefaultScheduler:
         progress: ProgressListener | None = None,
         fail_on_repeated_error: bool = True,
         adaptive: AdaptiveParallelism | None = None,
+        speculative: SpeculativeSettings | None = None,
     ) -> None:
         self.graph = graph
         self.progress: ProgressListener = progress or NoProgressListener()
@@ -117,6 +120,9 @@ class DefaultScheduler:
         self._slot_waits = SlotWaits(self._deploy_when_all_slots_assigned)
         self._closed = False  # the JobMaster let go of the job: nothing may change any more
         self.no_data_results = no_data_results(graph.job_graph)
+        self.speculation = SpeculativeExecution(
+            graph, speculative or SpeculativeSettings(), self, graph.now
+        )
 
     # -- job status -----------------------------------------------------------------------------
 
@@ -134,6 +140,8 @@ class DefaultScheduler:
         self.status = target
         if cause:
             self.failure_cause = cause
+        if target is not JobStatus.RUNNING:
+            self.speculation.stop()
         self.actions.job_status_changed(target, cause)
 
     def restore_finished(self, vertex: ExecutionVertex, accumulator: bytes, io: IOCounters) -> None:
@@ -150,6 +158,7 @@ class DefaultScheduler:
 
     def start_scheduling(self) -> None:
         self._transition(JobStatus.RUNNING)
+        self.speculation.start()
         ready = [r for r in self.graph.pipelined_regions() if r.inputs_consumable]
         self._schedule_regions(ready + self.adaptive.decide(self.progress))
         self._check_job_finished()
@@ -191,6 +200,25 @@ class DefaultScheduler:
             batch.append((vertex, vertex.vertex_version, execution))
             requests.append(request)
         self._slot_waits.wait(batch, requests)
+
+    # -- speculative attempts (SpeculationHost) -------------------------------------------------
+
+    def start_speculative_attempt(
+        self, execution: Execution, excluded: frozenset[ResourceID]
+    ) -> None:
+        """Deploy a speculative attempt in a slot of its own, on none of ``excluded``."""
+        vertex = execution.vertex
+        execution.transition_to(ES.SCHEDULED)
+        request = self.slot_sharing.allocate_exclusive(execution.attempt_id, vertex.id, excluded)
+        self._requests[execution.attempt_id] = request
+        self._slot_waits.wait([(vertex, vertex.vertex_version, execution)], [request])
+
+    def cancel_attempt(self, execution: Execution) -> None:
+        self._cancel_execution(execution)
+
+    def blocklist_changed(self, blocked: frozenset[ResourceID]) -> None:
+        self.slot_pool.block_task_executors(blocked)
+        self.progress.blocklist_changed(self.speculation.blocklist.until)
 
     def _deploy_when_all_slots_assigned(
         self, batch: Sequence[tuple[ExecutionVertex, int, Execution]], results: list[SlotOutcome]
@@ -285,7 +313,8 @@ class DefaultScheduler:
             state = ES.CANCELED  # the cancellation wins (Flink does the same)
         if state is ES.DEPLOYING or not execution.can_transition_to(state):
             return False
-        if io is not None:
+        if io is not None and (state is ES.FINISHED or not execution.is_speculative):
+            # A speculative attempt's work counts only if it wins (finishes first).
             name = execution.vertex.job_vertex.name
             self.io[name] = self.io.get(name, NO_IO) + io
         if state is ES.FAILED:
@@ -299,6 +328,7 @@ class DefaultScheduler:
                 lost_producers=producers_of_lost_partitions(self.graph, lost_partitions),
             )
         elif state is ES.FINISHED:
+            self.speculation.before_finished(execution)
             execution.transition_to(ES.FINISHED)
             self.repeated_failures.finished(execution.vertex.id)
             self.progress.attempt_finished(execution, accumulator, io)
@@ -357,6 +387,12 @@ class DefaultScheduler:
         slot = self._slots.get(execution.attempt_id)
         if slot is None and isinstance(execution.assigned_resource, PhysicalSlot):
             slot = execution.assigned_resource  # e.g. slot_lost already dropped it from _slots
+        # Another attempt of the subtask still racing: this failure is this attempt's alone.
+        absorbed = (
+            not lost_producers
+            and (execution.is_speculative or not suppress_restarts)
+            and self.speculation.absorbs_failure(execution)
+        )
         execution.transition_to(ES.FAILED, failure=message, exception_class=exception_type)
         self._release_slot(execution)
         te = slot.task_executor.resource_id if slot is not None else ""
@@ -369,6 +405,9 @@ class DefaultScheduler:
             execution.description,
             message.splitlines()[0] if message else "",
         )
+        if absorbed:
+            self._after_terminal()
+            return
         repeats = (
             self.repeated_failures.repeated(
                 execution.vertex.id, execution.attempt_number, exception_type, message
@@ -481,7 +520,7 @@ class DefaultScheduler:
             [v for v in vertices if v.current_execution.state is ES.FINISHED]
         )
         for vertex in vertices:
-            self._cancel_execution(vertex.current_execution)
+            self._cancel_vertex(vertex)
             # Its output is void from now on (the reset would do this only after the back-off):
             # no consumer may start reading it meanwhile and be left on superseded data.
             for partition in vertex.produced_partitions:
@@ -533,7 +572,12 @@ class DefaultScheduler:
 
     def _cancel_all(self) -> None:
         for vertex in self.graph.all_execution_vertices():
-            self._cancel_execution(vertex.current_execution)
+            self._cancel_vertex(vertex)
+
+    def _cancel_vertex(self, vertex: ExecutionVertex) -> None:
+        self._cancel_execution(vertex.current_execution)
+        for execution in list(vertex.speculative_executions):
+            self._cancel_execution(execution)
 
     def _cancel_execution(self, execution: Execution) -> None:
         state = execution.state
@@ -597,4 +641,5 @@ class DefaultScheduler:
 
     async def close(self) -> None:
         self._closed = True
+        self.speculation.stop()
         self._slot_waits.close()

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from sparkmill.common.core.errors import RpcError
-from sparkmill.common.core.ids import JobVertexID
+from sparkmill.common.core.ids import JobVertexID, ResourceID
 from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.states import JobStatus
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
@@ -48,6 +49,8 @@ class ProgressListener(Protocol):
 
     def vertex_decided(self, vertex_id: JobVertexID, parallelism: int, reason: str) -> None: ...
 
+    def blocklist_changed(self, until: Mapping[ResourceID, float]) -> None: ...
+
 
 class NoProgressListener:
     def attempt_finished(
@@ -59,6 +62,9 @@ class NoProgressListener:
         pass
 
     def vertex_decided(self, vertex_id: JobVertexID, parallelism: int, reason: str) -> None:
+        pass
+
+    def blocklist_changed(self, until: Mapping[ResourceID, float]) -> None:
         pass
 
 

@@ -100,6 +100,9 @@ class PendingSlotRequest:
     resource_profile: ResourceProfile
     requested_at: float
     future: asyncio.Future[PhysicalSlot]
+    # Task executors whose slots must not serve it (a speculative attempt avoids those of
+    # its subtask's other attempts); the pool's blocklist applies to every request besides.
+    excluded: frozenset[ResourceID] = frozenset()
 
 
 class SlotPoolActions(Protocol):
@@ -109,9 +112,13 @@ class SlotPoolActions(Protocol):
     """
 
     def request_slot_from_resource_manager(
-        self, allocation_id: AllocationID, resource_profile: ResourceProfile
+        self,
+        allocation_id: AllocationID,
+        resource_profile: ResourceProfile,
+        excluded: frozenset[ResourceID] = frozenset(),
     ) -> None:
-        """Ask the RM to reserve a slot for this job under ``allocation_id``."""
+        """Ask the RM to reserve a slot for this job under ``allocation_id``, on none of the
+        ``excluded`` task executors."""
         ...
 
     def cancel_slot_request_at_resource_manager(self, allocation_id: AllocationID) -> None:
@@ -158,13 +165,18 @@ class SlotPool:
         self._allocated: dict[AllocationID, PhysicalSlot] = {}
         # Insertion order is the order in which the slots became idle.
         self._available: dict[AllocationID, PhysicalSlot] = {}
+        # Task executors that get no new slot of this job (Flink's blocklist).
+        self._blocked: frozenset[ResourceID] = frozenset()
         self._rm_connected = False
         self._closed = False
 
     # ------------------------------------------------------------------ requests
 
-    def request_slot(self, resource_profile: ResourceProfile) -> PendingSlotRequest:
-        """Ask for a slot that can serve ``resource_profile``.
+    def request_slot(
+        self, resource_profile: ResourceProfile, excluded: frozenset[ResourceID] = frozenset()
+    ) -> PendingSlotRequest:
+        """Ask for a slot that can serve ``resource_profile``, not on an ``excluded`` or
+        blocked task executor.
 
         An available slot serves the request at once (the returned future is already done).
         Otherwise the request waits, is sent to the RM when one is connected, and fails with
@@ -179,7 +191,7 @@ class SlotPool:
             )
             return PendingSlotRequest(new_allocation_id(), resource_profile, now, future)
 
-        idle = self._take_available_slot(resource_profile)
+        idle = self._take_available_slot(resource_profile, excluded)
         if idle is not None:
             self._allocated[idle.allocation_id] = idle
             future.set_result(idle)
@@ -191,7 +203,7 @@ class SlotPool:
             )
             return PendingSlotRequest(idle.allocation_id, resource_profile, now, future)
 
-        request = PendingSlotRequest(new_allocation_id(), resource_profile, now, future)
+        request = PendingSlotRequest(new_allocation_id(), resource_profile, now, future, excluded)
         allocation_id = request.allocation_id
         self._pending[allocation_id] = request
         self._timers.schedule(
@@ -233,6 +245,13 @@ class SlotPool:
         )
         _fail(request.future, cause)
         return True
+
+    def block_task_executors(self, blocked: frozenset[ResourceID]) -> None:
+        """Slots of the ``blocked`` task executors serve no request from now on (Flink's
+        blocklist; the set replaces the last one) and their idle slots are freed."""
+        self._blocked = frozenset(blocked)
+        for slot in [s for s in self._available.values() if s.task_executor.resource_id in blocked]:
+            self._on_idle_timeout(slot.allocation_id)
 
     # ------------------------------------------------------------------ resource manager
 
@@ -285,7 +304,7 @@ class SlotPool:
             short(allocation_id),
             f" ({cause})" if cause is not None else "",
         )
-        request = self._oldest_matching_request(slot.resource_profile)
+        request = self._oldest_matching_request(slot.resource_profile, slot.task_executor)
         if request is not None:
             self._remove_pending(request.allocation_id, cancel_at_rm=True)
             self._grant(request, slot)
@@ -455,7 +474,7 @@ class SlotPool:
             if not request.future.done():
                 self._grant(request, slot)
                 return True
-        request = self._oldest_matching_request(offer.resource_profile)
+        request = self._oldest_matching_request(offer.resource_profile, task_executor)
         if request is None:
             log.info(
                 "job %s: rejecting offer of slot %d (%s, allocation %s) of %s: "
@@ -492,9 +511,16 @@ class SlotPool:
             lambda: self._on_idle_timeout(allocation_id),
         )
 
-    def _take_available_slot(self, required: ResourceProfile) -> PhysicalSlot | None:
+    def _take_available_slot(
+        self, required: ResourceProfile, excluded: frozenset[ResourceID]
+    ) -> PhysicalSlot | None:
         """Remove and return the best idle slot for ``required``: an exact profile first."""
-        matching = [s for s in self._available.values() if s.resource_profile.is_matching(required)]
+        matching = [
+            s
+            for s in self._available.values()
+            if s.resource_profile.is_matching(required)
+            and self._may_serve(s.task_executor.resource_id, excluded)
+        ]
         if not matching:
             return None
         exact = [s for s in matching if s.resource_profile == required]
@@ -503,11 +529,20 @@ class SlotPool:
         self._timers.cancel(self._idle_timer_key(slot.allocation_id))
         return slot
 
-    def _oldest_matching_request(self, offered: ResourceProfile) -> PendingSlotRequest | None:
+    def _oldest_matching_request(
+        self, offered: ResourceProfile, where: TaskExecutorInfo
+    ) -> PendingSlotRequest | None:
         for request in self._pending.values():
-            if not request.future.done() and offered.is_matching(request.resource_profile):
+            if (
+                not request.future.done()
+                and offered.is_matching(request.resource_profile)
+                and self._may_serve(where.resource_id, request.excluded)
+            ):
                 return request
         return None
+
+    def _may_serve(self, resource_id: ResourceID, excluded: frozenset[ResourceID]) -> bool:
+        return resource_id not in excluded and resource_id not in self._blocked
 
     def _send_to_resource_manager(self, request: PendingSlotRequest) -> None:
         self._sent.add(request.allocation_id)
@@ -515,6 +550,7 @@ class SlotPool:
             self._actions.request_slot_from_resource_manager,
             request.allocation_id,
             request.resource_profile,
+            request.excluded | self._blocked,
         )
 
     def _remove_pending(

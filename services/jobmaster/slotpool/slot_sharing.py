@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sparkmill.common.core.errors import IllegalStateBug
-from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobVertexID
+from sparkmill.common.core.ids import AllocationID, ExecutionAttemptID, JobVertexID, ResourceID
 from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
 from sparkmill.services.jobmaster.executiongraph.execution_topology import ExecutionVertexID
 from sparkmill.services.jobmaster.slotpool.slot_pool import (
@@ -189,6 +189,26 @@ class SlotSharingManager:
         shared.logical_slots.add(attempt_id)
         self._holder[attempt_id] = shared
         return shared.request
+
+    def allocate_exclusive(
+        self,
+        attempt_id: ExecutionAttemptID,
+        vertex_id: ExecutionVertexID,
+        excluded: frozenset[ResourceID],
+    ) -> PendingSlotRequest:
+        """A physical slot of its own for ``attempt_id`` (a speculative attempt), on none of
+        the ``excluded`` task executors: sharing its group's slot would put it next to the
+        attempt it races. Released like any other by :meth:`release`."""
+        if attempt_id in self._holder:
+            raise IllegalStateBug(f"attempt {attempt_id} already holds a logical slot")
+        group = self._strategy.group_of(vertex_id)
+        request = self._pool.request_slot(group.resource_profile, excluded)
+        shared = SharedSlot(
+            ExecutionSlotSharingGroupID(f"{group.id.group}-{attempt_id}", -1), request
+        )
+        shared.logical_slots.add(attempt_id)
+        self._holder[attempt_id] = shared
+        return request
 
     def release(self, attempt_id: ExecutionAttemptID) -> None:
         """Return ``attempt_id``'s logical slot (idempotent); the last one frees the slot."""

@@ -7,10 +7,14 @@
    (the deploying JobMaster's epoch and the attempt number). A subtask's committed output is
    its highest-ordered such directory, so a restarted region's newer attempt supersedes the
    older one and a late older attempt never does. A rename is atomic: a subtask's committed
-   output is always exactly one attempt's.
+   output is always exactly one attempt's. A superseded directory is renamed away before it is
+   deleted, so it is either whole or gone.
 3. **Job commit** - the job's final ``commit`` vertex (parallelism 1) runs once every sink
-   subtask has finished: it writes a plan (source → ``{path}/part-{subtask}-{k}.{ext}``; the
-   first plan written is kept, so concurrent commits carry out the same one),
+   subtask has finished: it *claims* each subtask's newest committed directory by renaming it
+   to ``planned/part-{subtask}`` (from then on no task commit can touch it: attempts racing
+   each other under speculative execution, or a late one, may still commit, but only beside
+   it), writes a plan (source → ``{path}/part-{subtask}-{k}.{ext}``; the first plan written
+   is kept, so concurrent commits carry out the same one),
    clears the old content (``mode="overwrite"``: everything, or with ``partition_by`` only the
    partition directories the job writes) or checks there is none (``"error"``; ``"append"``
    keeps it), moves the files into place, writes ``_SUCCESS`` and removes
@@ -42,6 +46,7 @@ from sparkmill.common.pipeline import plan as S
 SUCCESS_MARKER = "_SUCCESS"
 PLAN_FILE = "_plan.json"
 COMMITTED_DIR = "committed"
+PLANNED_DIR = "planned"
 
 
 def attempt_dir(path: str, job_id: str, subtask: int, attempt_id: str) -> Path:
@@ -137,10 +142,44 @@ def commit_task(
     newest = True
     for other, directory in _candidates(root, subtask):
         if other < order:
-            shutil.rmtree(directory, ignore_errors=True)
+            _discard(directory, root, subtask)
         elif other > order:
             newest = False
     return newest
+
+
+def _discard(directory: Path, root: Path, subtask: int) -> None:
+    """Delete a superseded committed directory, renaming it away first: the job commit may be
+    claiming it at the same moment, and exactly one of the two renames succeeds."""
+    doomed = root / f"superseded-{subtask:05d}-{uuid.uuid4().hex[:8]}"
+    try:
+        os.rename(directory, doomed)
+    except FileNotFoundError:
+        return  # claimed by the job commit, or discarded by another attempt
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _claim(sink: S.SinkCommit, job_id: str, subtask: int) -> Path | None:
+    """The committed directory the job commit publishes for ``subtask``: the newest one,
+    renamed out of the task commits' reach (an earlier try's claim stands); None if none."""
+    claimed = sink_temporary_dir(sink.path, job_id) / PLANNED_DIR / f"part-{subtask:05d}"
+    root = committed_root(sink.path, job_id)
+    for _ in range(100):  # each retry means another attempt committed or discarded meanwhile
+        if claimed.exists():
+            return claimed
+        found = _candidates(root, subtask)
+        if not found:
+            return None
+        claimed.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(found[-1][1], claimed)
+        except FileNotFoundError:
+            continue  # superseded by a newer attempt while we chose it
+        except OSError:
+            if not claimed.exists():  # not a concurrent claim of ours: a real error
+                raise
+        return claimed
+    raise CommitError(f"{sink.path}: could not claim the output of subtask {subtask}")
 
 
 def _published_name(sink: S.SinkCommit, job_id: str, subtask: int, k: int, extension: str) -> str:
@@ -169,7 +208,7 @@ def _plan(sink: S.SinkCommit, job_id: str) -> list[tuple[str, str]]:
     plan_file = temporary / PLAN_FILE
     if plan_file.exists():
         return [(src, dst) for src, dst in json.loads(plan_file.read_text())]
-    committed = [committed_dir(sink.path, job_id, i) for i in range(sink.parallelism)]
+    committed = [_claim(sink, job_id, i) for i in range(sink.parallelism)]
     missing = [i for i, directory in enumerate(committed) if directory is None]
     if missing:
         raise CommitError(f"{sink.path}: subtasks {missing} of the sink have no committed output")
