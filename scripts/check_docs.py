@@ -91,6 +91,8 @@ EXTERNAL = {
     "JobLeaderService",
     "JobManagerRunner",
     "SlotSharingExecutionSlotAllocator",
+    "SpeculativeExecutionVertex",
+    "SpeculativeScheduler",
     "SuppressRestartsException",
     "ThrowableClassifier",
     # Python's asyncio and enum; Spark SQL

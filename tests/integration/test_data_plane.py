@@ -486,3 +486,67 @@ def test_automatic_parallelism_join_and_aggregation_match_pyspark(
         .agg(PF.sum("quantity").alias("quantity"), PF.count("*").alias("orders"))
     )
     assert rows(spark.read.parquet(str(tmp_path / "report"))) == rows(expected)
+
+
+def test_a_speculative_attempt_outruns_a_held_subtask_and_one_output_is_committed(
+    cluster: DataCluster, spark: Any, tmp_path: Path
+) -> None:
+    """Speculative execution with real Spark: the first sink subtask to start holds on its
+    task executor's driver until the test releases it; the other three finish, the JobMaster
+    finds it slow, blocks its task executor and runs a speculative attempt on the other one,
+    which finishes first. The held attempt is cancelled; the output is every row once."""
+    markers, release, out = tmp_path / "markers", tmp_path / "release", tmp_path / "out"
+    markers.mkdir()
+
+    def hold_the_first(df: Any) -> Any:
+        import os
+
+        (markers / f"run-{os.getpid()}-{time.monotonic_ns()}").touch()
+        try:
+            os.close(os.open(markers / "held", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return df  # not the first run: no wait
+        deadline = time.monotonic() + 120
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return df
+
+    pipeline = sm.Pipeline(
+        "speculative-sink",
+        parallelism=4,
+        config={
+            "execution.batch.speculative.enabled": "true",
+            "slow-task-detector.check-interval": "100 ms",
+            "slow-task-detector.execution-time.baseline-lower-bound": "1 s",
+            "execution.batch.speculative.block-slow-node-duration": "1 min",
+        },
+    )
+    pipeline.range(4000).transform(hold_the_first, name="hold").write_parquet(str(out))
+    job_id = cluster.client.submit(pipeline.build_job_graph())
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while True:
+            details = cluster.client.status(job_id)
+            sink = next(v for v in details.vertices if v.name.endswith("write_parquet"))
+            if sink.speculative_wins or details.status != common_pb2.RUNNING:
+                break
+            assert time.monotonic() < deadline, "no speculative attempt won"
+            time.sleep(0.2)
+        result = cluster.client.wait(job_id, timeout=JOB_TIMEOUT_S)
+    finally:
+        release.touch()
+    assert result.status == common_pb2.FINISHED, result.failure.message
+    details = cluster.client.status(job_id)
+    sink = next(v for v in details.vertices if v.name.endswith("write_parquet"))
+    assert (sink.speculative_attempts, sink.speculative_wins) == (1, 1)
+    assert max(sink.subtask_attempts) == 1  # the winner is the subtask's attempt
+    assert len(details.blocked_task_executors) == 1
+    held_on = details.blocked_task_executors[0].resource_id
+    winner = list(sink.subtask_attempts).index(1)
+    assert sink.subtask_task_executors[winner] != held_on
+    assert sink.records_out == 4000  # the loser's work is not counted
+    assert len(list(markers.glob("run-*"))) == 5  # four subtasks and one speculative attempt
+    # Exactly one attempt's output per subtask: every row once.
+    ids = [r[0] for r in spark.read.parquet(str(out)).collect()]
+    assert sorted(ids) == list(range(4000))
+    assert not (out / "_temporary").exists()

@@ -478,3 +478,39 @@ def test_the_slot_pool_serves_no_request_from_a_blocked_or_excluded_executor(
         assert request.future.result().task_executor == fast
 
     run(_job(), scenario)
+
+
+def test_a_consumer_does_not_join_a_shared_slot_on_a_blocked_executor() -> None:
+    """The next vertex's subtask of a slow one's slot sharing group gets a slot elsewhere:
+    the slow attempt (being cancelled) still holds its group's slot on the blocked executor."""
+    clock = Clock()
+    job = build_graph({"src": 4, "dst": 4}, [("src", "dst", A2A, BLOCKING)])  # one group
+    slow, fast = _te("te-slow"), _te("te-fast")
+
+    async def scenario(h: Harness) -> None:
+        h.scheduler.start_scheduling()
+        h.offer(count=3, te=fast)
+        h.offer(te=slow)
+        await settle()
+        for i in range(4):
+            h.run("src", i)
+        clock.now += 10
+        for i in range(3):
+            assert h.report("src", i, ES.FINISHED)
+        assert h.execution("src", 3).task_executor_id == slow.resource_id
+        clock.now += 20
+        h.scheduler.speculation.check()
+        (speculative,) = h.vertex("src", 3).speculative_executions
+        h.offer(te=fast)
+        await settle()
+        _run_attempt(h, speculative)
+        assert _report(h, speculative, ES.FINISHED)
+        await settle()
+        assert h.states("dst")[:3] == [ES.DEPLOYING] * 3  # their groups' slots, on fast
+        assert h.state("dst", 3) is ES.SCHEDULED  # not the slow attempt's shared slot
+        assert h.rm.excluded[h.open_requests()[-1]] == {slow.resource_id}
+        h.offer(te=fast)
+        await settle()
+        assert h.execution("dst", 3).task_executor_id == fast.resource_id
+
+    run(job, scenario, speculative=SETTINGS, clock=clock)

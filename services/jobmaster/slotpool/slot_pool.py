@@ -246,6 +246,9 @@ class SlotPool:
         _fail(request.future, cause)
         return True
 
+    def is_blocked(self, resource_id: ResourceID) -> bool:
+        return resource_id in self._blocked
+
     def block_task_executors(self, blocked: frozenset[ResourceID]) -> None:
         """Slots of the ``blocked`` task executors serve no request from now on (Flink's
         blocklist; the set replaces the last one) and their idle slots are freed."""
@@ -310,6 +313,8 @@ class SlotPool:
             self._grant(request, slot)
         else:
             self._make_available(slot)
+            if self.is_blocked(slot.task_executor.resource_id):
+                self._on_idle_timeout(allocation_id)  # freed at once: it would serve nothing
         return True
 
     def fail_slot(self, allocation_id: AllocationID, cause: BaseException) -> PhysicalSlot | None:

@@ -183,6 +183,9 @@ class SlotSharingManager:
             raise IllegalStateBug(f"attempt {attempt_id} already holds a logical slot")
         group = self._strategy.group_of(vertex_id)
         shared = self._shared.get(group.id)
+        slot = shared.physical_slot if shared is not None else None
+        if slot is not None and self._pool.is_blocked(slot.task_executor.resource_id):
+            shared = None  # a new member gets no slot on a blocked task executor
         if shared is None or not shared.usable:
             shared = SharedSlot(group.id, self._pool.request_slot(group.resource_profile))
             self._shared[group.id] = shared
