@@ -12,17 +12,19 @@ import dataclasses
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from sparkmill.common.core.ids import new_attempt_id
+from sparkmill.common.core.ids import ResourceID, new_attempt_id
 from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.core.states import ExecutionState
 from sparkmill.common.exchange.layout import missing_partitions, partition_dir
 from sparkmill.common.ha.progress_log import (
     ADOPTED,
+    BLOCKED,
     FINISHED,
     INVALIDATED,
     LEADER,
@@ -491,3 +493,31 @@ def test_without_ha_the_recorder_keeps_nothing() -> None:
         assert recorder.idle and not recorder.enabled
 
     asyncio.run(main())
+
+
+def test_a_successor_restores_the_blocklist_its_predecessor_recorded() -> None:
+    store = InMemoryJobProgressStore()
+
+    class Speculation:
+        restored: dict[str, float] = {}
+
+        def restore_blocklist(self, until: dict[str, float]) -> None:
+            self.restored = dict(until)
+
+    scheduler: Any = SimpleNamespace(speculation=Speculation())
+
+    async def main() -> None:
+        first = ProgressRecorder(store, GRAPH.job_id, _Runtime())  # type: ignore[arg-type]
+        first.start("s1", 1)
+        first.adopt({})
+        first.blocklist_changed({ResourceID("te-slow"): 1_000.0})
+        first.blocklist_changed({ResourceID("te-slow"): 1_000.0, ResourceID("te-b"): 2_000.5})
+        await first.flush()
+        runtime: Any = _Runtime()
+        second = ProgressRecorder(store, GRAPH.job_id, runtime)
+        await recover_finished_subtasks(GRAPH, scheduler, second, runtime, "/nowhere", "s2", 2)
+
+    asyncio.run(main())
+    kinds = [e.kind for e in store.logs[GRAPH.job_id][LogId(1, "s1")]]
+    assert kinds == [LEADER, ADOPTED, BLOCKED, BLOCKED]
+    assert scheduler.speculation.restored == {"te-slow": 1_000.0, "te-b": 2_000.5}
