@@ -42,12 +42,15 @@ from sparkmill.services.jobmaster.executiongraph.execution_graph import (
 from sparkmill.services.jobmaster.executiongraph.execution_topology import PipelinedRegion
 from sparkmill.services.jobmaster.scheduler.adaptive_parallelism import AdaptiveParallelism
 from sparkmill.services.jobmaster.scheduler.failover import (
-    lost_results_still_needed,
     no_data_results,
     producers_of_lost_partitions,
+    results_lost_with,
     vertices_to_restart,
 )
-from sparkmill.services.jobmaster.scheduler.failure_classifier import RepeatedFailureDetector
+from sparkmill.services.jobmaster.scheduler.failure_classifier import (
+    RepeatedFailureDetector,
+    not_restarted,
+)
 from sparkmill.services.jobmaster.scheduler.pending_restarts import (
     PendingRestart,
     PendingRestarts,
@@ -416,18 +419,9 @@ class DefaultScheduler:
             else None
         )
         if self.status is JobStatus.RUNNING:
-            if suppress_restarts:
-                # Flink's SuppressRestartsException: no restart can fix this failure.
-                self.fail_job(
-                    f"{execution.description} failed: {message} (not restarted: "
-                    f"restarting cannot help)"
-                )
-            elif repeats is not None:
-                self.fail_job(
-                    f"{execution.description} failed: {message} (not restarted: attempt "
-                    f"#{repeats} of this subtask failed with the same error, so it fails "
-                    "deterministically; see restart-strategy.fail-on-repeated-error)"
-                )
+            final = not_restarted(execution.description, message, suppress_restarts, repeats)
+            if final is not None:
+                self.fail_job(final)
             else:
                 lost = lost_producers or []
                 if lost:
@@ -449,15 +443,8 @@ class DefaultScheduler:
         if self._closed or self.status is not JobStatus.RUNNING:
             return
         pending = self._restarts.vertex_ids()
-        written_there = [
-            v
-            for v in self.graph.all_execution_vertices()
-            if v.current_execution.state is ES.FINISHED
-            and v.current_execution.task_executor_id == resource_id
-            and id(v) not in pending
-        ]
-        lost = lost_results_still_needed(
-            self.graph, written_there, self.no_data_results, self.failover_strategy
+        lost = results_lost_with(
+            self.graph, resource_id, pending, self.no_data_results, self.failover_strategy
         )
         if not lost:
             return

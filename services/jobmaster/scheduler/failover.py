@@ -94,6 +94,26 @@ def producers_of_lost_partitions(
     return list(found.values())
 
 
+def results_lost_with(
+    graph: ExecutionGraph,
+    resource_id: str,
+    pending: set[int],
+    no_data_results: frozenset[IntermediateDataSetID],
+    strategy: str,
+) -> list[ExecutionVertex]:
+    """The finished subtasks whose results were written on task executor ``resource_id``
+    (now lost with it) and must be produced again; those a pending restart resets anyway
+    (``pending``: their ids) are left to it."""
+    written_there = [
+        v
+        for v in graph.all_execution_vertices()
+        if v.current_execution.state is ES.FINISHED
+        and v.current_execution.task_executor_id == resource_id
+        and id(v) not in pending
+    ]
+    return lost_results_still_needed(graph, written_there, no_data_results, strategy)
+
+
 def lost_results_still_needed(
     graph: ExecutionGraph,
     written_there: Sequence[ExecutionVertex],
@@ -144,4 +164,9 @@ def _result_still_needed(
     return False
 
 
-__all__ = ["lost_results_still_needed", "producers_of_lost_partitions", "vertices_to_restart"]
+__all__ = [
+    "lost_results_still_needed",
+    "producers_of_lost_partitions",
+    "results_lost_with",
+    "vertices_to_restart",
+]

@@ -42,6 +42,23 @@ def error_signature(exception_type: str, message: str) -> tuple[str, str]:
     return exception_type, lines[0].strip() if lines else ""
 
 
+def not_restarted(
+    description: str, message: str, suppress_restarts: bool, repeats: int | None
+) -> str | None:
+    """Why the failure of ``description`` fails the job without a restart (the job's failure
+    cause), or None when the restart strategy decides."""
+    if suppress_restarts:
+        # Flink's SuppressRestartsException: no restart can fix this failure.
+        return f"{description} failed: {message} (not restarted: restarting cannot help)"
+    if repeats is not None:
+        return (
+            f"{description} failed: {message} (not restarted: attempt #{repeats} of this "
+            "subtask failed with the same error, so it fails deterministically; see "
+            "restart-strategy.fail-on-repeated-error)"
+        )
+    return None
+
+
 class RepeatedFailureDetector:
     """Remembers each subtask's last failure raised by its own code."""
 
@@ -71,4 +88,4 @@ class RepeatedFailureDetector:
         self._last.pop(vertex_id, None)
 
 
-__all__ = ["RepeatedFailureDetector", "error_signature"]
+__all__ = ["RepeatedFailureDetector", "error_signature", "not_restarted"]
