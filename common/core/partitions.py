@@ -31,3 +31,6 @@ class InputGateInfo:
     # Sub-partitions each producer wrote for a hash or rebalance exchange; 0: one per consumer
     # subtask. More than the consumers when they were decided after the producers ran.
     subpartitions: int = 0
+    # With a late consumer's ranges balanced by bytes: consumer i reads [bounds[i],
+    # bounds[i+1]) (see sparkmill.common.exchange.subpartitions); () otherwise.
+    subpartition_bounds: tuple[int, ...] = ()

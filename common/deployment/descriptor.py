@@ -117,6 +117,7 @@ def input_gate_to_proto(gate: InputGateInfo) -> task_executor_pb2.InputGate:
         partitioner=gate.partitioner,
         producer_parallelism=gate.producer_parallelism,
         subpartitions=gate.subpartitions,
+        subpartition_bounds=gate.subpartition_bounds,
     )
     add = message.partitions.add
     for part in gate.partitions:
@@ -143,6 +144,7 @@ def input_gate_from_proto(gate: task_executor_pb2.InputGate) -> InputGateInfo:
             for p in gate.partitions
         ),
         subpartitions=gate.subpartitions,
+        subpartition_bounds=tuple(gate.subpartition_bounds),
     )
 
 
@@ -168,6 +170,7 @@ def shared_gate_reference(
         partitioner=gate.partitioner,
         producer_parallelism=gate.producer_parallelism,
         subpartitions=gate.subpartitions,
+        subpartition_bounds=gate.subpartition_bounds,
         shared_gate_id=gate_id,
         generation=generation,
     )

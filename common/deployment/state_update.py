@@ -12,7 +12,9 @@ outside the enum, failure details on a state that is not FAILED) is refused with
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sparkmill.common.core.errors import ErrorCode, InvalidArgumentError
 from sparkmill.common.core.ids import ExecutionAttemptID
@@ -24,11 +26,42 @@ from sparkmill.common.core.proto_convert import (
     execution_state_to_proto,
 )
 from sparkmill.common.core.states import ExecutionState
-from sparkmill.common.v1 import job_master_pb2
+from sparkmill.common.v1 import job_master_pb2, task_executor_pb2
 
 
 class MalformedTaskStateUpdate(InvalidArgumentError):
     """A ``TaskExecutionState`` message that does not describe a valid update."""
+
+
+Written = tuple[tuple[str, tuple[int, ...]], ...]
+"""Per hash or rebalance output of a finished attempt: (data set id, bytes per sub-partition)."""
+
+MAX_WRITTEN_OUTPUTS = 256
+MAX_SUBPARTITIONS_REPORTED = 32_768
+
+
+def written_to_proto(written: Written, add: Any) -> None:
+    """Add each entry of ``written`` with ``add`` (a repeated SubpartitionSizes' ``add``)."""
+    for dataset_id, sizes in written:
+        add(dataset_id=dataset_id, bytes=sizes)
+
+
+def written_from_proto(
+    entries: Sequence[task_executor_pb2.SubpartitionSizes],
+    where: str,
+    error: type[InvalidArgumentError] = InvalidArgumentError,
+) -> Written:
+    """The sizes ``entries`` report, checked (raises ``error`` naming ``where``)."""
+    if len(entries) > MAX_WRITTEN_OUTPUTS:
+        raise error(f"{where}: {len(entries)} outputs reported, at most {MAX_WRITTEN_OUTPUTS}")
+    written = []
+    for entry in entries:
+        if not entry.dataset_id or len(entry.bytes) > MAX_SUBPARTITIONS_REPORTED:
+            raise error(f"{where}: a sub-partition report without a data set or too long")
+        if any(size < 0 for size in entry.bytes):
+            raise error(f"{where}: a negative sub-partition size for {entry.dataset_id[:40]}")
+        written.append((entry.dataset_id, tuple(entry.bytes)))
+    return tuple(written)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +104,7 @@ class TaskStateUpdate:
     failure: TaskFailure | None = None  # only with FAILED
     io: IOCounters | None = None  # records and bytes, when the attempt ended with an outcome
     accumulator: bytes = b""  # the operator's result (e.g. collected rows), on FINISHED
+    written: Written = ()  # on FINISHED: bytes per sub-partition of its split outputs
 
     def __post_init__(self) -> None:
         if self.failure is not None and self.state is not ExecutionState.FAILED:
@@ -98,6 +132,7 @@ class TaskStateUpdate:
                 )
         if self.io is not None:
             io_to_proto(self.io, message.io_metrics)
+        written_to_proto(self.written, message.written.add)
         return message
 
     @classmethod
@@ -136,6 +171,7 @@ class TaskStateUpdate:
             failure=failure,
             io=io_from_proto(message.io_metrics) if message.HasField("io_metrics") else None,
             accumulator=message.accumulator,
+            written=written_from_proto(message.written, where, MalformedTaskStateUpdate),
         )
 
 
@@ -147,8 +183,12 @@ def _error_code(number: int, where: str) -> ErrorCode:
 
 
 __all__ = [
+    "MAX_SUBPARTITIONS_REPORTED",
     "LostPartition",
     "MalformedTaskStateUpdate",
     "TaskFailure",
     "TaskStateUpdate",
+    "Written",
+    "written_from_proto",
+    "written_to_proto",
 ]

@@ -92,6 +92,8 @@ class ProgressEvent:
     layout: str = ""
     # DECIDED: a vertex's parallelism decided while the job ran (vertex id, number, why).
     decision: tuple[str, int, str] | None = None
+    # DECIDED: the sub-partition ranges its subtasks read, when balanced by bytes (n + 1).
+    ranges: tuple[int, ...] = field(default=())
     # BLOCKED: the whole blocklist, (task executor resource id, unblocked at: wall-clock s).
     blocked: tuple[tuple[str, float], ...] = field(default=())
 
@@ -117,6 +119,8 @@ class ProgressEvent:
             record["layout"] = self.layout
         if self.decision is not None:
             record["vertex"], record["parallelism"], record["reason"] = self.decision
+        if self.ranges:
+            record["ranges"] = list(self.ranges)
         if self.kind == BLOCKED:
             record["blocked"] = dict(self.blocked)
         return json.dumps(record, separators=(",", ":"))
@@ -148,6 +152,7 @@ class ProgressEvent:
         subtasks = tuple((str(v), int(i)) for v, i in record.get("subtasks", ()))
         trusted = tuple(sorted((str(k), int(n)) for k, n in record.get("trusted", {}).items()))
         blocked = tuple(sorted((str(k), float(u)) for k, u in record.get("blocked", {}).items()))
+        ranges = tuple(int(b) for b in record.get("ranges", ()))
         return ProgressEvent(
             kind,
             str(record["session"]),
@@ -157,6 +162,7 @@ class ProgressEvent:
             int(record["seq"]),
             str(record.get("layout", "")),
             decision,
+            ranges,
             blocked,
         )
 
@@ -222,6 +228,8 @@ class Recovered:
     trusted: dict[str, int]
     # Vertex id -> (parallelism, why) of the vertices decided while the job ran.
     decisions: dict[str, tuple[int, str]] = field(default_factory=dict)
+    # Vertex id -> the sub-partition ranges recorded with its decision (when balanced).
+    ranges: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # The last recorded blocklist: task executor resource id -> unblocked at (wall-clock s).
     blocked: dict[str, float] = field(default_factory=dict)
 
@@ -246,6 +254,7 @@ def replay(logs: list[SessionLog], own: LogId | None = None, layout: str = "") -
     finished: dict[tuple[str, int], FinishedAttempt] = {}
     decisions: dict[str, tuple[int, str]] = {}
     blocked: dict[str, float] = {}
+    ranges: dict[str, tuple[int, ...]] = {}
     for log in earlier:
         events = prefixes[log.id.name][: trusted.get(log.id.name, 0)]
         recorded = next((e.layout for e in events if e.kind == LEADER), "")
@@ -260,10 +269,13 @@ def replay(logs: list[SessionLog], own: LogId | None = None, layout: str = "") -
             elif event.kind == DECIDED and event.decision is not None and same_layout:
                 # The first decision stands: a successor applies it rather than deciding again.
                 vertex_id, parallelism, reason = event.decision
-                decisions.setdefault(vertex_id, (parallelism, reason))
+                if vertex_id not in decisions:
+                    decisions[vertex_id] = (parallelism, reason)
+                    if event.ranges:
+                        ranges[vertex_id] = event.ranges
             elif event.kind == BLOCKED:
                 blocked = dict(event.blocked)
-    return Recovered(finished, trusted, decisions, blocked)
+    return Recovered(finished, trusted, decisions, ranges, blocked)
 
 
 class JobProgressStore(Protocol):

@@ -99,7 +99,7 @@ class IOMetrics(_message.Message):
     def __init__(self, records_in: _Optional[int] = ..., records_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ...) -> None: ...
 
 class TaskExecutionState(_message.Message):
-    __slots__ = ("attempt_id", "state", "error", "io_metrics", "accumulator", "lost_partitions", "suppress_restarts")
+    __slots__ = ("attempt_id", "state", "error", "io_metrics", "accumulator", "lost_partitions", "suppress_restarts", "written")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +107,7 @@ class TaskExecutionState(_message.Message):
     ACCUMULATOR_FIELD_NUMBER: _ClassVar[int]
     LOST_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     SUPPRESS_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     state: _common_pb2.ExecutionState
     error: _common_pb2.ErrorInfo
@@ -114,7 +115,8 @@ class TaskExecutionState(_message.Message):
     accumulator: bytes
     lost_partitions: _containers.RepeatedCompositeFieldContainer[_common_pb2.ResultPartitionRef]
     suppress_restarts: bool
-    def __init__(self, attempt_id: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., io_metrics: _Optional[_Union[IOMetrics, _Mapping]] = ..., accumulator: _Optional[bytes] = ..., lost_partitions: _Optional[_Iterable[_Union[_common_pb2.ResultPartitionRef, _Mapping]]] = ..., suppress_restarts: _Optional[bool] = ...) -> None: ...
+    written: _containers.RepeatedCompositeFieldContainer[_task_executor_pb2.SubpartitionSizes]
+    def __init__(self, attempt_id: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.ExecutionState, str]] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ..., io_metrics: _Optional[_Union[IOMetrics, _Mapping]] = ..., accumulator: _Optional[bytes] = ..., lost_partitions: _Optional[_Iterable[_Union[_common_pb2.ResultPartitionRef, _Mapping]]] = ..., suppress_restarts: _Optional[bool] = ..., written: _Optional[_Iterable[_Union[_task_executor_pb2.SubpartitionSizes, _Mapping]]] = ...) -> None: ...
 
 class UpdateTaskExecutionStateRequest(_message.Message):
     __slots__ = ("job_id", "resource_id", "updates")

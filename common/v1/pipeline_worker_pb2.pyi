@@ -97,7 +97,7 @@ class CancelPipelineAttempt(_message.Message):
     def __init__(self, attempt_id: _Optional[str] = ...) -> None: ...
 
 class PipelineAttemptResult(_message.Message):
-    __slots__ = ("attempt_id", "finished", "cancelled", "records_in", "records_out", "bytes_in", "bytes_out", "accumulator", "exception_type", "message", "details", "throwable", "lost_partitions")
+    __slots__ = ("attempt_id", "finished", "cancelled", "records_in", "records_out", "bytes_in", "bytes_out", "accumulator", "exception_type", "message", "details", "throwable", "lost_partitions", "written")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     CANCELLED_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,7 @@ class PipelineAttemptResult(_message.Message):
     DETAILS_FIELD_NUMBER: _ClassVar[int]
     THROWABLE_FIELD_NUMBER: _ClassVar[int]
     LOST_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     finished: bool
     cancelled: bool
@@ -124,7 +125,8 @@ class PipelineAttemptResult(_message.Message):
     details: str
     throwable: str
     lost_partitions: _containers.RepeatedCompositeFieldContainer[_task_executor_pb2.InputPartition]
-    def __init__(self, attempt_id: _Optional[str] = ..., finished: _Optional[bool] = ..., cancelled: _Optional[bool] = ..., records_in: _Optional[int] = ..., records_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., accumulator: _Optional[bytes] = ..., exception_type: _Optional[str] = ..., message: _Optional[str] = ..., details: _Optional[str] = ..., throwable: _Optional[str] = ..., lost_partitions: _Optional[_Iterable[_Union[_task_executor_pb2.InputPartition, _Mapping]]] = ...) -> None: ...
+    written: _containers.RepeatedCompositeFieldContainer[_task_executor_pb2.SubpartitionSizes]
+    def __init__(self, attempt_id: _Optional[str] = ..., finished: _Optional[bool] = ..., cancelled: _Optional[bool] = ..., records_in: _Optional[int] = ..., records_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ..., accumulator: _Optional[bytes] = ..., exception_type: _Optional[str] = ..., message: _Optional[str] = ..., details: _Optional[str] = ..., throwable: _Optional[str] = ..., lost_partitions: _Optional[_Iterable[_Union[_task_executor_pb2.InputPartition, _Mapping]]] = ..., written: _Optional[_Iterable[_Union[_task_executor_pb2.SubpartitionSizes, _Mapping]]] = ...) -> None: ...
 
 class PipelineLogLine(_message.Message):
     __slots__ = ("attempt_id", "line")

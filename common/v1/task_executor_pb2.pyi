@@ -39,8 +39,16 @@ class InputPartition(_message.Message):
     producer_resource_id: str
     def __init__(self, dataset_id: _Optional[str] = ..., partition_number: _Optional[int] = ..., producer_attempt_id: _Optional[str] = ..., producer_resource_id: _Optional[str] = ...) -> None: ...
 
+class SubpartitionSizes(_message.Message):
+    __slots__ = ("dataset_id", "bytes")
+    DATASET_ID_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    dataset_id: str
+    bytes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, dataset_id: _Optional[str] = ..., bytes: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class InputGate(_message.Message):
-    __slots__ = ("dataset_id", "pattern", "partitioner", "partitions", "producer_parallelism", "shared_gate_id", "generation", "subpartitions")
+    __slots__ = ("dataset_id", "pattern", "partitioner", "partitions", "producer_parallelism", "shared_gate_id", "generation", "subpartitions", "subpartition_bounds")
     DATASET_ID_FIELD_NUMBER: _ClassVar[int]
     PATTERN_FIELD_NUMBER: _ClassVar[int]
     PARTITIONER_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +57,7 @@ class InputGate(_message.Message):
     SHARED_GATE_ID_FIELD_NUMBER: _ClassVar[int]
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     SUBPARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    SUBPARTITION_BOUNDS_FIELD_NUMBER: _ClassVar[int]
     dataset_id: str
     pattern: _common_pb2.DistributionPattern
     partitioner: str
@@ -57,7 +66,8 @@ class InputGate(_message.Message):
     shared_gate_id: str
     generation: int
     subpartitions: int
-    def __init__(self, dataset_id: _Optional[str] = ..., pattern: _Optional[_Union[_common_pb2.DistributionPattern, str]] = ..., partitioner: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[InputPartition, _Mapping]]] = ..., producer_parallelism: _Optional[int] = ..., shared_gate_id: _Optional[str] = ..., generation: _Optional[int] = ..., subpartitions: _Optional[int] = ...) -> None: ...
+    subpartition_bounds: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, dataset_id: _Optional[str] = ..., pattern: _Optional[_Union[_common_pb2.DistributionPattern, str]] = ..., partitioner: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[InputPartition, _Mapping]]] = ..., producer_parallelism: _Optional[int] = ..., shared_gate_id: _Optional[str] = ..., generation: _Optional[int] = ..., subpartitions: _Optional[int] = ..., subpartition_bounds: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TaskDeploymentDescriptor(_message.Message):
     __slots__ = ("job_id", "job_name", "vertex_id", "vertex_name", "subtask_index", "parallelism", "attempt_id", "attempt_number", "allocation_id", "operator", "inputs", "produced_dataset_ids", "vertex_version", "job_config", "job_master_epoch", "consumer_parallelism")

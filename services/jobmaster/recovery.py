@@ -116,12 +116,12 @@ class ProgressRecorder:
         )
         self._enqueue(ProgressEvent(FINISHED, self.session_id, attempt))
 
-    def vertex_decided(self, vertex_id: JobVertexID, parallelism: int, reason: str) -> None:
+    def vertex_decided(
+        self, vertex_id: JobVertexID, parallelism: int, reason: str, ranges: tuple[int, ...] = ()
+    ) -> None:
         if self.session_id:
-            event = ProgressEvent(
-                DECIDED, self.session_id, decision=(vertex_id, parallelism, reason)
-            )
-            self._enqueue(event)
+            decision = (vertex_id, parallelism, reason)
+            self._enqueue(ProgressEvent(DECIDED, self.session_id, decision=decision, ranges=ranges))
 
     def blocklist_changed(self, until: Mapping[ResourceID, float]) -> None:
         if self.session_id:
@@ -271,7 +271,7 @@ async def recover_finished_subtasks(
     if recovered.decisions:
         # Before anything is restored: the subtasks of a vertex decided while the job ran exist
         # only once its decision is applied.
-        applied = scheduler.adaptive.apply_recorded(recovered.decisions)
+        applied = scheduler.adaptive.apply_recorded(recovered.decisions, recovered.ranges)
         log.info("job %s: %d recorded parallelism decisions applied", short(job_id), applied)
     if recovered.blocked:
         scheduler.speculation.restore_blocklist(recovered.blocked)

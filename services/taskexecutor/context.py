@@ -9,6 +9,7 @@ from typing import Protocol
 
 from sparkmill.common.core.io_counters import NO_IO, IOCounters
 from sparkmill.common.core.partitions import InputGateInfo
+from sparkmill.common.deployment.state_update import Written
 
 
 @dataclass(slots=True)
@@ -52,6 +53,8 @@ class TaskOutcome:
 
     io: IOCounters = NO_IO
     accumulator: bytes = b""
+    # Per hash or rebalance output: (data set id, bytes written into each sub-partition).
+    written: Written = ()
 
 
 class Invokable(Protocol):

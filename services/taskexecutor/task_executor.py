@@ -477,6 +477,7 @@ class TaskExecutor(TaskExecutorServicer):
             failure=failure,
             io=outcome.io if outcome is not None else None,
             accumulator=outcome.accumulator if outcome is not None else b"",
+            written=outcome.written if outcome is not None else (),
         ).to_proto()
         if state.is_terminal:
             self._table().remove_task(task.attempt_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,11 @@ from sparkmill.common.core.errors import IllegalStateBug
 from sparkmill.common.core.ids import JobID, JobVertexID, new_attempt_id
 from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.states import ExecutionState, JobStatus
-from sparkmill.common.exchange.subpartitions import subpartition_range
+from sparkmill.common.exchange.subpartitions import (
+    balanced_bounds,
+    bounds_error,
+    subpartition_range,
+)
 from sparkmill.common.ha.progress_log import (
     ADOPTED,
     DECIDED,
@@ -38,7 +43,10 @@ from sparkmill.common.jobgraph.auto_parallelism import (
 )
 from sparkmill.common.jobgraph.model import AUTO_PARALLELISM, JobGraph
 from sparkmill.common.v1 import jobs_pb2
-from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import consumer_parallelism
+from sparkmill.services.jobmaster.executiongraph.deployment_descriptor import (
+    consumer_parallelism,
+    gate_of,
+)
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     ExecutionGraph,
     ExecutionJobVertex,
@@ -480,3 +488,129 @@ def test_late_wiring_follows_flinks_rules_for_every_count_up_to_40() -> None:
                     for p in range(producers)
                     if subtask.subtask_index in pointwise_readers(p, producers, consumers)
                 ]
+
+
+# ------------------------------------------------------------------------ ranges by bytes
+
+
+def test_balanced_ranges_cover_every_sub_partition_once_and_follow_the_bytes() -> None:
+    rng = random.Random(27)
+    for _ in range(500):
+        count = rng.randint(1, 40)
+        consumers = rng.randint(1, count)
+        sizes = [rng.choice([0, 1, 10, 1000]) * rng.randint(0, 5) for _ in range(count)]
+        bounds = balanced_bounds(sizes, consumers)
+        assert bounds_error(bounds, consumers, count) == ""
+        ranges = [subpartition_range(i, consumers, count, bounds) for i in range(consumers)]
+        assert [k for r in ranges for k in r] == list(range(count))
+    # A hot sub-partition gets a range of its own; the rest share the others evenly.
+    assert balanced_bounds([10, 1, 1, 1, 1, 1], 3) == (0, 1, 3, 6)
+    assert balanced_bounds([5, 0, 0, 0, 0, 5], 2) == (0, 1, 6)
+    assert balanced_bounds([0, 0, 0, 0], 2) == (0, 2, 4)  # nothing written: equal counts
+    assert bounds_error((0, 2, 2, 4), 3, 4) != ""  # an empty range
+    assert bounds_error((0, 2, 4), 3, 4) != "" and bounds_error((1, 4), 1, 4) != ""
+    with pytest.raises(IllegalStateBug):
+        subpartition_range(0, 2, 4, (0, 3))
+
+
+def test_the_bytes_of_each_sub_partition_are_what_its_files_hold(tmp_path: Path) -> None:
+    from sparkmill.common.exchange.layout import DATA_DIR, sub_partition_dir
+    from sparkmill.services.taskexecutor.spark.exchange import subpartition_sizes
+
+    for k, size in ((0, 10), (2, 7)):
+        directory = sub_partition_dir(tmp_path / DATA_DIR, k)
+        directory.mkdir(parents=True)
+        (directory / "part-0.parquet").write_bytes(b"x" * size)
+        (directory / ".part-0.parquet.crc").write_bytes(b"x" * 99)  # Spark's checksums
+    assert subpartition_sizes(tmp_path, 4) == (10, 0, 7, 0)
+
+
+def _hash_job() -> tuple[JobGraph, dict[JobVertexID, int]]:
+    job_graph, bounds = _late_job()
+    job_graph.vertices[1].inputs[0].partitioner = "hash"
+    return job_graph, bounds
+
+
+def _wrote(h: Harness, index: int, sizes: tuple[int, ...] | None) -> None:
+    if h.state("src", index) is ES.DEPLOYING:
+        h.run("src", index)
+    dataset = h.graph.job_vertices[0].produced_results[0].id
+    written = () if sizes is None else ((str(dataset), sizes),)
+    io = IOCounters(bytes_out=sum(sizes or ()))
+    assert h.scheduler.update_task_execution_state(
+        h.execution("src", index).attempt_id, ES.FINISHED, io=io, written=written
+    )
+
+
+def test_a_late_vertex_reads_ranges_balanced_by_the_bytes_each_sub_partition_holds() -> None:
+    job_graph, bounds = _hash_job()
+    progress = RecordingProgress()
+
+    async def scenario(h: Harness) -> None:
+        await _sources_deployed(h)
+        # 8 sub-partitions, 270 B: 3 subtasks; sub-partition 0 holds a hot key's 150 B.
+        _wrote(h, 0, (100, 10, 10, 10, 10, 10, 0, 0))
+        _wrote(h, 1, (50, 10, 10, 10, 10, 10, 10, 10))
+        agg = h.graph.job_vertices[1]
+        assert agg.parallelism == 3
+        result = h.graph.job_vertices[0].produced_results[0]
+        assert result.subpartition_bounds == (0, 1, 4, 8)
+        assert h.graph.parallelism_decisions[agg.id] == (
+            "auto: 270 B written by its inputs, 100 B per subtask; ranges balanced by bytes: "
+            "60 B-150 B per subtask"
+        )
+        h.offer()
+        await _settle(h)
+        gate = gate_of(agg.job_vertex.inputs[0], agg.task_vertices[0].consumed_partition_groups[0])
+        assert gate.subpartition_bounds == (0, 1, 4, 8) and gate.subpartitions == 8
+        await h.finish_all()
+        assert h.status() is JobStatus.FINISHED
+
+    run(job_graph, scenario, progress=progress, late_bounds=bounds, auto_settings=Small())
+    assert progress.ranges[job_graph.vertices[1].id] == (0, 1, 4, 8)
+
+
+def test_without_every_producers_sizes_the_ranges_hold_equal_counts() -> None:
+    job_graph, bounds = _hash_job()
+
+    async def scenario(h: Harness) -> None:
+        await _sources_deployed(h)
+        _wrote(h, 0, (100, 10, 10, 10, 10, 10, 0, 0))
+        _wrote(h, 1, None)  # e.g. restored from an earlier JobMaster: no sizes
+        result = h.graph.job_vertices[0].produced_results[0]
+        assert h.graph.job_vertices[1].parallelism == 2
+        assert result.subpartition_bounds == ()
+        assert "balanced" not in h.graph.parallelism_decisions[h.graph.job_vertices[1].id]
+
+    run(job_graph, scenario, late_bounds=bounds, auto_settings=Small())
+
+
+def test_a_successor_applies_recorded_ranges_and_ignores_ranges_that_do_not_fit() -> None:
+    for ranges, applied in (((0, 1, 4, 8), 1), ((0, 4, 4, 8), 0), ((0, 1, 8), 0)):
+        job_graph, bounds = _hash_job()
+        agg = job_graph.vertices[1].id
+        graph = ExecutionGraph.build(job_graph, late_bounds=bounds)
+        adaptive = AdaptiveParallelism(graph, Small())
+        assert adaptive.apply_recorded({agg: (3, "auto: as recorded")}, {agg: ranges}) == applied
+        result = graph.job_vertices[0].produced_results[0]
+        assert result.subpartition_bounds == (ranges if applied else ())
+    event = ProgressEvent(DECIDED, "s1", decision=(agg, 3, "why"), ranges=(0, 1, 4, 8), seq=3)
+    assert ProgressEvent.from_record(event.to_record()[:-1]) == event
+    logs = [_log("s1", 1, [ProgressEvent(LEADER, "s1"), ProgressEvent(ADOPTED, "s1"), event])]
+    assert replay(logs, LogId(2, "s2")).ranges == {agg: (0, 1, 4, 8)}
+
+
+def test_a_sub_partition_that_alone_outweighs_a_fair_share_is_named() -> None:
+    job_graph, bounds = _hash_job()
+
+    async def scenario(h: Harness) -> None:
+        await _sources_deployed(h)
+        _wrote(h, 0, (200, 5, 5, 5, 5, 5, 5, 5))
+        _wrote(h, 1, (0, 0, 0, 0, 0, 0, 0, 0))
+        decision = h.graph.parallelism_decisions[h.graph.job_vertices[1].id]
+        assert decision.endswith(
+            "; sub-partition 0 alone holds 200 B (a key's rows are never split)"
+        )
+        assert h.graph.job_vertices[0].produced_results[0].subpartition_bounds == (0, 1, 4, 8)
+
+    run(job_graph, scenario, late_bounds=bounds, auto_settings=Small())

@@ -221,6 +221,7 @@ class RecordingProgress:
 
     def __init__(self) -> None:
         self.events: list[str] = []
+        self.ranges: dict[str, tuple[int, ...]] = {}
 
     def attempt_finished(
         self, execution: Execution, accumulator: bytes, io: IOCounters | None
@@ -231,8 +232,11 @@ class RecordingProgress:
         names = ", ".join(v.task_name_with_subtask for v in vertices)
         self.events.append(f"invalidated {names}")
 
-    def vertex_decided(self, vertex_id: str, parallelism: int, reason: str) -> None:
+    def vertex_decided(
+        self, vertex_id: str, parallelism: int, reason: str, ranges: tuple[int, ...] = ()
+    ) -> None:
         self.events.append(f"decided {vertex_id} {parallelism}")
+        self.ranges[vertex_id] = ranges
 
     def blocklist_changed(self, until: Mapping[ResourceID, float]) -> None:
         self.events.append(f"blocked {sorted(until)}")

@@ -116,3 +116,25 @@ def test_a_malformed_message_is_refused_with_a_typed_error(
     assert isinstance(refused.value, InvalidArgumentError)
     if message.attempt_id:
         assert message.attempt_id[:8] in str(refused.value)
+
+
+def test_the_sub_partition_sizes_of_a_finished_attempt_travel_and_are_checked() -> None:
+    written = (("ds-1", (10, 0, 7)), ("ds-2", ()))
+    update = TaskStateUpdate(new_attempt_id(), ExecutionState.FINISHED, written=written)
+    assert TaskStateUpdate.from_proto(update.to_proto()).written == written
+    bad = update.to_proto()
+    bad.written[0].bytes[1] = -1
+    with pytest.raises(MalformedTaskStateUpdate, match="negative sub-partition size"):
+        TaskStateUpdate.from_proto(bad)
+    bad = update.to_proto()
+    bad.written.add(dataset_id="ds-3").bytes.extend([0] * 40_000)
+    with pytest.raises(MalformedTaskStateUpdate, match="too long"):
+        TaskStateUpdate.from_proto(bad)
+
+
+def test_the_pipeline_worker_reports_the_sizes_with_the_outcome() -> None:
+    from sparkmill.services.taskexecutor.context import TaskOutcome
+    from sparkmill.services.taskexecutor.pipeline.codec import finished_result, outcome_of
+
+    outcome = TaskOutcome(written=(("ds-1", (1, 2, 3)),))
+    assert outcome_of(finished_result("a1", outcome)).written == outcome.written

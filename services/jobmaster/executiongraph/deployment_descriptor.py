@@ -102,6 +102,7 @@ def gate_of(edge: JobEdge, group: ConsumedPartitionGroup) -> InputGateInfo:
         partitioner=edge.partitioner,
         producer_parallelism=group.result.num_partitions,
         subpartitions=group.result.subpartitions,
+        subpartition_bounds=group.result.subpartition_bounds,
         partitions=tuple(
             InputPartitionInfo(
                 dataset_id=edge.source,

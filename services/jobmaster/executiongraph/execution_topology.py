@@ -372,6 +372,7 @@ class IntermediateResult:
         "partitions",
         "producer",
         "result_type",
+        "subpartition_bounds",
         "subpartitions",
     )
 
@@ -386,6 +387,9 @@ class IntermediateResult:
         # it may get (see sparkmill.common.exchange.subpartitions). Set by the graph when the
         # producer is initialized; 0 while unknown or when nothing consumes the result.
         self.subpartitions = 0
+        # For a consumer decided late with ranges balanced by bytes: consumer i reads
+        # [bounds[i], bounds[i+1]); () while not decided or with the equal-count ranges.
+        self.subpartition_bounds: tuple[int, ...] = ()
 
     @property
     def num_partitions(self) -> int:

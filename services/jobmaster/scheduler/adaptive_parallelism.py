@@ -10,6 +10,12 @@ from them (``decide_from_written``), and vertices fed from it by a ``forward`` e
 same; the execution graph then creates their subtasks and wires them, and the scheduler
 deploys them like any other.
 
+The ranges of sub-partitions its subtasks read are balanced by bytes when every producer
+reported what it wrote into each of them (``balanced_bounds`` in
+:mod:`sparkmill.common.exchange.subpartitions`; otherwise, e.g. for attempts restored from an
+earlier JobMaster, the ranges hold equal numbers of sub-partitions): a hot key's sub-partition
+gets a range of its own or a short one, and the decision says how uneven the ranges still are.
+
 Every decision goes to the progress listener before any subtask of the vertex is deployed:
 the job's progress log keeps it ahead of the vertex's finished attempts, so a JobMaster that
 takes the job over applies the recorded decisions (:meth:`AdaptiveParallelism.apply_recorded`)
@@ -19,6 +25,7 @@ keeping any output of it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Mapping
 
@@ -26,12 +33,16 @@ from sparkmill.common.core.ids import JobVertexID, short
 from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.partitions import NO_DATA_PARTITIONER
 from sparkmill.common.core.states import ExecutionState
+from sparkmill.common.deployment.state_update import Written
+from sparkmill.common.exchange.subpartitions import balanced_bounds, bounds_error
 from sparkmill.common.jobgraph.auto_parallelism import (
     AutoParallelismSettings,
     ParallelismDecision,
     decide_from_written,
+    format_bytes,
     forward_input,
 )
+from sparkmill.common.jobgraph.model import JobEdge
 from sparkmill.services.jobmaster.executiongraph.execution_graph import ExecutionGraph
 from sparkmill.services.jobmaster.executiongraph.execution_topology import (
     ExecutionJobVertex,
@@ -44,6 +55,7 @@ from sparkmill.services.jobmaster.scheduler.scheduler_interfaces import Progress
 log = logging.getLogger(__name__)
 
 _FINISHED = ExecutionState.FINISHED
+_SPLIT = ("hash", "rebalance")  # the partitioners whose output is split into sub-partitions
 
 
 class AdaptiveParallelism:
@@ -60,14 +72,21 @@ class AdaptiveParallelism:
         self.graph = graph
         self.settings = settings
         self.own_bytes = dict(own_bytes or {})
-        # Bytes each subtask's finished attempt wrote (only kept while something is open).
+        # Bytes each subtask's finished attempt wrote (only kept while something is open),
+        # and per data set the bytes of each sub-partition of its hash or rebalance outputs.
         self._written: dict[ExecutionVertexID, int] = {}
+        self._sizes: dict[ExecutionVertexID, dict[str, tuple[int, ...]]] = {}
         # Per producer job vertex: its subtasks before this index were all seen FINISHED.
         self._cursor: dict[JobVertexID, int] = {}
+        # Ranges balanced by bytes of the vertices being decided (until they are recorded).
+        self._bounds: dict[JobVertexID, tuple[int, ...]] = {}
 
-    def attempt_finished(self, vertex: ExecutionVertex, io: IOCounters | None) -> None:
+    def attempt_finished(
+        self, vertex: ExecutionVertex, io: IOCounters | None, written: Written = ()
+    ) -> None:
         if self.graph.late_bounds:
             self._written[vertex.id] = io.bytes_out if io is not None else 0
+            self._sizes[vertex.id] = dict(written)
 
     def decide(self, progress: ProgressListener) -> list[PipelinedRegion]:
         """Decide every open vertex whose producers have all finished, initialize what that
@@ -80,7 +99,9 @@ class AdaptiveParallelism:
             return []
         for vertex_id, decision in decisions.items():
             # Recorded before any of its subtasks exists, so before any of them can finish.
-            progress.vertex_decided(vertex_id, decision.parallelism, decision.text)
+            bounds = self._bounds.pop(vertex_id, ())
+            progress.vertex_decided(vertex_id, decision.parallelism, decision.text, bounds)
+            self._set_bounds(vertex_id, bounds)
         created = self.graph.initialize_vertices(
             {vertex_id: d.parallelism for vertex_id, d in decisions.items()}
         )
@@ -96,11 +117,17 @@ class AdaptiveParallelism:
         regions = {id(r): r for r in map(self.graph.region_of, created)}
         return [region for region in regions.values() if region.inputs_consumable]
 
-    def apply_recorded(self, recorded: Mapping[str, tuple[int, str]]) -> int:
+    def apply_recorded(
+        self,
+        recorded: Mapping[str, tuple[int, str]],
+        ranges: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> int:
         """Apply what an earlier JobMaster of the job decided (and recorded) for vertices that
-        are still open here; returns how many were applied. A record that does not fit this
-        graph (an unknown vertex, a number out of its bounds) is ignored: the vertex is then
-        decided anew, and nothing of it is restored."""
+        are still open here, with the sub-partition ranges it gave them (``ranges``); returns
+        how many were applied. A record that does not fit this graph (an unknown vertex, a
+        number or ranges out of its bounds) is ignored: the vertex is then decided anew, and
+        nothing of it is restored."""
+        ranges = ranges or {}
         applied: dict[JobVertexID, int] = {}
         texts: dict[JobVertexID, str] = {}
         for ejv in self.graph.uninitialized_job_vertices:  # topological order
@@ -117,6 +144,10 @@ class AdaptiveParallelism:
                 continue
             if record is None or not 1 <= record[0] <= bound:
                 continue
+            bounds = ranges.get(ejv.id, ())
+            if bounds and bounds_error(bounds, record[0], bound):
+                continue
+            self._set_bounds(ejv.id, bounds)
             applied[ejv.id] = record[0]
             texts[ejv.id] = record[1]
         if applied:
@@ -152,10 +183,41 @@ class AdaptiveParallelism:
             for edge, producer in producers:
                 if edge.partitioner not in ("broadcast", NO_DATA_PARTITIONER):
                     written += sum(self._written.get(v.id, 0) for v in producer.task_vertices)
-            decisions[ejv.id] = decide_from_written(
-                vertex, written, graph.late_bounds[ejv.id], settings
-            )
+            decision = decide_from_written(vertex, written, graph.late_bounds[ejv.id], settings)
+            sizes = self._sub_partition_sizes(producers, graph.late_bounds[ejv.id])
+            if sizes is not None and decision.parallelism < len(sizes):
+                bounds = balanced_bounds(sizes, decision.parallelism)
+                self._bounds[ejv.id] = bounds
+                decision = ParallelismDecision(
+                    decision.parallelism, decision.reason + _balance_text(sizes, bounds)
+                )
+            decisions[ejv.id] = decision
         return decisions
+
+    def _sub_partition_sizes(
+        self, producers: list[tuple[JobEdge, ExecutionJobVertex]], count: int
+    ) -> list[int] | None:
+        """The bytes in each of the ``count`` sub-partitions of the vertex's split inputs,
+        summed over every producer subtask and input; None unless all of them reported."""
+        totals = [0] * count
+        split = False
+        for edge, producer in producers:
+            if edge.partitioner not in _SPLIT:
+                continue
+            split = True
+            for vertex in producer.task_vertices:
+                sizes = self._sizes.get(vertex.id, {}).get(edge.source)
+                if sizes is None or len(sizes) != count:
+                    return None
+                for k, size in enumerate(sizes):
+                    totals[k] += size
+        return totals if split else None
+
+    def _set_bounds(self, vertex_id: JobVertexID, bounds: tuple[int, ...]) -> None:
+        """The ranges every split input of ``vertex_id`` is read in (before it is wired)."""
+        for edge in self.graph.job_vertex(vertex_id).job_vertex.inputs:
+            if edge.partitioner in _SPLIT:
+                self.graph.result(edge.source).subpartition_bounds = bounds
 
     def _seen_finished(self, producer: ExecutionJobVertex) -> bool:
         """Whether every subtask of ``producer`` was seen FINISHED once: amortized O(1) per
@@ -176,6 +238,24 @@ class AdaptiveParallelism:
             return True
         self._cursor[producer.id] = 0
         return False
+
+
+def _balance_text(sizes: list[int], bounds: tuple[int, ...]) -> str:
+    """``; ranges balanced by bytes: 1.2-1.6 MiB per subtask``, and the largest sub-partition
+    when it alone outweighs twice a fair share (a hot key, whose rows stay in one subtask)."""
+    per_range = [sum(sizes[a:b]) for a, b in itertools.pairwise(bounds)]
+    text = (
+        f"; ranges balanced by bytes: {format_bytes(min(per_range))}-"
+        f"{format_bytes(max(per_range))} per subtask"
+    )
+    share = sum(sizes) / (len(bounds) - 1)
+    largest = max(range(len(sizes)), key=sizes.__getitem__)
+    if share and sizes[largest] > 2 * share:
+        text += (
+            f"; sub-partition {largest} alone holds {format_bytes(sizes[largest])} "
+            "(a key's rows are never split)"
+        )
+    return text
 
 
 def _forward_producer(graph: ExecutionGraph, ejv: ExecutionJobVertex) -> ExecutionJobVertex | None:

@@ -33,6 +33,7 @@ from sparkmill.common.core.errors import ResourceExhaustedError, RpcError
 from sparkmill.common.core.ids import ExecutionAttemptID, ResourceID, short
 from sparkmill.common.core.io_counters import NO_IO, IOCounters
 from sparkmill.common.core.states import JOB_STATUS_TRANSITIONS, ExecutionState, JobStatus
+from sparkmill.common.deployment.state_update import Written
 from sparkmill.common.runtime.settings import SpeculativeSettings
 from sparkmill.services.jobmaster.executiongraph.execution_graph import (
     Execution,
@@ -299,6 +300,7 @@ class DefaultScheduler:
         io: IOCounters | None = None,
         accumulator: bytes = b"",
         lost_partitions: Iterable[tuple[str, int, str]] = (),
+        written: Written = (),
     ) -> bool:
         """Apply a reported state; False when the attempt is unknown or superseded (stale).
 
@@ -335,7 +337,7 @@ class DefaultScheduler:
             execution.transition_to(ES.FINISHED)
             self.repeated_failures.finished(execution.vertex.id)
             self.progress.attempt_finished(execution, accumulator, io)
-            self.adaptive.attempt_finished(execution.vertex, io)
+            self.adaptive.attempt_finished(execution.vertex, io, written)
             if accumulator:
                 name = execution.vertex.job_vertex.name
                 self.accumulators.setdefault(name, {})[execution.vertex.subtask_index] = accumulator

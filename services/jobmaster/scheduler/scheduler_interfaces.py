@@ -47,7 +47,9 @@ class ProgressListener(Protocol):
 
     def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None: ...
 
-    def vertex_decided(self, vertex_id: JobVertexID, parallelism: int, reason: str) -> None: ...
+    def vertex_decided(
+        self, vertex_id: JobVertexID, parallelism: int, reason: str, ranges: tuple[int, ...] = ()
+    ) -> None: ...
 
     def blocklist_changed(self, until: Mapping[ResourceID, float]) -> None: ...
 
@@ -61,7 +63,9 @@ class NoProgressListener:
     def attempts_invalidated(self, vertices: list[ExecutionVertex]) -> None:
         pass
 
-    def vertex_decided(self, vertex_id: JobVertexID, parallelism: int, reason: str) -> None:
+    def vertex_decided(
+        self, vertex_id: JobVertexID, parallelism: int, reason: str, ranges: tuple[int, ...] = ()
+    ) -> None:
         pass
 
     def blocklist_changed(self, until: Mapping[ResourceID, float]) -> None:

@@ -31,6 +31,7 @@ def apply_task_state_updates(
             raised_by_task=failure is not None and failure.code is ErrorCode.INTERNAL,
             io=update.io,
             accumulator=update.accumulator,
+            written=update.written,
             lost_partitions=[p.as_tuple() for p in failure.lost_partitions] if failure else (),
         )
 

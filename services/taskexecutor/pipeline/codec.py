@@ -20,6 +20,7 @@ from sparkmill.common.core.errors import (
 from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.partitions import InputPartitionInfo
 from sparkmill.common.deployment.descriptor import input_gate_from_proto, input_gate_to_proto
+from sparkmill.common.deployment.state_update import written_from_proto
 from sparkmill.common.v1 import pipeline_worker_pb2 as pw
 from sparkmill.common.v1 import task_executor_pb2
 from sparkmill.services.taskexecutor.context import TaskContext, TaskOutcome
@@ -109,6 +110,10 @@ def finished_result(attempt_id: str, outcome: TaskOutcome) -> pw.PipelineAttempt
         bytes_in=outcome.io.bytes_in,
         bytes_out=outcome.io.bytes_out,
         accumulator=outcome.accumulator,
+        written=[
+            task_executor_pb2.SubpartitionSizes(dataset_id=d, bytes=sizes)
+            for d, sizes in outcome.written
+        ],
     )
 
 
@@ -149,6 +154,7 @@ def outcome_of(result: pw.PipelineAttemptResult) -> TaskOutcome:
                 max(0, result.bytes_out),
             ),
             accumulator=result.accumulator,
+            written=written_from_proto(result.written, f"attempt {result.attempt_id[:8]}"),
         )
     if result.cancelled:
         raise TaskCancelledError("cancelled in the pipeline worker")

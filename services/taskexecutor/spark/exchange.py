@@ -111,6 +111,25 @@ def write_partition(
     os.replace(scratch, target / SCHEMA_FILE)
 
 
+def subpartition_sizes(target: Path, count: int) -> tuple[int, ...]:
+    """The bytes :func:`write_partition` wrote into each of the ``count`` sub-partitions of a
+    hash or rebalance output at ``target`` (Spark's hidden and ``_`` files left out; a
+    sub-partition no row went to has no directory: 0). One listing per sub-partition, on the
+    driver."""
+    data = target / DATA_DIR
+    sizes = []
+    for k in range(count):
+        try:
+            entries = list(os.scandir(sub_partition_dir(data, k)))
+        except FileNotFoundError:
+            sizes.append(0)
+            continue
+        sizes.append(
+            sum(e.stat().st_size for e in entries if e.is_file() and e.name[0] not in "._")
+        )
+    return tuple(sizes)
+
+
 def read_back(spark: Any, target: Path, schema: Any) -> Any:
     """The rows :func:`write_partition` just wrote to ``target``, all of its sub-partitions, with
     the columns of ``schema`` (the written DataFrame's): the other outputs of a subtask are
@@ -135,7 +154,9 @@ def gate_paths(
     schema: str | None = None
     subpartitions: range | None = None
     if gate.partitioner in (S.HASH, S.REBALANCE):
-        subpartitions = subpartition_range(subtask, parallelism, gate.subpartitions)
+        subpartitions = subpartition_range(
+            subtask, parallelism, gate.subpartitions, gate.subpartition_bounds
+        )
     for part in sorted(gate.partitions, key=lambda p: p.partition_number):
         base = partition_dir(
             exchange_dir, job_id, gate.dataset_id, part.partition_number, part.producer_attempt_id

@@ -253,6 +253,7 @@ def _write_and_commit(
         root = root.persist(StorageLevel.MEMORY_AND_DISK)
     source = root  # what the next output is written from
     written: list[tuple[S.SinkOutput, Any]] = []
+    sizes: list[tuple[str, tuple[int, ...]]] = []
     accumulator = b""
     collected = 0
     try:
@@ -275,6 +276,12 @@ def _write_and_commit(
                         context.parallelism,
                         schema=root.schema if source is not root else None,
                     )
+                    if output.partitioner in (S.HASH, S.REBALANCE):
+                        # What a consumer decided from these bytes balances its ranges by.
+                        count = output.consumer_parallelism
+                        sizes.append(
+                            (output.dataset_id, exchange.subpartition_sizes(target, count))
+                        )
                     if order.read_back and source is root:
                         source = exchange.read_back(spark, target, root.schema)
                 elif isinstance(output, S.SinkOutput):
@@ -350,7 +357,7 @@ def _write_and_commit(
         )
         staged.pop(0)  # recorded: the job's commit or clean-up owns it now
     own = IOCounters(records_in=built.rows_in, records_out=collected, bytes_out=len(accumulator))
-    return TaskOutcome(io=counts + own, accumulator=accumulator)
+    return TaskOutcome(io=counts + own, accumulator=accumulator, written=tuple(sizes))
 
 
 def _describe(output: S.Output) -> str:
