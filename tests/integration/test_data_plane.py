@@ -550,3 +550,48 @@ def test_a_speculative_attempt_outruns_a_held_subtask_and_one_output_is_committe
     ids = [r[0] for r in spark.read.parquet(str(out)).collect()]
     assert sorted(ids) == list(range(4000))
     assert not (out / "_temporary").exists()
+
+
+def test_a_skewed_join_decided_late_reads_ranges_balanced_by_bytes(
+    cluster: DataCluster, spark: Any, tmp_path: Path
+) -> None:
+    """Most orders belong to one customer: the join's hash exchange puts them in one
+    sub-partition. The join, decided once the sources finished, reads ranges balanced by the
+    bytes each sub-partition holds, names the hot one, and the result is exact."""
+    write_lines(
+        tmp_path / "orders.csv",
+        ["order_id,customer_id,quantity"]
+        + [f"{i},{0 if i % 10 < 8 else i % 37},{i % 5 + 1}" for i in range(30_000)],
+    )
+    write_lines(
+        tmp_path / "customers.csv",
+        ["customer_id,country"] + [f"{c},{['DE', 'FR', 'JP'][c % 3]}" for c in range(37)],
+    )
+    orders_schema = "order_id BIGINT, customer_id BIGINT, quantity INT"
+    customers_schema = "customer_id BIGINT, country STRING"
+    auto = "execution.batch.adaptive.auto-parallelism."
+    pipeline = sm.Pipeline(
+        "skewed-join",
+        config={auto + "avg-data-volume-per-task": "64kb", auto + "max-parallelism": 8},
+    )
+    orders = pipeline.read_csv(str(tmp_path / "orders.csv"), schema=orders_schema)
+    customers = pipeline.read_csv(str(tmp_path / "customers.csv"), schema=customers_schema)
+    orders.join(customers, on="customer_id").select("order_id", "country").write_parquet(
+        str(tmp_path / "joined")
+    )
+    result = cluster.run(pipeline)
+    details = cluster.client.status(result.job_id)
+    join = next(v for v in details.vertices if v.name.startswith("join"))
+    assert 1 < join.parallelism < 8, join.parallelism_decision
+    assert "ranges balanced by bytes" in join.parallelism_decision, join.parallelism_decision
+    assert "alone holds" in join.parallelism_decision, join.parallelism_decision
+    expected = (
+        spark.read.csv(str(tmp_path / "orders.csv"), header=True, schema=orders_schema)
+        .join(
+            spark.read.csv(str(tmp_path / "customers.csv"), header=True, schema=customers_schema),
+            on="customer_id",
+        )
+        .select("order_id", "country")
+    )
+    got = rows(spark.read.parquet(str(tmp_path / "joined")))
+    assert got == rows(expected) and len(got) == 30_000

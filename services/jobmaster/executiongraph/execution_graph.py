@@ -521,6 +521,15 @@ class ExecutionGraph:
         )
 
 
+def _remember_prior(vertex: ExecutionVertex, execution: Execution) -> None:
+    prior = vertex._prior_executions
+    if prior is None:
+        prior = vertex._prior_executions = []
+    prior.append(execution)
+    if len(prior) > MAX_PRIOR_ATTEMPTS_KEPT:
+        del prior[0]
+
+
 __all__ = [
     "MAX_PRIOR_ATTEMPTS_KEPT",
     "ConsumedPartitionGroup",
@@ -536,12 +545,3 @@ __all__ = [
     "PartitionID",
     "PipelinedRegion",
 ]
-
-
-def _remember_prior(vertex: ExecutionVertex, execution: Execution) -> None:
-    prior = vertex._prior_executions
-    if prior is None:
-        prior = vertex._prior_executions = []
-    prior.append(execution)
-    if len(prior) > MAX_PRIOR_ATTEMPTS_KEPT:
-        del prior[0]

@@ -78,12 +78,6 @@ def _candidates(root: Path, subtask: int) -> list[tuple[tuple[int, int], Path]]:
     return sorted(found)
 
 
-def committed_dir(path: str, job_id: str, subtask: int) -> Path | None:
-    """The subtask's committed output: the directory of its newest committed attempt."""
-    found = _candidates(committed_root(path, job_id), subtask)
-    return found[-1][1] if found else None
-
-
 def write_attempt(
     df: Any, output: S.SinkOutput, exchange_dir: str, job_id: str, subtask: int, attempt_id: str
 ) -> Path:
