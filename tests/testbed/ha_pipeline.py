@@ -67,7 +67,10 @@ def _holding(directory: str, holders: int) -> Any:
 
 
 # HA_PARALLELISM "auto": the cluster decides every parallelism from the input's size, with
-# HA_AUTO_VOLUME bytes per subtask (the bed's input is small: this spreads it over a few).
+# HA_AUTO_VOLUME bytes per subtask (the bed's input is small: this spreads it over a few), and
+# runs speculative attempts of subtasks slower than 2 s and 1.5 times the median of their
+# vertex's finished half (a paused host's are): the faults then race attempts, block executors and take over jobs with
+# speculative attempts in flight.
 AUTO = os.environ.get("HA_PARALLELISM", "2") == "auto"
 pipeline = sm.Pipeline(
     os.environ.get("HA_NAME", "ha-wordcount-join"),
@@ -76,7 +79,13 @@ pipeline = sm.Pipeline(
         {
             "execution.batch.adaptive.auto-parallelism.avg-data-volume-per-task": os.environ[
                 "HA_AUTO_VOLUME"
-            ]
+            ],
+            "execution.batch.speculative.enabled": "true",
+            "slow-task-detector.execution-time.baseline-lower-bound": "2 s",
+            # Three subtasks a vertex: the third may be found slow once two have finished.
+            "slow-task-detector.execution-time.baseline-ratio": "0.5",
+            "slow-task-detector.check-interval": "500 ms",
+            "execution.batch.speculative.block-slow-node-duration": "20 s",
         }
         if AUTO
         else None

@@ -67,6 +67,8 @@ class SoakReport:
     rows_duplicated: int = 0
     database_jobs: int = 0
     auto_parallelism_jobs: int = 0  # HA jobs whose parallelism the JobMaster decided
+    speculative_attempts: int = 0  # started in the jobs that ended (their last JobMaster's)
+    speculative_wins: int = 0
     staging_left: int = 0
     password_in_journals: int = 0
     faults: list[str] = field(default_factory=list)
@@ -89,7 +91,9 @@ class SoakReport:
     def summary(self) -> str:
         lines = [
             f"jobs: {self.submitted} submitted, {self.finished} finished, {self.failed} failed,"
-            f" {self.lost} lost; {self.auto_parallelism_jobs} with automatic parallelism",
+            f" {self.lost} lost; {self.auto_parallelism_jobs} with automatic parallelism"
+            f" and speculation ({self.speculative_attempts} speculative attempts,"
+            f" {self.speculative_wins} won)",
             f"rows: {self.rows_checked} checked, {self.rows_wrong} wrong,"
             f" {self.rows_duplicated} duplicated",
             f"database: {self.database_jobs} jobs, {self.staging_left} staging tables left,"
@@ -156,6 +160,10 @@ class Soak:
             self.last_seen[job.job_id] = "; ".join([details.failure.message[:1000], *causes[-3:]])
         if status in TERMINAL:
             self.results[job.job_id] = status
+            self.report.speculative_attempts += sum(
+                v.speculative_attempts for v in details.vertices
+            )
+            self.report.speculative_wins += sum(v.speculative_wins for v in details.vertices)
 
     def _running(self) -> list[HaJob]:
         return [j for j in self.jobs if j.job_id not in self.results]
