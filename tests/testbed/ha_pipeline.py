@@ -69,8 +69,8 @@ def _holding(directory: str, holders: int) -> Any:
 # HA_PARALLELISM "auto": the cluster decides every parallelism from the input's size, with
 # HA_AUTO_VOLUME bytes per subtask (the bed's input is small: this spreads it over a few), and
 # runs speculative attempts of subtasks slower than 2 s and 1.5 times the median of their
-# vertex's finished half (a paused host's are): the faults then race attempts, block executors and take over jobs with
-# speculative attempts in flight.
+# vertex's finished half (a paused host's are): the faults then race attempts, block executors
+# and take over jobs with speculative attempts in flight.
 AUTO = os.environ.get("HA_PARALLELISM", "2") == "auto"
 pipeline = sm.Pipeline(
     os.environ.get("HA_NAME", "ha-wordcount-join"),
