@@ -31,6 +31,7 @@ import asyncio
 import logging
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -176,8 +177,8 @@ class SpeculativeExecution:
         self._clock = clock
         self._timer: asyncio.TimerHandle | None = None
         # Per job vertex: speculative attempts started, and those that finished first.
-        self.attempts_started: dict[JobVertexID, int] = {}
-        self.attempts_won: dict[JobVertexID, int] = {}
+        self.attempts_started: Counter[JobVertexID] = Counter()
+        self.attempts_won: Counter[JobVertexID] = Counter()
 
     @property
     def enabled(self) -> bool:
@@ -207,17 +208,16 @@ class SpeculativeExecution:
         now = self._clock()
         changed = self.blocklist.expire(now)
         slow = self.detector.slow_attempts(self.graph, now)
-        until = now + self.settings.block_duration_s
-        blocking = self.settings.block_duration_s > 0
-        for execution in (e for attempts in slow.values() for e in attempts if blocking):
+        duration = self.settings.block_duration_s
+        for execution in (e for attempts in slow.values() for e in attempts):
             where = ResourceID(execution.task_executor_id)
-            if where and self.blocklist.block(where, until):
+            if duration > 0 and where and self.blocklist.block(where, now + duration):
                 changed = True
                 log.info(
                     "job %s: blocking task executor %s for %gs: %s is slow",
                     short(self.graph.job_id),
                     short(where),
-                    self.settings.block_duration_s,
+                    duration,
                     execution.description,
                 )
         if changed:
@@ -226,24 +226,27 @@ class SpeculativeExecution:
             racing = list(racing_attempts(vertex))
             if len(racing) >= self.settings.max_concurrent_executions:
                 continue
-            excluded = frozenset(ResourceID(e.task_executor_id) for e in racing)
+            excluded = frozenset(
+                ResourceID(e.task_executor_id) for e in racing if e.task_executor_id
+            )
             execution = self.graph.add_speculative_execution(vertex)
-            started = self.attempts_started
-            started[vertex.job_vertex.id] = started.get(vertex.job_vertex.id, 0) + 1
+            self.attempts_started[vertex.job_vertex.id] += 1
             log.info(
                 "job %s: %s is slow; starting %s",
                 short(self.graph.job_id),
                 racing[0].description,
                 execution.description,
             )
-            self._host.start_speculative_attempt(execution, excluded - {ResourceID("")})
+            self._host.start_speculative_attempt(execution, excluded)
 
     def restore_blocklist(self, until: Mapping[str, float]) -> None:
-        """Block what an earlier JobMaster of the job blocked (what has not expired yet)."""
+        """Block what an earlier JobMaster of the job blocked (what has not expired yet), for
+        no longer than this JobMaster would block it itself."""
         now = self._clock()
+        latest = now + self.settings.block_duration_s
         for resource_id, moment in until.items():
             if moment > now and is_valid_name_id(resource_id):
-                self.blocklist.block(ResourceID(resource_id), moment)
+                self.blocklist.block(ResourceID(resource_id), min(moment, latest))
         if self.blocklist.until:
             log.info(
                 "job %s: task executors still blocked by an earlier JobMaster: %s",
@@ -258,8 +261,7 @@ class SpeculativeExecution:
         vertex = execution.vertex
         if execution.is_speculative:
             loser = self.graph.make_current(execution)
-            won = self.attempts_won
-            won[vertex.job_vertex.id] = won.get(vertex.job_vertex.id, 0) + 1
+            self.attempts_won[vertex.job_vertex.id] += 1
             log.info(
                 "job %s: %s finished first; cancelling %s",
                 short(self.graph.job_id),

@@ -25,7 +25,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -121,10 +120,7 @@ def commit_task(
         return False
     target = root / _candidate_name(subtask, order)
     if target.exists():
-        superseded = root / f"superseded-{subtask:05d}-{uuid.uuid4().hex[:8]}"
-        with contextlib.suppress(FileNotFoundError):  # another try of ours moved it meanwhile
-            os.rename(target, superseded)
-        shutil.rmtree(superseded, ignore_errors=True)
+        _discard(target, root, subtask)  # an earlier try of this attempt's commit
     try:
         os.rename(written, target)
     except OSError as exc:
@@ -149,7 +145,7 @@ def _discard(directory: Path, root: Path, subtask: int) -> None:
     try:
         os.rename(directory, doomed)
     except FileNotFoundError:
-        return  # claimed by the job commit, or discarded by another attempt
+        return  # claimed by the job commit, or discarded by another attempt or try
     shutil.rmtree(doomed, ignore_errors=True)
 
 
