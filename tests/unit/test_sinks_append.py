@@ -194,3 +194,84 @@ def test_slots_of_one_process_register_a_sink_at_the_same_time(tmp_path: Path) -
     for thread in threads:
         thread.join()
     assert failures == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "partition_by"),
+    [("error", ()), ("overwrite", ()), ("append", ()), ("overwrite", ("day",))],
+)
+def test_a_commit_run_again_after_it_finished_publishes_nothing(
+    tmp_path: Path, mode: str, partition_by: tuple[str, ...]
+) -> None:
+    # The JobMaster that ran the commit died before recording it; its successor re-ran sink
+    # attempts (new temporaries, other content) and runs the commit again.
+    out = tmp_path / "table"
+    job = _job()
+    name = "day=1/part-0.csv" if partition_by else "part-0.csv"
+    _attempt(out, job, 0, {name: "first"}, mode=mode, partition_by=partition_by)
+    assert _commit(out, job, 1, mode, partition_by) == 1
+    published = _contents(out)
+    _attempt(out, job, 0, {name: "rerun", "part-9.csv": "extra"}, mode=mode, attempt=0, epoch=7)
+    assert (out / "_temporary").exists()
+    assert _commit(out, job, 1, mode, partition_by) == 0
+    assert _contents(out) == published
+    assert not (out / "_temporary").exists()
+    assert sinks.committed_jobs(str(out)) == [job]
+
+
+def test_success_names_the_appending_jobs_and_keeps_the_newest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sinks, "COMMIT_HISTORY", 3)
+    out = tmp_path / "table"
+    (out).mkdir()
+    (out / "_SUCCESS").write_text("")  # written by Spark: names no job
+    jobs = [_job() for _ in range(5)]
+    for i, job in enumerate(jobs):
+        _attempt(out, job, 0, {"part-0.csv": str(i)})
+        _commit(out, job, 1)
+        assert sinks.committed_jobs(str(out)) == jobs[max(0, i - 2) : i + 1]
+    assert len(_values(out)) == 5
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("_")) == ["_SUCCESS"]
+
+
+def test_jobs_appending_at_the_same_moment_are_all_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    out = tmp_path / "table"
+    out.mkdir()
+    commit = S.SinkCommit(str(out), "csv", "append", 1)
+
+    def record_concurrently(history: int) -> list[str]:
+        monkeypatch.setattr(sinks, "COMMIT_HISTORY", history)
+        jobs = [[_job() for _ in range(25)] for _ in range(8)]
+        start = threading.Barrier(len(jobs))
+        failures: list[BaseException] = []
+
+        def record(own: list[str]) -> None:
+            start.wait()
+            try:
+                for job in own:
+                    sinks._record_commit(commit, out, job)
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=record, args=(own,)) for own in jobs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == []
+        return [job for own in jobs for job in own]
+
+    # No line is lost to a concurrent writer, also when each write trims the file (replacing
+    # it) while the others wait for the lock on the file it replaced: the 1,000 lines written
+    # before make every write drop the oldest, never one of these 200.
+    (out / "_SUCCESS").write_text("".join(f"{_job()}\n" for _ in range(1000)))
+    everyone = record_concurrently(1000)
+    recorded = sinks.committed_jobs(str(out))
+    assert len(recorded) == 1000
+    assert set(everyone) <= set(recorded)
+    assert [p.name for p in out.iterdir()] == ["_SUCCESS"]

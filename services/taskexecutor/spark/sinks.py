@@ -17,14 +17,23 @@
    is kept, so concurrent commits carry out the same one),
    clears the old content (``mode="overwrite"``: everything, or with ``partition_by`` only the
    partition directories the job writes) or checks there is none (``"error"``; ``"append"``
-   keeps it), moves the files into place, writes ``_SUCCESS`` and removes
+   keeps it), moves the files into place, records the job in ``_SUCCESS`` and removes
    ``_temporary/{job_id}``. Each step is idempotent, so a retried commit finishes the job of a
    failed one. Files published next to other jobs' (append, partitions) carry the job id in
    their names, ``{path}[/k=v...]/part-{subtask}-{k}-{job_id}.{ext}``.
+
+``_SUCCESS`` names the jobs that committed the output, one id per line (the newest
+:data:`COMMIT_HISTORY` of them; like the manifest Hadoop's S3A committers write there, readers
+ignore it). A job whose id is in it has committed: a JobMaster that took the job over after
+the commit finished, but before the report of it reached the progress log, runs the commit
+again - often after sink attempts have written new temporaries - and that commit removes them
+and publishes nothing, instead of appending the rows a second time or refusing its own output
+as "already has content".
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -46,6 +55,7 @@ SUCCESS_MARKER = "_SUCCESS"
 PLAN_FILE = "_plan.json"
 COMMITTED_DIR = "committed"
 PLANNED_DIR = "planned"
+COMMIT_HISTORY = 1000
 
 
 def attempt_dir(path: str, job_id: str, subtask: int, attempt_id: str) -> Path:
@@ -262,12 +272,67 @@ def _clear_old_content(sink: S.SinkCommit, root: Path, plan: list[tuple[str, str
                 _remove(entry)
 
 
+def committed_jobs(path: str) -> list[str]:
+    """The ids of the jobs that committed the output at ``path``, oldest first (an empty
+    ``_SUCCESS``, as Spark writes, names none)."""
+    try:
+        text = (local_path(path) / SUCCESS_MARKER).read_text(errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _record_commit(sink: S.SinkCommit, root: Path, job_id: str) -> None:
+    """Name ``job_id`` in ``_SUCCESS``: alone where the job replaced the whole output, after
+    the jobs before it where their output stays (append, partitions)."""
+    marker = root / SUCCESS_MARKER
+    if sink.mode != "append" and not sink.partition_by:
+        _replace_text(marker, f"{job_id}\n")
+        return
+    # Jobs appending to one path may commit at the same moment: each adds its line under an
+    # exclusive lock. The lock is on the file, and trimming replaces the file, so a writer
+    # that got the lock on a replaced file tries again on the new one.
+    while True:
+        fd = os.open(marker, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.stat(marker).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                current = False
+            if not current:
+                continue
+            jobs = committed_jobs(sink.path)
+            if job_id in jobs:
+                return
+            if len(jobs) < COMMIT_HISTORY:
+                os.write(fd, f"{job_id}\n".encode())
+            else:
+                kept = [*jobs[len(jobs) - COMMIT_HISTORY + 1 :], job_id]
+                _replace_text(marker, "".join(f"{j}\n" for j in kept))
+            return
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def _replace_text(target: Path, text: str) -> None:
+    scratch = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
+    scratch.write_text(text)
+    os.replace(scratch, target)
+
+
 def commit_job(sink: S.SinkCommit, job_id: str) -> int:
     """Step 3: move every committed file into place and mark the output complete."""
     root = local_path(sink.path)
     root.mkdir(parents=True, exist_ok=True)
-    if (root / SUCCESS_MARKER).exists() and not sink_temporary_dir(sink.path, job_id).exists():
-        return 0  # committed already (the report of a finished commit got lost)
+    if job_id in committed_jobs(sink.path) or (
+        (root / SUCCESS_MARKER).exists() and not sink_temporary_dir(sink.path, job_id).exists()
+    ):
+        # Committed already; the report of it got lost. Attempts run since then (by a
+        # JobMaster that took the job over, or ones that outlived their cancellation) left
+        # temporaries that must not be published a second time.
+        remove_sink_temporaries(sink.path, job_id)
+        return 0
     plan = _plan(sink, job_id)
     _clear_old_content(sink, root, plan)
     for src, dst in plan:
@@ -278,6 +343,6 @@ def commit_job(sink: S.SinkCommit, job_id: str) -> int:
             # Neither moved by an earlier try of this commit nor still there: never report
             # success for output that is not all in place.
             raise CommitError(f"{sink.path}: planned output {src} vanished before publication")
-    (root / SUCCESS_MARKER).touch()
+    _record_commit(sink, root, job_id)
     remove_sink_temporaries(sink.path, job_id)
     return len(plan)
