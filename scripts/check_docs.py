@@ -84,6 +84,8 @@ EXTERNAL = {
     # Apache Flink
     "DefaultExecutionDeploymentReconciler",
     "DefaultVertexParallelismDecider",
+    "AdaptiveSkewedJoinOptimizationStrategy",
+    "OptimizeSkewedJoin",  # Apache Spark
     "ExecutionFailureHandler",
     "ExecutionDeploymentTracker",
     "JobDetailsInfo",

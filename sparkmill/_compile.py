@@ -32,6 +32,7 @@ from sparkmill.common.core.errors import PipelineError
 from sparkmill.common.core.ids import new_dataset_id, new_job_id, new_vertex_id
 from sparkmill.common.core.partitions import NO_DATA_PARTITIONER
 from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
+from sparkmill.common.exchange.skewed_splits import splittable_sides
 from sparkmill.common.jobgraph.model import (
     AUTO_PARALLELISM,
     SPARK_OPERATOR_KIND,
@@ -329,6 +330,9 @@ def _build_graph(
             producer.outputs.append(S.ExchangeOutput(dataset.id, partitioner, keys, op.parallelism))
             gate_of[(id(op), position)] = dataset.id
 
+    for entry in built:
+        entry.vertex.skew_splittable_inputs = _skew_splittable_inputs(entry, gate_of)
+
     commit = JobVertex(
         id=new_vertex_id(),
         name=COMMIT_VERTEX_NAME,
@@ -372,6 +376,36 @@ def _build_graph(
         collect_vertices,
         {e.vertex.name: [m.label for m in e.members] for e in built},
     )
+
+
+# Operators after a join that see each row alone: a split sub-partition (some rows of a key in
+# each of several subtasks) gives them the same rows, only in more subtasks.
+_ROW_BY_ROW = frozenset({"select", "where", "withColumn", "withColumnRenamed", "drop"})
+
+
+def _skew_splittable_inputs(entry: _Vertex, gate_of: dict[tuple[int, int], str]) -> list[int]:
+    """The positions of the vertex's inputs whose skewed sub-partitions the JobMaster may split:
+    only for a vertex decided late that starts with a hash join of two other vertices, of a
+    type that allows it, followed only by row-by-row operators (or the partial half of an
+    aggregation, which the exchange after it completes)."""
+    vertex = entry.vertex
+    joins = [m for m in entry.members if isinstance(m.op, S.Join)]
+    if vertex.parallelism != AUTO_PARALLELISM or len(joins) != 1 or len(vertex.inputs) != 2:
+        return []
+    join = joins[0]
+    if any(partitioner != S.HASH for _, partitioner, _ in join.inputs):
+        return []
+    for member in entry.members:
+        if member is join or isinstance(member.op, S.PartialAgg | S.Terminal):
+            continue  # a sink or collect takes each subtask's rows as they come
+        if not (isinstance(member.op, S.Apply) and member.op.method in _ROW_BY_ROW):
+            return []
+    datasets: list[str] = [edge.source for edge in vertex.inputs]
+    left, right = gate_of.get((id(join), 0)), gate_of.get((id(join), 1))
+    if left is None or right is None or sorted((left, right)) != sorted(datasets):
+        return []
+    positions = (datasets.index(left), datasets.index(right))
+    return sorted(positions[side] for side in splittable_sides(join.op.how))
 
 
 def _unique(name: str, taken: set[str]) -> str:

@@ -34,3 +34,6 @@ class InputGateInfo:
     # With a late consumer's ranges balanced by bytes: consumer i reads [bounds[i],
     # bounds[i+1]) (see sparkmill.common.exchange.subpartitions); () otherwise.
     subpartition_bounds: tuple[int, ...] = ()
+    # With skewed sub-partitions split: per consumer subtask, the first and end sub-partition
+    # and the first and end producer it reads (sparkmill.common.exchange.skewed_splits).
+    read_slices: tuple[int, ...] = ()

@@ -118,6 +118,7 @@ def input_gate_to_proto(gate: InputGateInfo) -> task_executor_pb2.InputGate:
         producer_parallelism=gate.producer_parallelism,
         subpartitions=gate.subpartitions,
         subpartition_bounds=gate.subpartition_bounds,
+        read_slices=gate.read_slices,
     )
     add = message.partitions.add
     for part in gate.partitions:
@@ -145,6 +146,7 @@ def input_gate_from_proto(gate: task_executor_pb2.InputGate) -> InputGateInfo:
         ),
         subpartitions=gate.subpartitions,
         subpartition_bounds=tuple(gate.subpartition_bounds),
+        read_slices=tuple(gate.read_slices),
     )
 
 
@@ -171,6 +173,7 @@ def shared_gate_reference(
         producer_parallelism=gate.producer_parallelism,
         subpartitions=gate.subpartitions,
         subpartition_bounds=gate.subpartition_bounds,
+        read_slices=gate.read_slices,
         shared_gate_id=gate_id,
         generation=generation,
     )

@@ -92,7 +92,9 @@ class ProgressEvent:
     layout: str = ""
     # DECIDED: a vertex's parallelism decided while the job ran (vertex id, number, why).
     decision: tuple[str, int, str] | None = None
-    # DECIDED: the sub-partition ranges its subtasks read, when balanced by bytes (n + 1).
+    # DECIDED: the sub-partition ranges its subtasks read, when balanced by bytes (n + 1), and
+    # its skewed sub-partitions split across subtasks (a ReadPlan's flat form, see
+    # common/exchange/skewed_splits.py).
     ranges: tuple[int, ...] = field(default=())
     # BLOCKED: the whole blocklist, (task executor resource id, unblocked at: wall-clock s).
     blocked: tuple[tuple[str, float], ...] = field(default=())

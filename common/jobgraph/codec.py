@@ -181,6 +181,7 @@ def _vertex_to_proto(
             ],
             sink_paths=vertex.sink_paths,
             source_paths=vertex.source_paths,
+            skew_splittable_inputs=vertex.skew_splittable_inputs,
         )
     except (TypeError, ValueError) as e:  # e.g. a str field holding a non-str, or bad unicode
         problems.append(f"{label} cannot be encoded: {e}")
@@ -244,6 +245,7 @@ def _vertex_from_proto(message: common_pb2.JobVertex) -> JobVertex:
         ],
         sink_paths=list(message.sink_paths),
         source_paths=list(message.source_paths),
+        skew_splittable_inputs=list(message.skew_splittable_inputs),
     )
 
 

@@ -91,6 +91,9 @@ class JobVertex:
     # What its file sources read, declared so that an automatic parallelism can be decided
     # from the input's size (the payload is opaque to the control plane).
     source_paths: list[str] = field(default_factory=list)
+    # The positions in ``inputs`` of the hash inputs whose skewed sub-partitions may be split
+    # across subtasks (a join's sides that allow it; see common/exchange/skewed_splits.py).
+    skew_splittable_inputs: list[int] = field(default_factory=list)
 
     @property
     def is_auto(self) -> bool:

@@ -320,6 +320,15 @@ class _Checker:
                     f"{MAX_PATH_LENGTH} characters or holds a NUL character"
                 )
                 break
+        splittable = vertex.skew_splittable_inputs
+        if len(set(splittable)) != len(splittable) or any(
+            not 0 <= i < len(vertex.inputs) or vertex.inputs[i].partitioner != "hash"
+            for i in splittable
+        ):
+            problems.append(
+                f"{label} declares skew-splittable inputs {splittable[:8]}: each must be the "
+                f"position of one of its {len(vertex.inputs)} inputs, once, with a hash partitioner"
+            )
         for path in vertex.sink_paths:
             problem = sink_path_problem(path[:MAX_PATH_LENGTH], self.forbidden_sink_dirs)
             if len(path) > MAX_PATH_LENGTH:

@@ -281,6 +281,10 @@ class AutoParallelismSettings:
     # Bounds every decision too: a decided vertex never exceeds what a submitted one may have.
     job_graph_max_parallelism: int = _option(opt.JOB_GRAPH_MAX_PARALLELISM)
     job_graph_max_subtasks: int = _option(opt.JOB_GRAPH_MAX_SUBTASKS)
+    # Skewed sub-partitions of a join split across subtasks (table.optimizer.skewed-join-*).
+    skewed_join_strategy: str = _option(opt.SKEWED_JOIN_STRATEGY)
+    skewed_join_factor: float = _option(opt.SKEWED_JOIN_FACTOR)
+    skewed_join_threshold: int = _option(opt.SKEWED_JOIN_THRESHOLD)
 
 
 @dataclass(frozen=True, slots=True)

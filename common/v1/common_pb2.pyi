@@ -231,7 +231,7 @@ class JobEdge(_message.Message):
     def __init__(self, source_dataset_id: _Optional[str] = ..., pattern: _Optional[_Union[DistributionPattern, str]] = ..., partitioner: _Optional[str] = ...) -> None: ...
 
 class JobVertex(_message.Message):
-    __slots__ = ("id", "name", "parallelism", "max_parallelism", "operator", "resource_profile", "slot_sharing_group", "produced", "inputs", "sink_paths", "source_paths")
+    __slots__ = ("id", "name", "parallelism", "max_parallelism", "operator", "resource_profile", "slot_sharing_group", "produced", "inputs", "sink_paths", "source_paths", "skew_splittable_inputs")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PARALLELISM_FIELD_NUMBER: _ClassVar[int]
@@ -243,6 +243,7 @@ class JobVertex(_message.Message):
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     SINK_PATHS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_PATHS_FIELD_NUMBER: _ClassVar[int]
+    SKEW_SPLITTABLE_INPUTS_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     parallelism: int
@@ -254,7 +255,8 @@ class JobVertex(_message.Message):
     inputs: _containers.RepeatedCompositeFieldContainer[JobEdge]
     sink_paths: _containers.RepeatedScalarFieldContainer[str]
     source_paths: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., max_parallelism: _Optional[int] = ..., operator: _Optional[_Union[OperatorSpec, _Mapping]] = ..., resource_profile: _Optional[_Union[ResourceProfile, _Mapping]] = ..., slot_sharing_group: _Optional[str] = ..., produced: _Optional[_Iterable[_Union[IntermediateDataSet, _Mapping]]] = ..., inputs: _Optional[_Iterable[_Union[JobEdge, _Mapping]]] = ..., sink_paths: _Optional[_Iterable[str]] = ..., source_paths: _Optional[_Iterable[str]] = ...) -> None: ...
+    skew_splittable_inputs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., parallelism: _Optional[int] = ..., max_parallelism: _Optional[int] = ..., operator: _Optional[_Union[OperatorSpec, _Mapping]] = ..., resource_profile: _Optional[_Union[ResourceProfile, _Mapping]] = ..., slot_sharing_group: _Optional[str] = ..., produced: _Optional[_Iterable[_Union[IntermediateDataSet, _Mapping]]] = ..., inputs: _Optional[_Iterable[_Union[JobEdge, _Mapping]]] = ..., sink_paths: _Optional[_Iterable[str]] = ..., source_paths: _Optional[_Iterable[str]] = ..., skew_splittable_inputs: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class JobGraph(_message.Message):
     __slots__ = ("job_id", "name", "vertices", "config")

@@ -48,7 +48,7 @@ class SubpartitionSizes(_message.Message):
     def __init__(self, dataset_id: _Optional[str] = ..., bytes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class InputGate(_message.Message):
-    __slots__ = ("dataset_id", "pattern", "partitioner", "partitions", "producer_parallelism", "shared_gate_id", "generation", "subpartitions", "subpartition_bounds")
+    __slots__ = ("dataset_id", "pattern", "partitioner", "partitions", "producer_parallelism", "shared_gate_id", "generation", "subpartitions", "subpartition_bounds", "read_slices")
     DATASET_ID_FIELD_NUMBER: _ClassVar[int]
     PATTERN_FIELD_NUMBER: _ClassVar[int]
     PARTITIONER_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class InputGate(_message.Message):
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     SUBPARTITIONS_FIELD_NUMBER: _ClassVar[int]
     SUBPARTITION_BOUNDS_FIELD_NUMBER: _ClassVar[int]
+    READ_SLICES_FIELD_NUMBER: _ClassVar[int]
     dataset_id: str
     pattern: _common_pb2.DistributionPattern
     partitioner: str
@@ -67,7 +68,8 @@ class InputGate(_message.Message):
     generation: int
     subpartitions: int
     subpartition_bounds: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, dataset_id: _Optional[str] = ..., pattern: _Optional[_Union[_common_pb2.DistributionPattern, str]] = ..., partitioner: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[InputPartition, _Mapping]]] = ..., producer_parallelism: _Optional[int] = ..., shared_gate_id: _Optional[str] = ..., generation: _Optional[int] = ..., subpartitions: _Optional[int] = ..., subpartition_bounds: _Optional[_Iterable[int]] = ...) -> None: ...
+    read_slices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, dataset_id: _Optional[str] = ..., pattern: _Optional[_Union[_common_pb2.DistributionPattern, str]] = ..., partitioner: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[InputPartition, _Mapping]]] = ..., producer_parallelism: _Optional[int] = ..., shared_gate_id: _Optional[str] = ..., generation: _Optional[int] = ..., subpartitions: _Optional[int] = ..., subpartition_bounds: _Optional[_Iterable[int]] = ..., read_slices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TaskDeploymentDescriptor(_message.Message):
     __slots__ = ("job_id", "job_name", "vertex_id", "vertex_name", "subtask_index", "parallelism", "attempt_id", "attempt_number", "allocation_id", "operator", "inputs", "produced_dataset_ids", "vertex_version", "job_config", "job_master_epoch", "consumer_parallelism")

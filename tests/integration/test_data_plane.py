@@ -552,46 +552,99 @@ def test_a_speculative_attempt_outruns_a_held_subtask_and_one_output_is_committe
     assert not (out / "_temporary").exists()
 
 
+ORDERS_SCHEMA = "order_id BIGINT, customer_id BIGINT, quantity INT"
+CUSTOMERS_SCHEMA = "customer_id BIGINT, country STRING"
+
+
+def _orders_and_customers(directory: Path, files: int, customers: int) -> tuple[Path, Path]:
+    """30,000 orders in ``files`` CSV files, 80 % of them of customer 0, the others of
+    customers 0..``customers``-1; 37 customers."""
+    orders = directory / "orders"
+    per_file = 30_000 // files
+    for part in range(files):
+        write_lines(
+            orders / f"part-{part}.csv",
+            ["order_id,customer_id,quantity"]
+            + [
+                f"{i},{0 if i % 10 < 8 else i % customers},{i % 5 + 1}"
+                for i in range(part * per_file, (part + 1) * per_file)
+            ],
+        )
+    write_lines(
+        directory / "customers.csv",
+        ["customer_id,country"] + [f"{c},{['DE', 'FR', 'JP'][c % 3]}" for c in range(37)],
+    )
+    return orders, directory / "customers.csv"
+
+
+def _join_pipeline(
+    name: str, orders: Path, customers: Path, how: str, output: Path, config: dict[str, Any]
+) -> sm.Pipeline:
+    pipeline = sm.Pipeline(name, config=config)
+    left = pipeline.read_csv(str(orders), schema=ORDERS_SCHEMA)
+    right = pipeline.read_csv(str(customers), schema=CUSTOMERS_SCHEMA)
+    left.join(right, on="customer_id", how=how).select("order_id", "country").write_parquet(
+        str(output)
+    )
+    return pipeline
+
+
+def _joined_by_pyspark(spark: Any, orders: Path, customers: Path, how: str) -> Any:
+    return (
+        spark.read.csv(str(orders), header=True, schema=ORDERS_SCHEMA)
+        .join(
+            spark.read.csv(str(customers), header=True, schema=CUSTOMERS_SCHEMA),
+            on="customer_id",
+            how=how,
+        )
+        .select("order_id", "country")
+    )
+
+
 def test_a_skewed_join_decided_late_reads_ranges_balanced_by_bytes(
     cluster: DataCluster, spark: Any, tmp_path: Path
 ) -> None:
     """Most orders belong to one customer: the join's hash exchange puts them in one
     sub-partition. The join, decided once the sources finished, reads ranges balanced by the
     bytes each sub-partition holds, names the hot one, and the result is exact."""
-    write_lines(
-        tmp_path / "orders.csv",
-        ["order_id,customer_id,quantity"]
-        + [f"{i},{0 if i % 10 < 8 else i % 37},{i % 5 + 1}" for i in range(30_000)],
-    )
-    write_lines(
-        tmp_path / "customers.csv",
-        ["customer_id,country"] + [f"{c},{['DE', 'FR', 'JP'][c % 3]}" for c in range(37)],
-    )
-    orders_schema = "order_id BIGINT, customer_id BIGINT, quantity INT"
-    customers_schema = "customer_id BIGINT, country STRING"
+    orders, customers = _orders_and_customers(tmp_path, 1, 37)
     auto = "execution.batch.adaptive.auto-parallelism."
-    pipeline = sm.Pipeline(
-        "skewed-join",
-        config={auto + "avg-data-volume-per-task": "64kb", auto + "max-parallelism": 8},
-    )
-    orders = pipeline.read_csv(str(tmp_path / "orders.csv"), schema=orders_schema)
-    customers = pipeline.read_csv(str(tmp_path / "customers.csv"), schema=customers_schema)
-    orders.join(customers, on="customer_id").select("order_id", "country").write_parquet(
-        str(tmp_path / "joined")
-    )
-    result = cluster.run(pipeline)
+    config = {auto + "avg-data-volume-per-task": "64kb", auto + "max-parallelism": 8}
+    output = tmp_path / "joined"
+    result = cluster.run(_join_pipeline("skewed-join", orders, customers, "inner", output, config))
     details = cluster.client.status(result.job_id)
     join = next(v for v in details.vertices if v.name.startswith("join"))
     assert 1 < join.parallelism < 8, join.parallelism_decision
     assert "ranges balanced by bytes" in join.parallelism_decision, join.parallelism_decision
     assert "alone holds" in join.parallelism_decision, join.parallelism_decision
-    expected = (
-        spark.read.csv(str(tmp_path / "orders.csv"), header=True, schema=orders_schema)
-        .join(
-            spark.read.csv(str(tmp_path / "customers.csv"), header=True, schema=customers_schema),
-            on="customer_id",
-        )
-        .select("order_id", "country")
-    )
-    got = rows(spark.read.parquet(str(tmp_path / "joined")))
-    assert got == rows(expected) and len(got) == 30_000
+    got = rows(spark.read.parquet(str(output)))
+    assert got == rows(_joined_by_pyspark(spark, orders, customers, "inner"))
+    assert len(got) == 30_000
+
+
+def test_a_skewed_sub_partition_of_a_left_join_is_split_across_subtasks_and_exact(
+    cluster: DataCluster, spark: Any, tmp_path: Path
+) -> None:
+    """Most orders belong to customer 0, and some to customers that do not exist. The left
+    join, decided once the sources finished, reads the hot sub-partition of the orders in
+    pieces (each from some of their producers, each with all of that sub-partition's
+    customers): every order is joined once, the unmatched ones with nulls, and the decision
+    says so."""
+    # Six files: six source subtasks write the hot key.
+    orders, customers = _orders_and_customers(tmp_path, 6, 41)
+    auto = "execution.batch.adaptive.auto-parallelism."
+    config = {
+        auto + "avg-data-volume-per-task": "16kb",
+        auto + "max-parallelism": 8,
+        "table.optimizer.skewed-join-optimization.skewed-threshold": "8kb",
+    }
+    output = tmp_path / "joined"
+    result = cluster.run(_join_pipeline("split-join", orders, customers, "left", output, config))
+    details = cluster.client.status(result.job_id)
+    join = next(v for v in details.vertices if v.name.startswith("join"))
+    assert "skewed join: sub-partition" in join.parallelism_decision, join.parallelism_decision
+    assert "of input 'read_csv" in join.parallelism_decision, join.parallelism_decision
+    got = rows(spark.read.parquet(str(output)))
+    assert got == rows(_joined_by_pyspark(spark, orders, customers, "left"))
+    assert len(got) == 30_000
+    assert sum(1 for _, country in got if country is None) > 0

@@ -60,6 +60,9 @@ class Limits:
     default_source_parallelism: int = 2
     job_graph_max_parallelism: int = 100_000
     job_graph_max_subtasks: int = 1_000_000
+    skewed_join_strategy: str = "auto"
+    skewed_join_factor: float = 4.0
+    skewed_join_threshold: int = 256 * MIB
 
 
 def vertex(name: str, parallelism: int = AUTO_PARALLELISM, **fields: object) -> JobVertex:

@@ -95,6 +95,7 @@ def test_job_overridable_keys() -> None:
                 "execution.batch.adaptive.auto-parallelism.",
                 "execution.batch.speculative.",
                 "slow-task-detector.",
+                "table.optimizer.skewed-join-optimization.",
             )
         )
         for k in keys

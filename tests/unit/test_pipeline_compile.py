@@ -203,6 +203,48 @@ def test_hash_join_exchanges_both_sides_on_the_keys() -> None:
         assert isinstance(out, S.ExchangeOutput) and out.keys == ("id",)
 
 
+def test_a_late_join_declares_the_sides_whose_skewed_sub_partitions_may_be_split() -> None:
+    def splittable(how: str, then: str = "", parallelism: int | None = None) -> list[int]:
+        p = sm.Pipeline("join", parallelism=parallelism)
+        left = p.range(10)
+        right = p.from_rows([(1, "a")], "id BIGINT, name STRING")
+        joined = left.join(right, on="id", how=how)
+        if then == "select":
+            joined = joined.select("id").where("id > 1")
+        elif then == "transform":
+            joined = joined.transform(lambda df: df.distinct())
+        elif then == "agg":
+            joined = joined.key_by("id").agg(F.count("*").alias("n"))
+        joined.collect()
+        graph = build(p)
+        (vertex,) = (v for v in graph.vertices if v.name.startswith("join"))
+        positions = [e.source for e in vertex.inputs]
+        producers = {ds.id: v.name for v in graph.vertices for ds in v.produced}
+        # Reported by side: 0 for the left input (range), 1 for the right (from_rows).
+        return sorted(
+            0 if producers[positions[i]] == "range" else 1 for i in vertex.skew_splittable_inputs
+        )
+
+    assert splittable("inner") == [0, 1]
+    assert splittable("left_outer") == splittable("leftanti") == splittable("semi") == [0]
+    assert splittable("RIGHT") == [1]
+    assert splittable("full") == splittable("cross") == []
+    assert splittable("inner", then="select") == [0, 1]
+    assert splittable("inner", then="agg") == [0, 1]  # its partial half, then an exchange
+    assert splittable("inner", then="transform") == []  # user code may need all rows of a key
+    assert splittable("inner", parallelism=4) == []  # decided before it runs: never split
+    graph = job_graph_from_proto(job_graph_to_proto(build_inner_join()))
+    assert [v.skew_splittable_inputs for v in graph.vertices if v.name.startswith("join")] == [
+        [0, 1]
+    ]
+
+
+def build_inner_join() -> JobGraph:
+    p = sm.Pipeline("join")
+    p.range(10).join(p.range(5), on="id").collect()
+    return build(p)
+
+
 def test_broadcast_join_chains_the_probe_side_and_broadcasts_the_small_side() -> None:
     p = sm.Pipeline("bjoin", parallelism=3)
     small = p.from_rows([(1, "a")], "id BIGINT, name STRING").set_parallelism(1)

@@ -280,6 +280,40 @@ AUTO_PARALLELISM_DEFAULT_SOURCE = option(
     min=1,
 )
 
+SKEWED_JOIN_STRATEGY = option(
+    "table.optimizer.skewed-join-optimization.strategy",
+    STRING,
+    "auto",
+    "Split a skewed sub-partition of a hash join across several subtasks when the join's "
+    "vertex is decided late (Flink's adaptive skewed join optimization): each reads the "
+    "skewed input's rows from some of its producers and the other input's rows of that "
+    "sub-partition whole. 'auto': where the join type allows it (inner: either side; left, "
+    "left_semi, left_anti: the left; right: the right; never full) and nothing after the join "
+    "in its vertex needs all rows of a key (only select, where, with_column, drop and renames "
+    "may follow). 'none': never.",
+    job_overridable=True,
+    choices=("auto", "none"),
+)
+SKEWED_JOIN_FACTOR = option(
+    "table.optimizer.skewed-join-optimization.skewed-factor",
+    FLOAT,
+    4.0,
+    "A sub-partition is skewed when one input holds more than this times the median of that "
+    "input's sub-partitions in it (and more than `skewed-threshold`). 4, as in Flink.",
+    job_overridable=True,
+    min=1.0,
+)
+SKEWED_JOIN_THRESHOLD = option(
+    "table.optimizer.skewed-join-optimization.skewed-threshold",
+    MEMORY,
+    256 * MIB,
+    "A sub-partition is skewed only when one input holds more than this in it. 256 MiB, as "
+    "in Flink, and the `avg-data-volume-per-task` of this data plane: a smaller sub-partition "
+    "is no longer than a subtask's usual share.",
+    job_overridable=True,
+    min=1,
+)
+
 # --------------------------------------------------------------------------------------------
 group(
     "Speculative execution",

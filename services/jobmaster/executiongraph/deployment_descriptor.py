@@ -103,6 +103,7 @@ def gate_of(edge: JobEdge, group: ConsumedPartitionGroup) -> InputGateInfo:
         producer_parallelism=group.result.num_partitions,
         subpartitions=group.result.subpartitions,
         subpartition_bounds=group.result.subpartition_bounds,
+        read_slices=group.result.read_slices,
         partitions=tuple(
             InputPartitionInfo(
                 dataset_id=edge.source,

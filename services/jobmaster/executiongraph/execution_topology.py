@@ -29,6 +29,7 @@ from sparkmill.common.core.ids import (
 )
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.states import EXECUTION_STATE_TRANSITIONS, ExecutionState
+from sparkmill.common.exchange.skewed_splits import ReadPlan
 from sparkmill.common.jobgraph.model import IntermediateDataSet, JobVertex, ResultPartitionType
 
 
@@ -367,10 +368,13 @@ class IntermediateResult:
     """
 
     __slots__ = (
+        "_read_slices",
         "consumed_partition_groups",
         "id",
         "partitions",
         "producer",
+        "read_input",
+        "read_plan",
         "result_type",
         "subpartition_bounds",
         "subpartitions",
@@ -390,6 +394,24 @@ class IntermediateResult:
         # For a consumer decided late with ranges balanced by bytes: consumer i reads
         # [bounds[i], bounds[i+1]); () while not decided or with the equal-count ranges.
         self.subpartition_bounds: tuple[int, ...] = ()
+        # For a consumer with skewed sub-partitions split across subtasks: its plan, and the
+        # position of this result among its inputs (see :attr:`read_slices`).
+        self.read_plan: ReadPlan | None = None
+        self.read_input = 0
+        self._read_slices: tuple[int, ...] = ()
+
+    @property
+    def read_slices(self) -> tuple[int, ...]:
+        """With :attr:`read_plan`: per consumer subtask, the sub-partitions and producers it
+        reads (four numbers; see sparkmill.common.exchange.skewed_splits); () otherwise."""
+        if self.read_plan is None or not self.partitions:
+            return ()
+        if not self._read_slices:
+            self._read_slices = self.read_plan.slices(self.read_input, len(self.partitions))
+        return self._read_slices
+
+    def set_read_plan(self, plan: ReadPlan | None, input_index: int = 0) -> None:
+        self.read_plan, self.read_input, self._read_slices = plan, input_index, ()
 
     @property
     def num_partitions(self) -> int:

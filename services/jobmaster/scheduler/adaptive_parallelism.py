@@ -15,6 +15,9 @@ reported what it wrote into each of them (``balanced_bounds`` in
 :mod:`sparkmill.common.exchange.subpartitions`; otherwise, e.g. for attempts restored from an
 earlier JobMaster, the ranges hold equal numbers of sub-partitions): a hot key's sub-partition
 gets a range of its own or a short one, and the decision says how uneven the ranges still are.
+A join whose compiled vertex allows it (``JobVertex.skew_splittable_inputs``) goes further: a
+skewed sub-partition is read by several subtasks, each from some of the skewed input's
+producers (:mod:`sparkmill.common.exchange.skewed_splits`), and the decision names it.
 
 Every decision goes to the progress listener before any subtask of the vertex is deployed:
 the job's progress log keeps it ahead of the vertex's finished attempts, so a JobMaster that
@@ -34,6 +37,12 @@ from sparkmill.common.core.io_counters import IOCounters
 from sparkmill.common.core.partitions import NO_DATA_PARTITIONER
 from sparkmill.common.core.states import ExecutionState
 from sparkmill.common.deployment.state_update import Written
+from sparkmill.common.exchange.skewed_splits import (
+    ReadPlan,
+    SkewedSplit,
+    plan_skewed_splits,
+    read_plan_error,
+)
 from sparkmill.common.exchange.subpartitions import balanced_bounds, bounds_error
 from sparkmill.common.jobgraph.auto_parallelism import (
     AutoParallelismSettings,
@@ -145,7 +154,7 @@ class AdaptiveParallelism:
             if record is None or not 1 <= record[0] <= bound:
                 continue
             bounds = ranges.get(ejv.id, ())
-            if bounds and bounds_error(bounds, record[0], bound):
+            if bounds and self._recorded_plan_error(ejv, bounds, record[0], applied):
                 continue
             self._set_bounds(ejv.id, bounds)
             applied[ejv.id] = record[0]
@@ -184,6 +193,15 @@ class AdaptiveParallelism:
                 if edge.partitioner not in ("broadcast", NO_DATA_PARTITIONER):
                     written += sum(self._written.get(v.id, 0) for v in producer.task_vertices)
             decision = decide_from_written(vertex, written, graph.late_bounds[ejv.id], settings)
+            split = self._skewed_split(ejv, producers, decision.parallelism)
+            if split is not None:
+                plan, found = split
+                self._bounds[ejv.id] = plan.encode()
+                names = [producer.name for _, producer in producers]
+                decisions[ejv.id] = ParallelismDecision(
+                    plan.consumers, decision.reason + _skew_text(found, names)
+                )
+                continue
             sizes = self._sub_partition_sizes(producers, graph.late_bounds[ejv.id])
             if sizes is not None and decision.parallelism < len(sizes):
                 bounds = balanced_bounds(sizes, decision.parallelism)
@@ -193,6 +211,39 @@ class AdaptiveParallelism:
                 )
             decisions[ejv.id] = decision
         return decisions
+
+    def _skewed_split(
+        self,
+        ejv: ExecutionJobVertex,
+        producers: list[tuple[JobEdge, ExecutionJobVertex]],
+        parallelism: int,
+    ) -> tuple[ReadPlan, tuple[SkewedSplit, ...]] | None:
+        """A plan splitting the skewed sub-partitions of a join vertex that allows it (see
+        :mod:`sparkmill.common.exchange.skewed_splits`); None when there is nothing to split,
+        or not every producer reported the bytes of each sub-partition."""
+        settings = self.settings
+        splittable = ejv.job_vertex.skew_splittable_inputs
+        if settings is None or settings.skewed_join_strategy == "none" or not splittable:
+            return None
+        count = self.graph.late_bounds[ejv.id]
+        sizes: list[list[tuple[int, ...]]] = []
+        for edge, producer in producers:
+            if edge.partitioner not in _SPLIT:
+                return None
+            per_producer = [
+                self._sizes.get(v.id, {}).get(edge.source) for v in producer.task_vertices
+            ]
+            if any(s is None or len(s) != count for s in per_producer):
+                return None
+            sizes.append([s for s in per_producer if s is not None])
+        return plan_skewed_splits(
+            sizes,
+            splittable,
+            parallelism,
+            count,
+            settings.skewed_join_factor,
+            settings.skewed_join_threshold,
+        )
 
     def _sub_partition_sizes(
         self, producers: list[tuple[JobEdge, ExecutionJobVertex]], count: int
@@ -213,11 +264,46 @@ class AdaptiveParallelism:
                     totals[k] += size
         return totals if split else None
 
-    def _set_bounds(self, vertex_id: JobVertexID, bounds: tuple[int, ...]) -> None:
-        """The ranges every split input of ``vertex_id`` is read in (before it is wired)."""
-        for edge in self.graph.job_vertex(vertex_id).job_vertex.inputs:
+    def _set_bounds(self, vertex_id: JobVertexID, encoded: tuple[int, ...]) -> None:
+        """The ranges every split input of ``vertex_id`` is read in (before it is wired):
+        ``encoded`` is a :class:`ReadPlan`'s flat form (its bounds alone without splits)."""
+        plan = ReadPlan.decode(encoded)
+        for position, edge in enumerate(self.graph.job_vertex(vertex_id).job_vertex.inputs):
             if edge.partitioner in _SPLIT:
-                self.graph.result(edge.source).subpartition_bounds = bounds
+                result = self.graph.result(edge.source)
+                if plan.splits:
+                    result.subpartition_bounds = ()
+                    result.set_read_plan(plan, position)
+                else:
+                    result.subpartition_bounds = plan.bounds
+                    result.set_read_plan(None)
+
+    def _recorded_plan_error(
+        self,
+        ejv: ExecutionJobVertex,
+        encoded: tuple[int, ...],
+        parallelism: int,
+        applied: Mapping[JobVertexID, int],
+    ) -> str:
+        """What is wrong with a recorded plan for ``ejv`` decided at ``parallelism``."""
+        bound = self.graph.late_bounds.get(ejv.id, 0)
+        plan = ReadPlan.decode(encoded)
+        if not plan.splits:
+            return bounds_error(plan.bounds, parallelism, bound)
+        counts = []
+        for edge in ejv.job_vertex.inputs:
+            producer = self.graph.result(edge.source).producer
+            if producer.initialized:
+                counts.append(len(producer.task_vertices))
+            elif producer.id in applied:
+                counts.append(applied[producer.id])
+            elif not producer.job_vertex.is_auto:
+                counts.append(producer.job_vertex.parallelism)
+            else:
+                return f"the producer {producer.name!r} has no parallelism yet"
+        return read_plan_error(
+            plan, parallelism, bound, counts, ejv.job_vertex.skew_splittable_inputs
+        )
 
     def _seen_finished(self, producer: ExecutionJobVertex) -> bool:
         """Whether every subtask of ``producer`` was seen FINISHED once: amortized O(1) per
@@ -256,6 +342,17 @@ def _balance_text(sizes: list[int], bounds: tuple[int, ...]) -> str:
             "(a key's rows are never split)"
         )
     return text
+
+
+def _skew_text(found: tuple[SkewedSplit, ...], inputs: list[str]) -> str:
+    """``; skewed join: sub-partition 5 of input 'orders' (2.0 GiB, 512x its median of
+    4.0 MiB) split across 4 subtasks by producer``, for each split."""
+    return "".join(
+        f"; skewed join: sub-partition {s.subpartition} of input {inputs[s.input_index]!r} "
+        f"({format_bytes(s.size)}, {s.size / max(s.median, 1):.0f}x its median of "
+        f"{format_bytes(s.median)}) split across {s.pieces} subtasks by producer"
+        for s in found
+    )
 
 
 def _forward_producer(graph: ExecutionGraph, ejv: ExecutionJobVertex) -> ExecutionJobVertex | None:

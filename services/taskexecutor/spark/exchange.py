@@ -38,6 +38,7 @@ from sparkmill.common.exchange.layout import (
     sub_partition_dir,
 )
 from sparkmill.common.exchange.pointwise import pointwise_readers
+from sparkmill.common.exchange.skewed_splits import subtask_slice
 from sparkmill.common.exchange.subpartitions import subpartition_range
 from sparkmill.common.pipeline import plan as S
 
@@ -153,11 +154,19 @@ def gate_paths(
     paths: list[str] = []
     schema: str | None = None
     subpartitions: range | None = None
-    if gate.partitioner in (S.HASH, S.REBALANCE):
+    producers: range | None = None  # all of them
+    if gate.read_slices and gate.partitioner in (S.HASH, S.REBALANCE):
+        # A skewed sub-partition split across subtasks: this one reads it from some producers.
+        subpartitions, producers = subtask_slice(
+            gate.read_slices, subtask, gate.subpartitions, gate.producer_parallelism
+        )
+    elif gate.partitioner in (S.HASH, S.REBALANCE):
         subpartitions = subpartition_range(
             subtask, parallelism, gate.subpartitions, gate.subpartition_bounds
         )
     for part in sorted(gate.partitions, key=lambda p: p.partition_number):
+        if producers is not None and part.partition_number not in producers:
+            continue
         base = partition_dir(
             exchange_dir, job_id, gate.dataset_id, part.partition_number, part.producer_attempt_id
         )
