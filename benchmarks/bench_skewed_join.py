@@ -110,7 +110,8 @@ def check(outputs: list[Path], rows: int, missing: int) -> list[str]:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    spark = SparkSession.builder.master("local[1]").appName("check").getOrCreate()
+    builder = SparkSession.builder.master("local[1]").appName("check")
+    spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
     problems = []
     try:
         for output in outputs:
