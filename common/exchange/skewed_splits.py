@@ -252,10 +252,10 @@ def _plan(
         if largest.pieces <= 2:
             return None
         hot[largest.subpartition] = dataclasses.replace(largest, pieces=largest.pieces - 1)
+    segment_at = {segment[0]: segment for segment in segments}
     bounds: list[int] = [0]
     splits: list[SplitRange] = []
-    boundaries = sorted([*(s for s, _ in segments), *hot])
-    for first in boundaries:
+    for first in sorted([*segment_at, *hot]):
         if first in hot:
             h = hot[first]
             per_producer = [producer[first] for producer in sizes[h.input_index]]
@@ -264,7 +264,7 @@ def _plan(
             )
             bounds.append(first + 1)
             continue
-        segment = next(s for s in segments if s[0] == first)
+        segment = segment_at[first]
         inner = balanced_bounds(totals[slice(*segment)], ranges[segment])
         bounds += [first + b for b in inner[1:]]
     return ReadPlan(tuple(bounds), tuple(splits))
