@@ -9,7 +9,8 @@
 3. Aggregations made only of aliased ``count``/``sum``/``min``/``max`` are split in two: a
    partial aggregation chained to the upstream operator, then the exchange, then the merge.
 4. Chaining: an operator joins its input's vertex when the edge is forward, both have the same
-   parallelism, resources and slot sharing group, and the input feeds nothing else. A vertex is
+   parallelism, resources and slot sharing group, and the input feeds nothing else (a sink or
+   collect joins also an input that feeds other operators: it is one more output). A vertex is
    thus an in-tree of operators with one root; every other edge becomes a BLOCKING data set:
    forward → POINTWISE, hash / rebalance / broadcast → ALL_TO_ALL.
 5. Every sink and collect vertex also produces an empty data set read by a final
@@ -242,10 +243,14 @@ def _check_sinks(ops: list[_Op]) -> None:
 
 
 def _chainable(upstream: _Op, downstream: _Op, partitioner: str) -> bool:
+    # A sink or collect joins its input's vertex even when that input feeds other operators
+    # too: it is one more output of the vertex's result (written from the files of its
+    # exchange output), not an operator of its own, so the rows are not written to an
+    # exchange and read back by a subtask that only writes them out again.
     return (
         partitioner == S.FORWARD
         and upstream.parallelism == downstream.parallelism
-        and len(upstream.consumers) == 1
+        and (len(upstream.consumers) == 1 or (downstream.is_terminal and not upstream.is_terminal))
         and upstream.resources == downstream.resources
         and upstream.slot_sharing_group == downstream.slot_sharing_group
     )
@@ -343,31 +348,34 @@ def _build_graph(
     jdbc_commits: list[S.JdbcCommit] = []
     collect_vertices: dict[str, str] = {}
     for entry in built:
-        root = entry.members[-1]
-        if root.is_terminal:
-            entry.outputs.append(root.op)
+        terminals = [m for m in entry.members if m.is_terminal]
+        if terminals:
+            # One data set tells the commit that the vertex's subtasks have all finished,
+            # whatever sinks it writes.
             done = IntermediateDataSet(new_dataset_id(), entry.vertex.id)
             entry.vertex.produced.append(done)
             commit.inputs.append(
                 JobEdge(done.id, commit.id, DistributionPattern.ALL_TO_ALL, NO_DATA_PARTITIONER)
             )
-            if isinstance(root.op, S.SinkOutput):
-                entry.vertex.sink_paths.append(root.op.path)
-                commit.sink_paths.append(root.op.path)
+        for terminal in terminals:
+            entry.outputs.append(terminal.op)
+            if isinstance(terminal.op, S.SinkOutput):
+                entry.vertex.sink_paths.append(terminal.op.path)
+                commit.sink_paths.append(terminal.op.path)
                 sink_commits.append(
                     S.SinkCommit(
-                        root.op.path,
-                        root.op.format,
-                        root.op.mode,
-                        root.parallelism,
-                        root.op.partition_by,
+                        terminal.op.path,
+                        terminal.op.format,
+                        terminal.op.mode,
+                        terminal.parallelism,
+                        terminal.op.partition_by,
                         done.id,
                     )
                 )
-            elif isinstance(root.op, S.JdbcSinkOutput):
-                jdbc_commits.append(S.JdbcCommit(root.op, root.parallelism, done.id))
+            elif isinstance(terminal.op, S.JdbcSinkOutput):
+                jdbc_commits.append(S.JdbcCommit(terminal.op, terminal.parallelism, done.id))
             else:
-                collect_vertices[root.op.name] = entry.vertex.name
+                collect_vertices[terminal.op.name] = entry.vertex.name
         entry.vertex.operator.payload = _encode(_chain_spec(entry, gate_of))
     commit.operator.payload = _encode(S.CommitSpec(tuple(sink_commits), tuple(jdbc_commits)))
     graph.vertices.append(commit)

@@ -139,14 +139,42 @@ def test_a_data_set_read_twice_ends_its_chain_with_one_data_set_per_reader(
 ) -> None:
     p = sm.Pipeline("fan-out", parallelism=2)
     base = p.range(10).select("id")
-    base.write_json(str(tmp_path / "a"))
     base.where("id > 3").write_csv(str(tmp_path / "b"))
+    base.select("id").write_parquet(str(tmp_path / "c"))
     graph = build(p)
     assert edges(graph) >= {
-        ("range -> select", "write_json", "forward", "POINTWISE"),
         ("range -> select", "where -> write_csv", "forward", "POINTWISE"),
+        ("range -> select", "select -> write_parquet", "forward", "POINTWISE"),
     }
     assert len(vertices(graph)["range -> select"].produced) == 2
+
+
+def test_a_sink_joins_the_vertex_of_a_data_set_other_operators_read_too(tmp_path: Path) -> None:
+    # The sink is one more output of the vertex (written from its exchange output's files),
+    # not a subtask that reads an exchange only to write it out again.
+    p = sm.Pipeline("fan-out", parallelism=2)
+    base = p.range(10).select("id")
+    base.write_json(str(tmp_path / "a"))
+    base.write_csv(str(tmp_path / "b"))
+    base.where("id > 3").collect(name="big")
+    graph = build(p)
+    host = vertices(graph)["range -> select -> write_json -> write_csv"]
+    assert edges(graph) >= {
+        (
+            "range -> select -> write_json -> write_csv",
+            "where -> collect(big)",
+            "forward",
+            "POINTWISE",
+        ),
+        ("range -> select -> write_json -> write_csv", "commit", "none", "ALL_TO_ALL"),
+    }
+    assert len(host.produced) == 2  # the exchange for the where, one "done" for the commit
+    outputs = chain(host).outputs
+    assert [type(o).__name__ for o in outputs] == ["ExchangeOutput", "SinkOutput", "SinkOutput"]
+    assert host.sink_paths == [str(tmp_path / "a"), str(tmp_path / "b")]
+    commit = S.decode_spec(vertices(graph)["commit"].operator.payload)
+    assert isinstance(commit, S.CommitSpec)
+    assert {c.done_dataset_id for c in commit.sinks} == {host.produced[1].id}
 
 
 # -- exchanges and parallelism --------------------------------------------------------------
