@@ -250,7 +250,7 @@ def _chainable(upstream: _Op, downstream: _Op, partitioner: str) -> bool:
     return (
         partitioner == S.FORWARD
         and upstream.parallelism == downstream.parallelism
-        and (len(upstream.consumers) == 1 or (downstream.is_terminal and not upstream.is_terminal))
+        and (len(upstream.consumers) == 1 or downstream.is_terminal)
         and upstream.resources == downstream.resources
         and upstream.slot_sharing_group == downstream.slot_sharing_group
     )

@@ -11,15 +11,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from sparkmill.common.core.errors import IllegalStateBug
-from sparkmill.common.core.ids import JobID, JobVertexID, new_attempt_id
+from sparkmill.common.core.ids import (
+    ExecutionAttemptID,
+    IntermediateDataSetID,
+    JobID,
+    JobVertexID,
+    new_attempt_id,
+)
 from sparkmill.common.core.io_counters import IOCounters
+from sparkmill.common.core.partitions import InputGateInfo, InputPartitionInfo
 from sparkmill.common.core.states import ExecutionState, JobStatus
 from sparkmill.common.exchange.subpartitions import (
     balanced_bounds,
@@ -425,29 +432,39 @@ def test_the_job_is_finished_only_once_every_vertex_is_decided_and_ran() -> None
 # ------------------------------------------------------------------------ the task executor side
 
 
-def test_a_consumer_decided_late_reads_its_range_of_every_partition(tmp_path: Path) -> None:
+def written_partitions(
+    directory: Path, producers: int, subpartitions: Iterable[int]
+) -> tuple[JobID, IntermediateDataSetID, list[ExecutionAttemptID], tuple[InputPartitionInfo, ...]]:
+    """Exchange directories as ``producers`` finished attempts leave them, each with a
+    directory for each of ``subpartitions``: (job, data set, attempt ids, partitions)."""
     from sparkmill.common.core.ids import new_dataset_id, new_job_id
-    from sparkmill.common.core.partitions import InputGateInfo, InputPartitionInfo
     from sparkmill.common.exchange.layout import (
         DATA_DIR,
         SCHEMA_FILE,
         partition_dir,
         sub_partition_dir,
     )
-    from sparkmill.services.taskexecutor.spark.exchange import gate_paths
 
-    JOB, DS = new_job_id(), new_dataset_id()
-    ATTEMPTS = [new_attempt_id(), new_attempt_id()]
+    job, dataset = new_job_id(), new_dataset_id()
+    attempts = [new_attempt_id() for _ in range(producers)]
+    wanted = list(subpartitions)
     parts = []
-    for number in range(2):
-        attempt = ATTEMPTS[number]
-        base = partition_dir(str(tmp_path), JOB, DS, number, attempt)
+    for number, attempt in enumerate(attempts):
+        base = partition_dir(str(directory), job, dataset, number, attempt)
         base.mkdir(parents=True)
         (base / SCHEMA_FILE).write_text("{}")
-        for k in (0, 1, 3, 4):  # sub-partition 2 got no rows: Spark wrote no directory
+        for k in wanted:
             sub_partition_dir(base / DATA_DIR, k).mkdir(parents=True)
-        parts.append(InputPartitionInfo(DS, number, attempt, "te"))
-    gate = InputGateInfo(DS, "ALL_TO_ALL", "hash", 2, tuple(parts), subpartitions=5)
+        parts.append(InputPartitionInfo(dataset, number, attempt, "te"))
+    return job, dataset, attempts, tuple(parts)
+
+
+def test_a_consumer_decided_late_reads_its_range_of_every_partition(tmp_path: Path) -> None:
+    from sparkmill.services.taskexecutor.spark.exchange import gate_paths
+
+    # Sub-partition 2 got no rows: Spark wrote no directory for it.
+    JOB, DS, ATTEMPTS, parts = written_partitions(tmp_path, 2, (0, 1, 3, 4))
+    gate = InputGateInfo(DS, "ALL_TO_ALL", "hash", 2, parts, subpartitions=5)
 
     def read(subtask: int) -> list[tuple[int, str]]:
         paths, _ = gate_paths(gate, str(tmp_path), JOB, subtask, 2)

@@ -152,29 +152,14 @@ def test_a_successor_applies_a_recorded_split_and_ignores_one_that_does_not_fit(
 
 
 def test_a_split_subtask_reads_its_sub_partition_from_its_producers_only(tmp_path: Path) -> None:
-    from sparkmill.common.core.ids import new_attempt_id, new_dataset_id, new_job_id
-    from sparkmill.common.core.partitions import InputGateInfo, InputPartitionInfo
-    from sparkmill.common.exchange.layout import (
-        DATA_DIR,
-        SCHEMA_FILE,
-        partition_dir,
-        sub_partition_dir,
-    )
+    from sparkmill.common.core.partitions import InputGateInfo
     from sparkmill.services.taskexecutor.spark.exchange import gate_paths
+    from tests.unit.test_adaptive_parallelism import written_partitions
 
-    job, dataset = new_job_id(), new_dataset_id()
-    attempts = [new_attempt_id() for _ in range(4)]
-    parts = []
-    for number, attempt in enumerate(attempts):
-        base = partition_dir(str(tmp_path), job, dataset, number, attempt)
-        base.mkdir(parents=True)
-        (base / SCHEMA_FILE).write_text("{}")
-        for k in range(8):
-            sub_partition_dir(base / DATA_DIR, k).mkdir(parents=True)
-        parts.append(InputPartitionInfo(dataset, number, attempt, "te"))
+    job, dataset, attempts, parts = written_partitions(tmp_path, 4, range(8))
     slices = PLAN.slices(0, 4)
     gate = InputGateInfo(
-        dataset, "ALL_TO_ALL", "hash", 4, tuple(parts), subpartitions=8, read_slices=slices
+        dataset, "ALL_TO_ALL", "hash", 4, parts, subpartitions=8, read_slices=slices
     )
 
     def read(subtask: int) -> list[tuple[int, str]]:
@@ -188,3 +173,14 @@ def test_a_split_subtask_reads_its_sub_partition_from_its_producers_only(tmp_pat
     assert read(5) == [(p, str(k)) for p in range(4) for k in range(4, 8)]
     with pytest.raises(IllegalStateBug, match="no slice"):
         gate_paths(gate, str(tmp_path), job, 6, 7)
+
+
+def test_a_split_whose_median_sub_partition_is_empty_gives_no_ratio() -> None:
+    from sparkmill.common.exchange.skewed_splits import SkewedSplit
+    from sparkmill.services.jobmaster.scheduler.adaptive_parallelism import _skew_text
+
+    text = _skew_text((SkewedSplit(2, 0, 300, 0, 3),), ["orders", "customers"])
+    assert text == (
+        "; skewed join: sub-partition 2 of input 'orders' (300 B, most of its sub-partitions "
+        "are empty) split across 3 subtasks by producer"
+    )

@@ -349,10 +349,16 @@ def _skew_text(found: tuple[SkewedSplit, ...], inputs: list[str]) -> str:
     4.0 MiB) split across 4 subtasks by producer``, for each split."""
     return "".join(
         f"; skewed join: sub-partition {s.subpartition} of input {inputs[s.input_index]!r} "
-        f"({format_bytes(s.size)}, {s.size / max(s.median, 1):.0f}x its median of "
-        f"{format_bytes(s.median)}) split across {s.pieces} subtasks by producer"
+        f"({format_bytes(s.size)}, {_against_median(s)}) split across {s.pieces} subtasks by "
+        "producer"
         for s in found
     )
+
+
+def _against_median(split: SkewedSplit) -> str:
+    if split.median <= 0:  # most sub-partitions empty: a ratio would say nothing
+        return "most of its sub-partitions are empty"
+    return f"{split.size / split.median:.0f}x its median of {format_bytes(split.median)}"
 
 
 def _forward_producer(graph: ExecutionGraph, ejv: ExecutionJobVertex) -> ExecutionJobVertex | None:
