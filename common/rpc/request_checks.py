@@ -46,6 +46,7 @@ GENERATED_ID_FIELDS = frozenset(
         "attempt_id",
         "allocation_id",
         "allocation_ids",
+        "received_allocation_ids",
         "instance_id",
         "producer_attempt_id",
         "shared_gate_id",

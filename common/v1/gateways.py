@@ -399,6 +399,7 @@ RESOURCEMANAGERGATEWAY_METHODS: dict[str, MethodSpec] = {
     "CancelSlotRequest": MethodSpec("CancelSlotRequest", "cancel_slot_request", resource_manager_pb2.CancelSlotRequestRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "RequestSlots": MethodSpec("RequestSlots", "request_slots", resource_manager_pb2.RequestSlotsRequest, resource_manager_pb2.RequestSlotsResponse, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "CancelSlotRequests": MethodSpec("CancelSlotRequests", "cancel_slot_requests", resource_manager_pb2.CancelSlotRequestsRequest, common_pb2.Empty, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
+    "DeclareRequiredResources": MethodSpec("DeclareRequiredResources", "declare_required_resources", resource_manager_pb2.DeclareRequiredResourcesRequest, resource_manager_pb2.DeclareRequiredResourcesResponse, fenced=True, default_timeout_s=10.0, callers=('job-master',), large_request=False),
     "GetClusterStatus": MethodSpec("GetClusterStatus", "get_cluster_status", resource_manager_pb2.GetClusterStatusRequest, resource_manager_pb2.ClusterStatus, fenced=True, default_timeout_s=10.0, callers=('client', 'dispatcher'), large_request=False),
     "GetServiceInfo": MethodSpec("GetServiceInfo", "get_service_info", common_pb2.GetServiceInfoRequest, common_pb2.ServiceInfo, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
     "GetLeaderSession": MethodSpec("GetLeaderSession", "get_leader_session", common_pb2.GetLeaderSessionRequest, common_pb2.LeaderSession, fenced=False, default_timeout_s=10.0, callers=('*',), large_request=False),
@@ -507,6 +508,14 @@ class ResourceManagerClient:
         reply = await self._call(spec, request, timeout, fencing_token)
         return cast(common_pb2.Empty, reply)
 
+    async def declare_required_resources(
+        self, request: resource_manager_pb2.DeclareRequiredResourcesRequest, *, timeout: float | None = None,
+        fencing_token: str | None = None,
+    ) -> resource_manager_pb2.DeclareRequiredResourcesResponse:
+        spec = self.METHODS["DeclareRequiredResources"]
+        reply = await self._call(spec, request, timeout, fencing_token)
+        return cast(resource_manager_pb2.DeclareRequiredResourcesResponse, reply)
+
     async def get_cluster_status(
         self, request: resource_manager_pb2.GetClusterStatusRequest, *, timeout: float | None = None,
         fencing_token: str | None = None,
@@ -567,6 +576,9 @@ class ResourceManagerServicer(Servicer):
 
     async def cancel_slot_requests(self, request: resource_manager_pb2.CancelSlotRequestsRequest, context: CallContext) -> common_pb2.Empty:
         return await self._unimplemented("CancelSlotRequests")
+
+    async def declare_required_resources(self, request: resource_manager_pb2.DeclareRequiredResourcesRequest, context: CallContext) -> resource_manager_pb2.DeclareRequiredResourcesResponse:
+        return await self._unimplemented("DeclareRequiredResources")
 
     async def get_cluster_status(self, request: resource_manager_pb2.GetClusterStatusRequest, context: CallContext) -> resource_manager_pb2.ClusterStatus:
         return await self._unimplemented("GetClusterStatus")

@@ -140,6 +140,46 @@ class CancelSlotRequestsRequest(_message.Message):
     allocation_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, allocation_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class ResourceRequirement(_message.Message):
+    __slots__ = ("resource_profile", "count", "excluded_task_executors")
+    RESOURCE_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDED_TASK_EXECUTORS_FIELD_NUMBER: _ClassVar[int]
+    resource_profile: _common_pb2.ResourceProfile
+    count: int
+    excluded_task_executors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, resource_profile: _Optional[_Union[_common_pb2.ResourceProfile, _Mapping]] = ..., count: _Optional[int] = ..., excluded_task_executors: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeclareRequiredResourcesRequest(_message.Message):
+    __slots__ = ("job_id", "job_master_session_id", "version", "requirements", "received_allocation_ids", "timeout_ms")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_MASTER_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    REQUIREMENTS_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_ALLOCATION_IDS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_master_session_id: str
+    version: int
+    requirements: _containers.RepeatedCompositeFieldContainer[ResourceRequirement]
+    received_allocation_ids: _containers.RepeatedScalarFieldContainer[str]
+    timeout_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., job_master_session_id: _Optional[str] = ..., version: _Optional[int] = ..., requirements: _Optional[_Iterable[_Union[ResourceRequirement, _Mapping]]] = ..., received_allocation_ids: _Optional[_Iterable[str]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class RefusedRequirement(_message.Message):
+    __slots__ = ("index", "error")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    error: _common_pb2.ErrorInfo
+    def __init__(self, index: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorInfo, _Mapping]] = ...) -> None: ...
+
+class DeclareRequiredResourcesResponse(_message.Message):
+    __slots__ = ("refused",)
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    refused: _containers.RepeatedCompositeFieldContainer[RefusedRequirement]
+    def __init__(self, refused: _Optional[_Iterable[_Union[RefusedRequirement, _Mapping]]] = ...) -> None: ...
+
 class GetClusterStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

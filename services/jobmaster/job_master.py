@@ -24,7 +24,7 @@ from sparkmill.common.core.errors import (
     error_from_code,
 )
 from sparkmill.common.core.ids import AllocationID, JobID, ResourceID, short
-from sparkmill.common.core.proto_convert import profile_from_proto, profile_to_proto
+from sparkmill.common.core.proto_convert import profile_from_proto
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.exchange.layout import cleanup_job
@@ -70,7 +70,7 @@ from sparkmill.services.jobmaster.slotpool.slot_pool import (
     SlotPool,
     TaskExecutorInfo,
 )
-from sparkmill.services.jobmaster.slotpool.slot_requests import SlotRequestBatcher
+from sparkmill.services.jobmaster.slotpool.slot_requests import RequirementsDeclarer
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +114,11 @@ class JobMaster:
             self.job_id,
             self.timers,
             self,
-            # Longer than the resource manager's own timeout: its diagnostic comes first.
+            # Longer than the resource manager's own timeout for a request that waits in its
+            # line: its diagnostic comes first.
             slot_request_timeout_s=self.job_settings.slot_request_timeout_s + 1.0,
             idle_slot_timeout_s=settings.slot_idle_timeout_s,
+            why_waiting=lambda: self.slot_requests.wait_reason,
         )
         self.progress = ProgressRecorder(host.progress_store, self.job_id, runtime)
         self.results_lost_with_executor = settings.results_lost_with_executor
@@ -126,8 +128,11 @@ class JobMaster:
         self.task_submissions = TaskSubmissionBatcher(
             spawn=self.runtime.spawn, timeout_s=settings.rpc_timeout_s
         )
-        self.slot_requests = SlotRequestBatcher(
+        self.slot_requests = RequirementsDeclarer(
+            self.job_id,
             lambda: self.rm_client,
+            session_id=lambda: self.session_id,
+            timeout_ms=int(self.job_settings.slot_request_timeout_s * 1000),
             spawn=self.runtime.spawn,
             on_refused=self.slot_pool.fail_allocation,
         )
@@ -405,20 +410,11 @@ class JobMaster:
         resource_profile: ResourceProfile,
         excluded: frozenset[ResourceID] = frozenset(),
     ) -> None:
-        self.slot_requests.request(
-            resource_manager_pb2.RequestSlotRequest(
-                job_id=self.job_id,
-                allocation_id=allocation_id,
-                resource_profile=profile_to_proto(resource_profile),
-                job_master_address=self.host.identity.address,
-                timeout_ms=int(self.job_settings.slot_request_timeout_s * 1000),
-                job_master_session_id=self.session_id,
-                excluded_task_executors=sorted(excluded),
-            )
-        )
+        # Counted into the job's declared requirements (no message per request).
+        self.slot_requests.request(allocation_id, resource_profile, excluded)
 
     def cancel_slot_request_at_resource_manager(self, allocation_id: AllocationID) -> None:
-        self.slot_requests.cancel(allocation_id)
+        self.slot_requests.withdraw(allocation_id)
 
     def free_slot_at_task_executor(
         self, task_executor: TaskExecutorInfo, allocation_id: AllocationID, cause: str
@@ -443,6 +439,7 @@ class JobMaster:
             self._rm_registration.cancel()
         self.heartbeats.unmonitor("rm")
         self.slot_pool.disconnect_resource_manager()
+        self.slot_requests.reset()
         self.rm_leader = leader
         self.rm_client = None
         if leader is None:
@@ -477,9 +474,15 @@ class JobMaster:
         self.slot_requests.wait_reason = slot_wait_reason
 
     def slot_allocation_failed(self, allocation_id: str, error: common_pb2.ErrorInfo) -> None:
-        self.slot_pool.fail_allocation(
-            AllocationID(allocation_id), error_from_code(error.code, error.message, error.details)
-        )
+        cause = error_from_code(error.code, error.message, error.details)
+        if self.slot_pool.fail_allocation(AllocationID(allocation_id), cause):
+            self.slot_requests.withdraw(AllocationID(allocation_id))
+            return
+        # A declared need the resource manager could not serve in time (its own request id):
+        # the request that has waited longest fails with its diagnosis.
+        failed = self.slot_pool.fail_oldest_request(cause)
+        if failed is not None:
+            self.slot_requests.withdraw(failed)
 
     # -- task executors ---------------------------------------------------------------------
 
@@ -552,6 +555,7 @@ class JobMaster:
             ],
         )
         ids = {a.allocation_id for a in accepted}
+        self.slot_requests.received([o.allocation_id for o in offers])
         return [o for o in offers if o.allocation_id in ids]
 
     def task_executor_lost(self, resource_id: str, cause: str) -> None:

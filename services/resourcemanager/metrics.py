@@ -66,9 +66,10 @@ class ResourceManagerCollector:
             by_state.add_metric([state.value.lower()], float(counts.get(state, 0)))
         pending = gauge(
             "resource_manager_pending_slot_requests",
-            "Slot requests of JobMasters waiting for a free slot.",
+            "Slots JobMasters wait for: slot requests waiting for a free slot, and declared "
+            "needs no free slot fits.",
         )
-        pending.add_metric([], float(slots.number_pending_requests()))
+        pending.add_metric([], float(rm.waiting_slot_requests()))
         yield from (by_state, pending)
 
 

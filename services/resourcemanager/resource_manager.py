@@ -27,7 +27,6 @@ from sparkmill.common.core.errors import (
     FencingMismatchError,
     NotFoundError,
     PermissionDeniedError,
-    ResourceExhaustedError,
     RpcError,
 )
 from sparkmill.common.core.ids import (
@@ -39,9 +38,7 @@ from sparkmill.common.core.ids import (
     short,
 )
 from sparkmill.common.core.proto_convert import (
-    profile_from_proto,
     profile_to_proto,
-    refusal_to_proto,
     slot_report_from_proto,
 )
 from sparkmill.common.core.slots import SlotID
@@ -67,25 +64,25 @@ from sparkmill.common.v1.gateways import (
 )
 from sparkmill.services.resourcemanager.active_workers import ActiveWorkers, ActiveWorkerSettings
 from sparkmill.services.resourcemanager.cluster_status import cluster_status
+from sparkmill.services.resourcemanager.declared_requirements import DeclaredRequirements
 from sparkmill.services.resourcemanager.job_master_registration import JobMasterRegistration
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest
+from sparkmill.services.resourcemanager.slot_request_handlers import SlotRequestHandlers
 from sparkmill.services.resourcemanager.slot_requests import (
     START_MORE_TASK_EXECUTORS,
-    excluded_task_executors,
 )
 from sparkmill.services.resourcemanager.slot_wait import slot_wait_reason
 from sparkmill.services.resourcemanager.task_executor_registration import (
     TaskExecutorRegistration,
     WorkerRegistration,
     check_owner,
-    no_slot_large_enough,
 )
 from sparkmill.services.resourcemanager.worker_driver import WorkerDriver
 
 log = logging.getLogger(__name__)
 
 
-class ResourceManager(ResourceManagerServicer):
+class ResourceManager(SlotRequestHandlers, ResourceManagerServicer):
     def __init__(
         self,
         settings: ClusterSettings,
@@ -108,6 +105,7 @@ class ResourceManager(ResourceManagerServicer):
         self._by_instance: dict[InstanceID, ResourceID] = {}
         self.job_masters: dict[JobID, JobMasterRegistration] = {}
         self.slot_manager: SlotManager | None = None
+        self.requirements: DeclaredRequirements | None = None
         self._timers: AsyncioTimerService | None = None
         self.te_heartbeats = self._heartbeats("rm->te", self._on_task_executor_timeout)
         self.jm_heartbeats = self._heartbeats("rm->jm", self._on_job_master_timeout)
@@ -154,6 +152,8 @@ class ResourceManager(ResourceManagerServicer):
             allocation_timeout_s=self.settings.rpc_timeout_s,
             on_request_served=self.slot_request_served,
         )
+        loop = asyncio.get_running_loop()
+        self.requirements = DeclaredRequirements(self.slot_manager, loop.call_soon)
         self.session_id = session_id
         if self.worker_driver is not None:
             self.active_workers = ActiveWorkers(
@@ -175,7 +175,7 @@ class ResourceManager(ResourceManagerServicer):
             self.runtime.spawn(workers.close(), "close-workers")
         if self.slot_manager is not None:
             self.slot_manager.suspend()
-        self.slot_manager = None
+        self.slot_manager = self.requirements = None
         for resource_id in list(self.task_executors):
             self._close_task_executor(
                 resource_id, "the resource manager lost leadership", notify=False
@@ -400,7 +400,9 @@ class ResourceManager(ResourceManagerServicer):
             job_master_pb2.JobMasterHeartbeatRequest(
                 job_id=job_id,
                 sender_id=self.identity.id,
-                slot_wait_reason=slot_wait_reason(job_id, self.slot_manager, self.active_workers),
+                slot_wait_reason=slot_wait_reason(
+                    job_id, self.slot_manager, self.active_workers, self.requirements
+                ),
             ),
             timeout=self.settings.heartbeat_interval_s,
             fencing_token=record.session_id,
@@ -420,76 +422,13 @@ class ResourceManager(ResourceManagerServicer):
             return
         self.runtime.spawn(self.job_leaders.remove_job(job_id), "job-leader-untrack")
         self.jm_heartbeats.unmonitor(job_id)
+        if self.requirements is not None:
+            self.requirements.remove_job(job_id)
         if self.slot_manager is not None:
             for request in self.slot_manager.pending_requests():
                 if request.job_id == job_id:
                     self.slot_manager.unregister_slot_request(request.allocation_id)
         log.info("JobMaster of job %s closed: %s", short(job_id), cause)
-
-    # -- slot requests ---------------------------------------------------------------------------
-
-    async def request_slot(
-        self, request: resource_manager_pb2.RequestSlotRequest, context: CallContext
-    ) -> common_pb2.Empty:
-        slots = self._slots()
-        job_id = JobID(request.job_id)
-        record = self.job_masters.get(job_id)
-        if record is None:
-            raise FailedPreconditionError(
-                f"slot request {short(request.allocation_id)} refused: no JobMaster of job "
-                f"{short(job_id)} is registered (register first)"
-            )
-        if request.job_master_session_id != record.session_id:
-            raise FencingMismatchError(
-                f"slot request {short(request.allocation_id)} refused: JobMaster session "
-                f"{short(request.job_master_session_id)} is not the registered leader of job "
-                f"{short(job_id)}"
-            )
-        profile = profile_from_proto(request.resource_profile)
-        registered = (record.registration for record in self.task_executors.values())
-        unsatisfiable = no_slot_large_enough(job_id, profile, registered)
-        if unsatisfiable:
-            raise ResourceExhaustedError(unsatisfiable)
-        slots.register_slot_request(
-            SlotRequest(
-                job_id=job_id,
-                allocation_id=AllocationID(request.allocation_id),
-                resource_profile=profile,
-                job_master_address=request.job_master_address,
-                timeout_s=request.timeout_ms / 1000 if request.timeout_ms else None,
-                excluded=excluded_task_executors(request.excluded_task_executors),
-            )
-        )
-        if self.active_workers is not None:
-            self.active_workers.check_resource_needs()
-        return common_pb2.Empty()
-
-    async def cancel_slot_request(
-        self, request: resource_manager_pb2.CancelSlotRequestRequest, context: CallContext
-    ) -> common_pb2.Empty:
-        self._slots().unregister_slot_request(AllocationID(request.allocation_id))
-        return common_pb2.Empty()
-
-    async def request_slots(
-        self, request: resource_manager_pb2.RequestSlotsRequest, context: CallContext
-    ) -> resource_manager_pb2.RequestSlotsResponse:
-        self._slots()  # not leading: the whole batch is refused, as one request would be
-        reply = resource_manager_pb2.RequestSlotsResponse()
-        for one in request.requests:
-            try:
-                await self.request_slot(one, context)
-            except RpcError as exc:
-                reply.refused.add(allocation_id=one.allocation_id, error=refusal_to_proto(exc))
-        return reply
-
-    async def cancel_slot_requests(
-        self, request: resource_manager_pb2.CancelSlotRequestsRequest, context: CallContext
-    ) -> common_pb2.Empty:
-        for allocation_id in request.allocation_ids:
-            await self.cancel_slot_request(
-                resource_manager_pb2.CancelSlotRequestRequest(allocation_id=allocation_id), context
-            )
-        return common_pb2.Empty()
 
     # ResourceActions (called by the SlotManager, on the loop) ------------------------------------
 
@@ -536,6 +475,10 @@ class ResourceManager(ResourceManagerServicer):
     def notify_allocation_failure(
         self, job_id: JobID, allocation_id: AllocationID, cause: RpcError
     ) -> None:
+        if self.requirements is not None:
+            # A declared need unserved past its deadline: the JobMaster fails its oldest
+            # pending request with this diagnosis, and declares one slot fewer.
+            self.requirements.request_failed(allocation_id)
         jm = self.job_masters.get(job_id)
         if jm is None:
             return
@@ -558,7 +501,11 @@ class ResourceManager(ResourceManagerServicer):
         return workers.more_slots_advice() if workers is not None else START_MORE_TASK_EXECUTORS
 
     def waiting_slot_requests(self) -> int:
-        return self.slot_manager.number_pending_requests() if self.slot_manager else 0
+        """Slots JobMasters wait for: requests in line and declared needs no free slot fits."""
+        if self.slot_manager is None:
+            return 0
+        unmet = self.requirements.unmet() if self.requirements is not None else 0
+        return self.slot_manager.number_pending_requests() + unmet
 
     def registered_slots(self) -> int:
         return sum(self.slot_manager.slot_counts().values()) if self.slot_manager else 0
@@ -584,7 +531,7 @@ class ResourceManager(ResourceManagerServicer):
             heard = self.te_heartbeats.last_heard(resource_id)
             return 0.0 if heard is None else heard + offset
 
-        return cluster_status(
+        status = cluster_status(
             self.identity.info(is_leader=True),
             self._slots(),
             self.task_executors.values(),
@@ -592,6 +539,8 @@ class ResourceManager(ResourceManagerServicer):
             last_heartbeat_at,
             self.active_workers,
         )
+        status.pending_slot_requests = self.waiting_slot_requests()
+        return status
 
     async def get_service_info(
         self, request: common_pb2.GetServiceInfoRequest, context: CallContext

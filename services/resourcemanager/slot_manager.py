@@ -108,6 +108,12 @@ class SlotManager:
         self._allocated: dict[AllocationID, TrackedSlot] = {}
         self._counts: dict[SlotState, int] = dict.fromkeys(SlotState, 0)
         self._free_by_profile: dict[ResourceProfile, int] = {}  # only counts > 0
+        # Told when a request is served (its slot now holds its allocation id) and when a
+        # slot's allocation ends (freed, lost, replaced): the declared requirements follow both.
+        # Called in the middle of the bookkeeping: they must not call back into it.
+        self.on_request_absorbed: Callable[[AllocationID], None] | None = None
+        self.on_allocation_ended: Callable[[AllocationID], None] | None = None
+        self.on_slot_free: Callable[[], None] | None = None
 
     # ---------------------------------------------------------------- task executors
 
@@ -311,6 +317,13 @@ class SlotManager:
         """Requests waiting for a slot (attempts in flight are ``slot_counts()[PENDING]``)."""
         return len(self._waiting)
 
+    def has_free_slot(
+        self, profile: ResourceProfile, excluded: frozenset[ResourceID] = frozenset()
+    ) -> bool:
+        """Whether a request for ``profile``, on none of the ``excluded`` task executors, would
+        get a slot at once."""
+        return self._find_slot(profile, None, excluded) is not None
+
     def pending_requests(self) -> list[SlotRequest]:
         """The waiting requests, in the order they will be served."""
         return [entry.request for entry in self._waiting.values()]
@@ -455,6 +468,8 @@ class SlotManager:
         entry.live = False
         if self._waiting.pop(allocation_id, None) is not None:
             self._timers.cancel(self._key("request", allocation_id))
+        if self.on_request_absorbed is not None:
+            self.on_request_absorbed(allocation_id)
         if self._on_request_served is not None:
             waited = self._timers.now() - entry.deadline + self._timeout_of(entry.request)
             self._on_request_served(waited)
@@ -539,6 +554,8 @@ class SlotManager:
     def _add_free(self, te: TrackedTaskExecutor, slot: TrackedSlot) -> None:
         te.free.setdefault(slot.profile, {})[slot.slot_id] = slot
         self._count_free_profile(slot.profile, +1)
+        if self.on_slot_free is not None:
+            self.on_slot_free()
 
     def _count_free_profile(self, profile: ResourceProfile, delta: int) -> None:
         count = self._free_by_profile.get(profile, 0) + delta
@@ -558,9 +575,12 @@ class SlotManager:
         self._allocated[allocation_id] = slot
 
     def _unassign(self, slot: TrackedSlot) -> None:
-        if slot.allocation_id is not None and self._allocated.get(slot.allocation_id) is slot:
-            del self._allocated[slot.allocation_id]
+        ended = slot.allocation_id
+        if ended is not None and self._allocated.get(ended) is slot:
+            del self._allocated[ended]
         slot.allocation_id = slot.job_id = slot.origin = None
+        if ended is not None and self.on_allocation_ended is not None:
+            self.on_allocation_ended(ended)
 
 
 # The request, state and action types are part of the slot manager's interface.

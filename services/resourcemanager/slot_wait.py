@@ -11,17 +11,24 @@ from __future__ import annotations
 
 from sparkmill.common.core.ids import JobID
 from sparkmill.services.resourcemanager.active_workers import ActiveWorkers
+from sparkmill.services.resourcemanager.declared_requirements import DeclaredRequirements
 from sparkmill.services.resourcemanager.slot_manager import SlotManager
 from sparkmill.services.resourcemanager.task_executor_slots import SlotState
 
 
 def slot_wait_reason(
-    job_id: JobID, slots: SlotManager | None, workers: ActiveWorkers | None
+    job_id: JobID,
+    slots: SlotManager | None,
+    workers: ActiveWorkers | None,
+    declared: DeclaredRequirements | None = None,
 ) -> str:
-    """``"waiting for N slot(s): why"`` for the job's waiting requests, or ``""``."""
+    """``"waiting for N slot(s): why"`` for the job's waiting requests and its declared needs
+    no free slot fits, or ``""``."""
     if slots is None:
         return ""
     waiting = sum(1 for request in slots.pending_requests() if request.job_id == job_id)
+    if declared is not None:
+        waiting += declared.unmet(job_id)
     if not waiting:
         return ""
     why = workers.wait_reason() if workers is not None else ""

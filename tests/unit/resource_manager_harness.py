@@ -3,6 +3,7 @@ a stand-in for what the metrics collector reads of one."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -14,6 +15,7 @@ from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.runtime.timers import ManualTimerService
 from sparkmill.common.v1 import common_pb2, envelope_pb2, resource_manager_pb2
 from sparkmill.services.resourcemanager.active_workers import ActiveWorkers
+from sparkmill.services.resourcemanager.declared_requirements import DeclaredRequirements
 from sparkmill.services.resourcemanager.metrics import ResourceManagerCollector
 from sparkmill.services.resourcemanager.resource_manager import ResourceManager
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotState
@@ -47,6 +49,7 @@ def leading_resource_manager() -> ResourceManager:
     )
     rm.session_id = "leader-session"
     rm.slot_manager = SlotManager(ManualTimerService(), rm, 30.0, 60.0)
+    rm.requirements = DeclaredRequirements(rm.slot_manager, asyncio.get_running_loop().call_soon)
     return rm
 
 
@@ -94,6 +97,10 @@ class TestingResourceManagerState:
     te_heartbeats: TestingHeartbeats = field(default_factory=TestingHeartbeats)
     jm_heartbeats: TestingHeartbeats = field(default_factory=TestingHeartbeats)
     slot_manager: SlotManager | TestingSlotView | None = None
+
+    def waiting_slot_requests(self) -> int:
+        """What the resource manager reports as waiting (no declared needs here)."""
+        return self.slot_manager.number_pending_requests() if self.slot_manager else 0
 
     def collector(self) -> ResourceManagerCollector:
         """A collector that reads this state in place of a ResourceManager's."""

@@ -326,6 +326,38 @@ def test_request_timeout_fails_future_with_descriptive_error_and_cancels_at_rm()
     run(scenario)
 
 
+def test_a_timed_out_request_carries_the_resource_managers_last_word() -> None:
+    async def main() -> None:
+        why = ["waiting for 1 slot(s): no free slot fits: 0 task executor(s) with 0 slot(s)"]
+        timers = ManualTimerService()
+        pool = SlotPool(
+            new_job_id(),
+            timers,
+            RecordingActions(),
+            REQUEST_TIMEOUT,
+            IDLE_TIMEOUT,
+            why_waiting=lambda: why[0],
+        )
+        pool.connect_to_resource_manager()
+        request = pool.request_slot(SMALL)
+        timers.advance(REQUEST_TIMEOUT)
+        assert f"did not provide one ({why[0]})" in str(request.future.exception())
+
+    asyncio.run(main())
+
+
+def test_the_resource_managers_failure_of_a_need_fails_the_oldest_waiting_request() -> None:
+    async def scenario(h: Harness) -> None:
+        first, second = h.pool.request_slot(SMALL), h.pool.request_slot(SMALL)
+        cause = ResourceExhaustedError("no slot within 300s: 0 free")
+        assert h.pool.fail_oldest_request(cause) == first.allocation_id
+        assert first.future.exception() is cause and not second.future.done()
+        assert h.pool.fail_oldest_request(cause) == second.allocation_id
+        assert h.pool.fail_oldest_request(cause) is None
+
+    run(scenario)
+
+
 def test_request_timeout_without_rm_says_so() -> None:
     async def scenario(h: Harness) -> None:
         request = h.pool.request_slot(SMALL)

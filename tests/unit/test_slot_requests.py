@@ -1,147 +1,208 @@
-"""SlotRequestBatcher: one RequestSlots / CancelSlotRequests per loop turn, in order."""
+"""RequirementsDeclarer: the job's waiting slot requests declared as counts, one declaration in
+flight, at most one per loop turn."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
+
 from sparkmill.common.core.errors import RpcError, UnavailableError
-from sparkmill.common.core.ids import AllocationID
+from sparkmill.common.core.ids import AllocationID, JobID, ResourceID, new_job_id
+from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
-from sparkmill.services.jobmaster.slotpool.slot_requests import MAX_BATCH, SlotRequestBatcher
+from sparkmill.services.jobmaster.slotpool import slot_requests
+from sparkmill.services.jobmaster.slotpool.slot_requests import RequirementsDeclarer
+
+BIG = ResourceProfile(8.0, 8192)
 
 
 class TestingResourceManager:
-    """Records what reaches it; refuses allocation ids it is told to."""
+    """Records the declarations that reach it (as plain tuples); refuses entries of a profile
+    it is told to, fails while ``down``, answers only once ``answer`` is set."""
 
     __test__ = False
 
-    def __init__(self, refuse: set[str] | None = None, down: bool = False) -> None:
-        self.calls: list[tuple[str, list[str]]] = []
-        self.refuse = refuse or set()
-        self.down = down
+    def __init__(self, refuse_cpu: float | None = None) -> None:
+        self.declarations: list[resource_manager_pb2.DeclareRequiredResourcesRequest] = []
+        self.refuse_cpu = refuse_cpu
+        self.down = False
+        self.answer = asyncio.Event()
+        self.answer.set()
 
-    async def request_slots(self, request: Any) -> Any:
-        ids = [r.allocation_id for r in request.requests]
-        self.calls.append(("request", ids))
+    async def declare_required_resources(self, request: Any) -> Any:
+        await self.answer.wait()
         if self.down:
             raise UnavailableError("resource manager unreachable")
-        reply = resource_manager_pb2.RequestSlotsResponse()
-        for aid in ids:
-            if aid in self.refuse:
+        self.declarations.append(request)
+        reply = resource_manager_pb2.DeclareRequiredResourcesResponse()
+        for index, requirement in enumerate(request.requirements):
+            if requirement.resource_profile.cpu_cores == self.refuse_cpu:
                 reply.refused.add(
-                    allocation_id=aid,
+                    index=index,
                     error=common_pb2.ErrorInfo(
                         code=common_pb2.RESOURCE_EXHAUSTED, message="no such slot anywhere"
                     ),
                 )
         return reply
 
-    async def cancel_slot_requests(self, request: Any) -> Any:
-        self.calls.append(("cancel", list(request.allocation_ids)))
-        return common_pb2.Empty()
+    def pictures(self) -> list[list[tuple[float, int, tuple[str, ...]]]]:
+        return [
+            sorted(
+                (r.resource_profile.cpu_cores, r.count, tuple(r.excluded_task_executors))
+                for r in d.requirements
+            )
+            for d in self.declarations
+        ]
 
 
-def drive(rm: TestingResourceManager, script: Any) -> list[tuple[str, RpcError]]:
+Script = Callable[[RequirementsDeclarer], Awaitable[None]]
+
+
+def drive(rm: TestingResourceManager, script: Script) -> list[tuple[str, RpcError]]:
     refused: list[tuple[str, RpcError]] = []
 
     async def main() -> None:
         tasks: list[asyncio.Task[None]] = []
-        batcher = SlotRequestBatcher(
+        declarer = RequirementsDeclarer(
+            JobID(new_job_id()),
             lambda: rm,  # type: ignore[arg-type,return-value]
+            session_id=lambda: "0" * 32,
+            timeout_ms=1000,
             spawn=lambda coro, name: tasks.append(asyncio.create_task(coro)),
             on_refused=lambda aid, exc: refused.append((aid, exc)),
         )
-        await script(batcher)
-        await asyncio.sleep(0)
+        await script(declarer)
+        await asyncio.sleep(0.01)
         await asyncio.gather(*tasks)
 
     asyncio.run(main())
     return refused
 
 
-def request(aid: str) -> resource_manager_pb2.RequestSlotRequest:
-    return resource_manager_pb2.RequestSlotRequest(job_id="j", allocation_id=aid)
+def aid(name: str) -> AllocationID:
+    return AllocationID(name)
 
 
-def test_one_turns_requests_go_out_as_one_rpc_and_a_withdrawn_one_never_leaves() -> None:
+def test_one_turns_changes_go_out_as_one_declaration_of_counts() -> None:
     rm = TestingResourceManager()
 
-    async def script(batcher: SlotRequestBatcher) -> None:
-        for aid in ("a", "b", "c"):
-            batcher.request(request(aid))
-        batcher.cancel(AllocationID("b"))  # fulfilled by a reused slot within the same turn
+    async def script(d: RequirementsDeclarer) -> None:
+        for name in ("a", "b", "c"):
+            d.request(aid(name), UNKNOWN_PROFILE, frozenset())
+        d.request(aid("x"), UNKNOWN_PROFILE, frozenset({ResourceID("te-1")}))
+        d.withdraw(aid("b"))  # served by a reused slot within the same turn
         await asyncio.sleep(0.01)
-        batcher.cancel(AllocationID("a"))  # sent already: cancelled at the RM
-        batcher.cancel(AllocationID("c"))
-        batcher.request(request("d"))
+        d.withdraw(aid("a"))
+        d.withdraw(aid("c"))
+        d.received(["f" * 32])
 
     assert drive(rm, script) == []
-    assert rm.calls == [("request", ["a", "c"]), ("request", ["d"]), ("cancel", ["a", "c"])]
+    assert rm.pictures() == [[(0.0, 1, ("te-1",)), (0.0, 2, ())], [(0.0, 1, ("te-1",))]]
+    assert [d.version for d in rm.declarations] == [1, 2]
+    assert list(rm.declarations[1].received_allocation_ids) == ["f" * 32]
+    assert rm.declarations[0].timeout_ms == 1000
 
 
-def test_refusals_reach_their_own_requests_and_a_failed_rpc_fails_the_whole_batch() -> None:
-    rm = TestingResourceManager(refuse={"y"})
+def test_what_changes_while_a_declaration_is_unanswered_goes_out_after_it_as_one() -> None:
+    rm = TestingResourceManager()
 
-    async def script(batcher: SlotRequestBatcher) -> None:
-        batcher.request(request("x"))
-        batcher.request(request("y"))
-
-    refused = drive(rm, script)
-    assert [(aid, type(exc).__name__) for aid, exc in refused] == [("y", "ResourceExhaustedError")]
-    assert "no such slot anywhere" in str(refused[0][1])
-
-    down = TestingResourceManager(down=True)
-    refused = drive(down, script)
-    assert [aid for aid, _ in refused] == ["x", "y"]
-    assert all(isinstance(exc, UnavailableError) for _, exc in refused)
-
-
-class SlowResourceManager(TestingResourceManager):
-    """Answers a RequestSlots only when the test says so."""
-
-    __test__ = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.answer = asyncio.Event()
-
-    async def request_slots(self, request: Any) -> Any:
-        reply = await super().request_slots(request)
-        await self.answer.wait()
-        return reply
-
-
-def test_what_is_asked_while_a_batch_is_unanswered_goes_out_after_it_in_one_batch() -> None:
-    rm = SlowResourceManager()
-
-    async def script(batcher: SlotRequestBatcher) -> None:
-        batcher.request(request("a"))
-        batcher.request(request("b"))
+    async def script(d: RequirementsDeclarer) -> None:
+        rm.answer.clear()
+        d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
         await asyncio.sleep(0.01)
-        for aid in ("c", "d", "e"):  # three turns while the first batch is unanswered
-            batcher.request(request(aid))
+        for name in ("b", "c", "d"):  # three turns while the first is unanswered
+            d.request(aid(name), UNKNOWN_PROFILE, frozenset())
             await asyncio.sleep(0)
-        batcher.cancel(AllocationID("a"))  # sent already: cancelled after the reply
-        batcher.cancel(AllocationID("d"))  # still here: never sent
-        await asyncio.sleep(0.01)
-        assert rm.calls == [("request", ["a", "b"])]
+        d.withdraw(aid("a"))
+        assert rm.declarations == []
         rm.answer.set()
         await asyncio.sleep(0.01)
 
-    assert drive(rm, script) == []
-    assert rm.calls == [("request", ["a", "b"]), ("request", ["c", "e"]), ("cancel", ["a"])]
+    drive(rm, script)
+    assert rm.pictures() == [[(0.0, 1, ())], [(0.0, 3, ())]]
 
 
-def test_a_burst_larger_than_a_batch_goes_out_one_batch_at_a_time_in_order() -> None:
+def test_a_refused_entry_fails_the_requests_waiting_for_it_and_leaves_the_picture() -> None:
+    rm = TestingResourceManager(refuse_cpu=8.0)
+
+    async def script(d: RequirementsDeclarer) -> None:
+        d.request(aid("small"), UNKNOWN_PROFILE, frozenset())
+        d.request(aid("big-1"), BIG, frozenset())
+        d.request(aid("big-2"), BIG, frozenset())
+        await asyncio.sleep(0.01)
+        assert d.waiting() == 1
+
+    refused = drive(rm, script)
+    assert sorted(a for a, _ in refused) == ["big-1", "big-2"]
+    assert "no such slot anywhere" in str(refused[0][1])
+    assert rm.pictures() == [[(0.0, 1, ()), (8.0, 2, ())], [(0.0, 1, ())]]
+
+
+def test_an_undelivered_declaration_is_sent_again_with_its_acknowledgements(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     rm = TestingResourceManager()
-    ids = [f"r{i}" for i in range(MAX_BATCH * 2 + 1)]
+    monkeypatch.setattr(slot_requests, "RETRY_DELAY_S", 0.02)
 
-    async def script(batcher: SlotRequestBatcher) -> None:
-        for aid in ids:
-            batcher.request(request(aid))
+    async def script(d: RequirementsDeclarer) -> None:
+        rm.down = True
+        d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
+        d.received(["e" * 32])
+        await asyncio.sleep(0.01)
+        assert rm.declarations == []
+        rm.down = False
+        await asyncio.sleep(0.1)
+
+    assert drive(rm, script) == []
+    assert rm.pictures() == [[(0.0, 1, ())]]
+    assert list(rm.declarations[0].received_allocation_ids) == ["e" * 32]
+
+
+def test_a_reset_forgets_the_picture_and_counts_each_request_once() -> None:
+    rm = TestingResourceManager()
+
+    async def script(d: RequirementsDeclarer) -> None:
+        d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
+        d.request(aid("a"), UNKNOWN_PROFILE, frozenset())  # counted once
+        await asyncio.sleep(0.01)
+        d.reset()
+        assert d.waiting() == 0
+        d.withdraw(aid("a"))  # unknown by now: nothing to send
         await asyncio.sleep(0.01)
 
-    assert drive(rm, script) == []
-    assert [len(sent) for _, sent in rm.calls] == [MAX_BATCH, MAX_BATCH, 1]
-    assert [aid for _, sent in rm.calls for aid in sent] == ids
+    drive(rm, script)
+    assert rm.pictures() == [[(0.0, 1, ())]]
+
+
+def test_after_a_reset_the_new_picture_does_not_wait_for_the_old_leaders_answer() -> None:
+    old, new = TestingResourceManager(), TestingResourceManager()
+    connected = [old]
+    refused: list[str] = []
+
+    async def main() -> None:
+        tasks: list[asyncio.Task[None]] = []
+        d = RequirementsDeclarer(
+            JobID(new_job_id()),
+            lambda: connected[0],  # type: ignore[arg-type,return-value]
+            session_id=lambda: "0" * 32,
+            timeout_ms=1000,
+            spawn=lambda coro, name: tasks.append(asyncio.create_task(coro)),
+            on_refused=lambda aid, exc: refused.append(aid),
+        )
+        old.answer.clear()  # the old leader never answers in time
+        old.refuse_cpu = 0.0  # and would refuse everything if it did
+        d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
+        await asyncio.sleep(0.01)
+        d.reset()
+        connected[0] = new
+        d.request(aid("a"), UNKNOWN_PROFILE, frozenset())  # the pool re-sends its requests
+        await asyncio.sleep(0.01)
+        assert new.pictures() == [[(0.0, 1, ())]]
+        old.answer.set()  # its late answer changes nothing
+        await asyncio.gather(*tasks)
+        assert refused == [] and d.waiting() == 1
+
+    asyncio.run(main())

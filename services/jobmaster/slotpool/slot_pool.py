@@ -3,7 +3,9 @@
 The :class:`SlotPool` tracks three things for one job:
 
 * **pending requests** - slots the scheduler asked for and has not received yet, in request
-  order. Each has an allocation id under which it is requested at the resource manager (RM).
+  order. Each is counted into the job's declared requirements at the resource manager (RM)
+  under its resource profile and excluded task executors; the allocation id it gets here names
+  it within the pool only.
 * **allocated slots** - slots handed to the scheduler, i.e. in use by a task.
 * **available slots** - slots the pool still holds but nobody uses (idle). They serve the next
   matching request at once and are given back to their task executor (TE) after
@@ -14,11 +16,11 @@ slot for this job, and the TE offers it to the job master. Offers are matched li
 
 1. an offer for a slot the pool already holds (same TE and slot index) is accepted again,
    without any change: re-offering is idempotent;
-2. an offer whose allocation id equals a pending request's fulfils exactly that request, since
-   the RM reserved that slot for it;
-3. any other offer (its request was cancelled or timed out, or the TE re-offers after a
-   reconnect) fulfils the *oldest* pending request whose profile it can serve, and that request
-   is cancelled at the RM, which would otherwise reserve a second slot for it;
+2. an offer whose allocation id equals a pending request's fulfils exactly that request (the
+   per-request protocol of older versions, where the RM reserved a slot under the request's
+   own id; with declared requirements the RM names its allocations itself);
+3. any other offer fulfils the *oldest* pending request whose profile it can serve, and that
+   request leaves the declared requirements (its need is met);
 4. an offer that no pending request needs is **rejected**, so the TE frees it at once. The pool
    only keeps slots it asked for: holding an unrequested slot idle would only delay returning
    it to the cluster.
@@ -27,8 +29,8 @@ Within a profile, pending requests are always fulfilled oldest first - by offers
 the scheduler returns through :meth:`SlotPool.release_slot` alike. The only exception is rule 2,
 which hands a slot to the very request it was reserved for.
 
-A request's ``allocation_id`` names its RM request; the slot it finally gets may carry another
-allocation id (rules 3 and slot reuse), so callers must release ``future.result().allocation_id``.
+A request's ``allocation_id`` names it in the pool; the slot it finally gets carries the RM's
+allocation id (rule 3, and slot reuse), so callers must release ``future.result().allocation_id``.
 
 The pool belongs to the job master's event loop: it is not thread-safe, does no I/O itself and
 talks to the outside world only through :class:`SlotPoolActions`. Actions are called after the
@@ -41,8 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import ParamSpec, Protocol
+from typing import ParamSpec
 
 from sparkmill.common.core.errors import (
     DeadlineExceededError,
@@ -53,87 +54,17 @@ from sparkmill.common.core.errors import (
 from sparkmill.common.core.ids import AllocationID, JobID, ResourceID, new_allocation_id, short
 from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.runtime.timers import TimerService
+from sparkmill.services.jobmaster.slotpool.slot_types import (
+    PendingSlotRequest,
+    PhysicalSlot,
+    SlotOffer,
+    SlotPoolActions,
+    TaskExecutorInfo,
+)
 
 log = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
-
-
-@dataclass(frozen=True, slots=True)
-class SlotOffer:
-    """A slot a task executor reserved for the job and offers to its job master."""
-
-    allocation_id: AllocationID
-    slot_index: int
-    resource_profile: ResourceProfile
-
-
-@dataclass(frozen=True, slots=True)
-class TaskExecutorInfo:
-    """Where a slot lives: the task executor's id and RPC address."""
-
-    resource_id: ResourceID
-    address: str
-
-
-@dataclass(slots=True)
-class PhysicalSlot:
-    """A slot held by the pool: one slot of one task executor, reserved for this job."""
-
-    allocation_id: AllocationID
-    task_executor: TaskExecutorInfo
-    slot_index: int
-    resource_profile: ResourceProfile
-
-
-@dataclass(frozen=True, eq=False, slots=True)
-class PendingSlotRequest:
-    """The scheduler's handle on one slot request.
-
-    ``allocation_id`` is the id the slot was requested under at the RM (or the reused slot's id
-    when an available slot served the request at once). ``future`` resolves to the granted
-    slot, or fails with the reason the request could not be served. Cancelling the future
-    withdraws the request.
-    """
-
-    allocation_id: AllocationID
-    resource_profile: ResourceProfile
-    requested_at: float
-    future: asyncio.Future[PhysicalSlot]
-    # Task executors whose slots must not serve it (a speculative attempt avoids those of
-    # its subtask's other attempts); the pool's blocklist applies to every request besides.
-    excluded: frozenset[ResourceID] = frozenset()
-
-
-class SlotPoolActions(Protocol):
-    """The pool's outgoing calls; implementations send RPCs or notify the scheduler.
-
-    They are fire-and-forget: they must not block and should not raise.
-    """
-
-    def request_slot_from_resource_manager(
-        self,
-        allocation_id: AllocationID,
-        resource_profile: ResourceProfile,
-        excluded: frozenset[ResourceID] = frozenset(),
-    ) -> None:
-        """Ask the RM to reserve a slot for this job under ``allocation_id``, on none of the
-        ``excluded`` task executors."""
-        ...
-
-    def cancel_slot_request_at_resource_manager(self, allocation_id: AllocationID) -> None:
-        """Withdraw a request sent earlier with ``request_slot_from_resource_manager``."""
-        ...
-
-    def free_slot_at_task_executor(
-        self, task_executor: TaskExecutorInfo, allocation_id: AllocationID, cause: str
-    ) -> None:
-        """Give a slot the pool no longer wants back to its task executor."""
-        ...
-
-    def slot_lost(self, slot: PhysicalSlot, cause: BaseException) -> None:
-        """An in-use slot is gone: the scheduler must fail the task running in it."""
-        ...
 
 
 class SlotPool:
@@ -146,7 +77,10 @@ class SlotPool:
         actions: SlotPoolActions,
         slot_request_timeout_s: float,
         idle_slot_timeout_s: float,
+        why_waiting: Callable[[], str] | None = None,
     ) -> None:
+        """``why_waiting``: what the resource manager last said about the job's wait, for the
+        message of a request that timed out."""
         if slot_request_timeout_s <= 0:
             raise ValueError(f"slot_request_timeout_s must be positive: {slot_request_timeout_s}")
         if idle_slot_timeout_s <= 0:
@@ -156,6 +90,7 @@ class SlotPool:
         self._actions = actions
         self._request_timeout_s = slot_request_timeout_s
         self._idle_timeout_s = idle_slot_timeout_s
+        self._why_waiting = why_waiting
         # Timer keys carry a private token: the timer service may be shared with other pools.
         self._token = object()
         # Insertion order is request order.
@@ -245,6 +180,16 @@ class SlotPool:
         )
         _fail(request.future, cause)
         return True
+
+    def fail_oldest_request(self, cause: RpcError) -> AllocationID | None:
+        """The RM could not serve one of the job's declared needs in time: fail the request
+        that has waited longest with its diagnosis. Returns its allocation id (None if no
+        request waits)."""
+        oldest = next((r for r in self._pending.values() if not r.future.done()), None)
+        if oldest is None:
+            return None
+        self.fail_allocation(oldest.allocation_id, cause)
+        return oldest.allocation_id
 
     def is_blocked(self, resource_id: ResourceID) -> bool:
         return resource_id in self._blocked
@@ -584,11 +529,10 @@ class SlotPool:
         if request is None or request.future.done():
             return
         waited = self._timers.now() - request.requested_at
-        reason = (
-            "the resource manager did not provide one"
-            if self._rm_connected
-            else "no resource manager is connected"
-        )
+        reason = "no resource manager is connected"
+        if self._rm_connected:
+            why = self._why_waiting() if self._why_waiting is not None else ""
+            reason = "the resource manager did not provide one" + (f" ({why})" if why else "")
         error = DeadlineExceededError(
             f"could not obtain a slot with {request.resource_profile} for job {self._job_id} "
             f"within {waited:g}s: {reason}"
@@ -633,3 +577,14 @@ def _fail(future: asyncio.Future[PhysicalSlot], cause: BaseException) -> None:
         future.cancel()
     else:
         future.set_exception(cause)
+
+
+# The pool's vocabulary lives in slot_types.py; importing it from here keeps working.
+__all__ = [
+    "PendingSlotRequest",
+    "PhysicalSlot",
+    "SlotOffer",
+    "SlotPool",
+    "SlotPoolActions",
+    "TaskExecutorInfo",
+]

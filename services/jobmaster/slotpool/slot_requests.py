@@ -1,17 +1,23 @@
-"""Slot requests and their cancellations to the resource manager, batched per loop turn.
+"""The job's slot needs, declared to the resource manager (Flink's declarative slot protocol,
+FLIP-138).
 
-The SlotPool asks for one slot per subtask and cancels a request as soon as a reused slot
-fulfilled it. Sent one RPC each, a job of N subtasks on S slots costs the JobMaster and the
-resource manager about 2 N round trips, almost all of them for requests that slot reuse
-serves anyway. Everything asked within one turn of the event loop goes out as one
-``RequestSlots`` (and one ``CancelSlotRequests``) instead, and a request cancelled before its
-batch left is never sent at all. (Flink's declarative slot protocol goes further and sends only
-the number of slots wanted per resource profile.)
+The SlotPool asks for one slot per subtask and withdraws a request as soon as a reused slot
+served it. Sent as one request and one cancellation each, a job of N subtasks on S slots cost
+the JobMaster and the resource manager about 2 N messages, almost all of them for requests that
+slot reuse serves anyway. Instead, :class:`RequirementsDeclarer` keeps a count of the waiting
+requests per resource profile and set of excluded task executors, and sends the whole picture
+(``DeclareRequiredResources``) when it changed: at most once per turn of the event loop and
+never while the previous declaration is unanswered, so a burst of changes costs one message.
 
-At most one batch of each kind is in flight: what is asked while the resource manager has not
-answered the previous batch waits and goes out in the next one. A 10,000-source job's requests
-otherwise left as twenty batches at once, and on a busy machine the last ones waited behind the
-others at the resource manager past their RPC deadline, which failed their subtasks.
+A declaration is complete and versioned: it replaces the previous one, the resource manager
+ignores one that arrives after a newer one, and after a reconnection the pool's re-sent
+requests make the first declaration to the new leader. It also acknowledges the allocations
+offered to the job since the previous declaration (``received_allocation_ids``): until then
+the resource manager counts them as on their way and asks for no other slot in their stead.
+
+Failures: an entry the resource manager refuses (no task executor could ever serve its
+profile) fails the requests waiting for it; a declaration that could not be delivered is sent
+again after :data:`RETRY_DELAY_S` while a resource manager is connected (it is idempotent).
 """
 
 from __future__ import annotations
@@ -20,118 +26,187 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
-from sparkmill.common.core.errors import RpcError
-from sparkmill.common.core.ids import AllocationID, short
-from sparkmill.common.core.proto_convert import error_from_proto
+from sparkmill.common.core.errors import FailedPreconditionError, FencingMismatchError, RpcError
+from sparkmill.common.core.ids import AllocationID, JobID, ResourceID, short
+from sparkmill.common.core.proto_convert import error_from_proto, profile_to_proto
+from sparkmill.common.core.resources import ResourceProfile
 from sparkmill.common.v1 import resource_manager_pb2
 from sparkmill.common.v1.gateways import ResourceManagerClient
 
 log = logging.getLogger(__name__)
 
-# Requests per RPC: far below rpc.max-control-message-size, and a batch the resource manager
-# answers within the RPC deadline even on a loaded machine (about 0.2 ms of CPU per request).
-MAX_BATCH = 500
+# A declaration that could not be delivered (the resource manager is busy or restarting) is
+# sent again after this long, unless a newer one left meanwhile.
+RETRY_DELAY_S = 1.0
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], object]
 RefusalListener = Callable[[AllocationID, RpcError], object]
 
 
-class SlotRequestBatcher:
-    """Buffers slot requests and cancellations and sends them once per event-loop turn."""
+@dataclass(frozen=True, slots=True)
+class _Key:
+    profile: ResourceProfile
+    excluded: frozenset[ResourceID]
+
+
+class RequirementsDeclarer:
+    """Counts the job's waiting slot requests and declares them; see the module docstring."""
 
     def __init__(
         self,
+        job_id: JobID,
         client: Callable[[], ResourceManagerClient | None],
         *,
+        session_id: Callable[[], str],
+        timeout_ms: int,
         spawn: Spawn,
         on_refused: RefusalListener,
     ) -> None:
+        self._job_id = job_id
         self._client = client
+        self._session_id = session_id
+        self._timeout_ms = timeout_ms
         self._spawn = spawn
         self._on_refused = on_refused
-        self._requests: dict[str, resource_manager_pb2.RequestSlotRequest] = {}
-        self._cancels: list[str] = []
+        self._key_of: dict[AllocationID, _Key] = {}
+        self._counts: dict[_Key, int] = {}
+        self._received: list[str] = []
+        self._versions = itertools.count(1)
+        self._dirty = False
         self._flush_scheduled = False
-        self._in_flight = 0  # RPCs of the last flush not answered yet
-        self.rpcs_sent = 0
-        self.requests_withdrawn_unsent = 0
+        self._in_flight = False
+        self._retry: asyncio.TimerHandle | None = None
+        # Bumped by reset(): an answer to a declaration sent before it is ignored.
+        self._generation = 0
+        self.declarations_sent = 0
         # Why the resource manager has not served some of them yet (its last heartbeat said).
         self.wait_reason = ""
 
-    def request(self, message: resource_manager_pb2.RequestSlotRequest) -> None:
-        self._requests[message.allocation_id] = message
-        self._schedule_flush()
+    # ------------------------------------------------------------------ the pool's side
 
-    def cancel(self, allocation_id: AllocationID) -> None:
-        if self._requests.pop(allocation_id, None) is not None:
-            self.requests_withdrawn_unsent += 1  # never left this process: nothing to cancel
+    def request(
+        self, allocation_id: AllocationID, profile: ResourceProfile, excluded: frozenset[ResourceID]
+    ) -> None:
+        """A pending request waits for a slot: count it."""
+        if allocation_id in self._key_of:
             return
-        self._cancels.append(allocation_id)
-        self._schedule_flush()
+        key = _Key(profile, excluded)
+        self._key_of[allocation_id] = key
+        self._counts[key] = self._counts.get(key, 0) + 1
+        self._changed()
 
-    def _schedule_flush(self) -> None:
+    def withdraw(self, allocation_id: AllocationID) -> None:
+        """The request waits no more (served, withdrawn, failed or timed out)."""
+        key = self._key_of.pop(allocation_id, None)
+        if key is None:
+            return
+        left = self._counts[key] - 1
+        if left:
+            self._counts[key] = left
+        else:
+            del self._counts[key]
+        self._changed()
+
+    def received(self, allocation_ids: list[str]) -> None:
+        """Slots were offered to the job (taken or rejected): acknowledge them."""
+        if allocation_ids:
+            self._received.extend(allocation_ids)
+            self._changed()
+
+    def reset(self) -> None:
+        """The resource manager connection is gone: the next one starts from the pool's
+        re-sent requests."""
+        self._key_of.clear()
+        self._counts.clear()
+        self._received.clear()
+        self._dirty = False
+        self._in_flight = False
+        self._generation += 1
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+
+    def waiting(self) -> int:
+        """Slots the last picture asks for."""
+        return sum(self._counts.values())
+
+    # ------------------------------------------------------------------ sending
+
+    def _changed(self) -> None:
+        self._dirty = True
         if not self._flush_scheduled and not self._in_flight:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
-    def _sent(self) -> None:
-        self._in_flight -= 1
-        if not self._in_flight and (self._requests or self._cancels):
-            self._schedule_flush()
-
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if not self._dirty or self._in_flight:
+            return
         client = self._client()
         if client is None:
-            # Not connected to a resource manager: the pool asks again once it is.
-            self._requests, self._cancels = {}, []
-            return
-        # One batch of each per flush, the rest after the answers (see the module docstring).
-        requests = list(itertools.islice(self._requests.values(), MAX_BATCH))
-        for message in requests:
-            del self._requests[message.allocation_id]
-        cancels, self._cancels = self._cancels[:MAX_BATCH], self._cancels[MAX_BATCH:]
-        # Requests first: a cancellation never overtakes the request it withdraws.
-        if requests:
-            self._in_flight += 1
-            self._spawn(self._send_requests(client, requests), "rs")
-        if cancels:
-            self._in_flight += 1
-            self._spawn(self._send_cancels(client, cancels), "cs")
+            return  # not connected: the pool asks again once it is
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        self._dirty = False
+        keys = list(self._counts.items())
+        message = resource_manager_pb2.DeclareRequiredResourcesRequest(
+            job_id=self._job_id,
+            job_master_session_id=self._session_id(),
+            version=next(self._versions),
+            received_allocation_ids=self._received,
+            timeout_ms=self._timeout_ms,
+        )
+        for key, count in keys:
+            message.requirements.add(
+                resource_profile=profile_to_proto(key.profile),
+                count=count,
+                excluded_task_executors=sorted(key.excluded),
+            )
+        received, self._received = self._received, []
+        self._in_flight = True
+        call = self._send(client, message, [key for key, _ in keys], received, self._generation)
+        self._spawn(call, "declare")
 
-    async def _send_requests(
+    async def _send(
         self,
         client: ResourceManagerClient,
-        batch: list[resource_manager_pb2.RequestSlotRequest],
+        message: resource_manager_pb2.DeclareRequiredResourcesRequest,
+        keys: list[_Key],
+        received: list[str],
+        generation: int,
     ) -> None:
-        self.rpcs_sent += 1
+        self.declarations_sent += 1
         try:
-            reply = await client.request_slots(
-                resource_manager_pb2.RequestSlotsRequest(requests=batch)
-            )
+            reply = await client.declare_required_resources(message)
         except RpcError as exc:
-            for message in batch:
-                self._on_refused(AllocationID(message.allocation_id), exc)
+            if generation != self._generation:
+                return  # another resource manager by now: the pool declares to it afresh
+            self._in_flight = False
+            self._received[:0] = received  # not delivered: acknowledge them next time
+            level = logging.INFO
+            if isinstance(exc, FencingMismatchError | FailedPreconditionError):
+                level = logging.DEBUG  # the registration is being renewed
+            log.log(level, "job %s: declaring slot needs failed: %s", short(self._job_id), exc)
+            self._dirty = True
+            self._retry = asyncio.get_running_loop().call_later(RETRY_DELAY_S, self._flush)
             return
-        finally:
-            self._sent()
+        if generation != self._generation:
+            return
+        self._in_flight = False
         for refused in reply.refused:
-            self._on_refused(AllocationID(refused.allocation_id), error_from_proto(refused.error))
+            if refused.index < len(keys):
+                self._refuse(keys[refused.index], error_from_proto(refused.error))
+        if self._dirty:
+            self._changed()
 
-    async def _send_cancels(self, client: ResourceManagerClient, batch: list[str]) -> None:
-        self.rpcs_sent += 1
-        try:
-            await client.cancel_slot_requests(
-                resource_manager_pb2.CancelSlotRequestsRequest(allocation_ids=batch)
-            )
-        except RpcError as exc:
-            log.debug(
-                "cancelling %d slot requests (first %s) failed: %s",
-                len(batch),
-                short(batch[0]),
-                exc,
-            )
-        finally:
-            self._sent()
+    def _refuse(self, key: _Key, error: RpcError) -> None:
+        for allocation_id in [a for a, k in self._key_of.items() if k == key]:
+            self.withdraw(allocation_id)
+            self._on_refused(allocation_id, error)
+
+
+__all__ = ["RETRY_DELAY_S", "RequirementsDeclarer"]
