@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -76,6 +77,9 @@ class _Job:
     on_the_way_count: dict[RequirementKey, int] = field(default_factory=dict)
     key_of: dict[AllocationID, RequirementKey] = field(default_factory=dict)  # requested
     unmet: int = 0
+    # Per key, when each slot declared and not yet on its way began to be needed, oldest
+    # first: the requested ones, then the unmet ones (what the wait metric measures from).
+    since: dict[RequirementKey, deque[float]] = field(default_factory=dict)
 
     def missing(self, key: RequirementKey) -> int:
         covered = len(self.requested.get(key, ())) + self.on_the_way_count.get(key, 0)
@@ -113,11 +117,17 @@ class _Job:
 class DeclaredRequirements:
     """The declared requirements of every registered JobMaster; see the module docstring."""
 
-    def __init__(self, slots: SlotManager, defer: Callable[[Callable[[], None]], object]) -> None:
+    def __init__(
+        self,
+        slots: SlotManager,
+        defer: Callable[[Callable[[], None]], object],
+        now: Callable[[], float],
+    ) -> None:
         """Follows ``slots`` (its callbacks are set here); ``defer`` runs a callable on a later
-        turn of the loop."""
+        turn of the loop; ``now`` is the slot manager's clock."""
         self._slots = slots
         self._defer = defer
+        self._now = now
         slots.on_request_absorbed = self.allocated
         slots.on_allocation_ended = self.allocation_ended
         slots.on_slot_free = self.slots_freed
@@ -184,6 +194,9 @@ class DeclaredRequirements:
             key = job.drop_request(allocation_id)
             if key is not None:
                 job.add_on_the_way(allocation_id, key)
+                since = job.since.get(key)
+                if since:
+                    since.popleft()
 
     def allocation_ended(self, allocation_id: AllocationID) -> None:
         """A slot's allocation ended (freed or lost). If the JobMaster never acknowledged it, its
@@ -259,23 +272,40 @@ class DeclaredRequirements:
         """Withdraw what is no longer needed, request a slot for each missing one that a free
         slot fits, and note the rest as unmet."""
         unmet = 0
-        for key in [*job.declared, *(k for k in job.requested if k not in job.declared)]:
+        keys = {*job.declared, *job.requested, *job.since}
+        for key in [*job.declared, *(k for k in keys if k not in job.declared)]:
             missing = job.missing(key)
             if missing < 0:
                 self._withdraw(job, key, -missing)
-                continue
+            self._track_since(job, key)
             while missing > 0 and self._slots.has_free_slot(key.profile, key.excluded):
                 self._request(job_id, job, key)
                 missing -= 1
-            unmet += missing
+            unmet += max(missing, 0)
         job.unmet = unmet
         if unmet:
             self._unmet.setdefault(job_id)
         else:
             self._unmet.pop(job_id, None)
 
+    def _track_since(self, job: _Job, key: RequirementKey) -> None:
+        """One start time per slot declared and not on its way: new ones start now, and the
+        newest go first when fewer are declared."""
+        wanted = max(0, job.declared.get(key, 0) - job.on_the_way_count.get(key, 0))
+        since = job.since.setdefault(key, deque())
+        while len(since) > wanted:
+            since.pop()
+        if len(since) < wanted:
+            now = self._now()
+            since.extend(now for _ in range(wanted - len(since)))
+        if not since:
+            del job.since[key]
+
     def _request(self, job_id: JobID, job: _Job, key: RequirementKey) -> None:
         allocation_id = new_allocation_id()
+        since = job.since.get(key)
+        position = len(job.requested.get(key, ()))
+        needed_since = since[position] if since is not None and position < len(since) else None
         job.add_request(allocation_id, key)
         self._owner[allocation_id] = job_id
         self._slots.register_slot_request(
@@ -286,6 +316,7 @@ class DeclaredRequirements:
                 job_master_address=job.job_master_address,
                 timeout_s=job.timeout_s,
                 excluded=key.excluded,
+                needed_since=needed_since,
             )
         )
 

@@ -129,7 +129,7 @@ def register(rm: ResourceManager, metrics: ProcessMetrics) -> None:
     metrics.register(ResourceManagerCollector(rm))
     wait = Histogram(
         PREFIX + "resource_manager_slot_request_wait_seconds",
-        "Time from a JobMaster's slot request to the allocation of a slot for it.",
+        "Time from a JobMaster's need of a slot (its declaration) to the slot's allocation.",
         buckets=SLOT_REQUEST_WAIT_BUCKETS,
         registry=metrics.registry,
     )

@@ -153,7 +153,9 @@ class ResourceManager(SlotRequestHandlers, ResourceManagerServicer):
             on_request_served=self.slot_request_served,
         )
         loop = asyncio.get_running_loop()
-        self.requirements = DeclaredRequirements(self.slot_manager, loop.call_soon)
+        self.requirements = DeclaredRequirements(
+            self.slot_manager, loop.call_soon, self._timers.now
+        )
         self.session_id = session_id
         if self.worker_driver is not None:
             self.active_workers = ActiveWorkers(

@@ -471,8 +471,11 @@ class SlotManager:
         if self.on_request_absorbed is not None:
             self.on_request_absorbed(allocation_id)
         if self._on_request_served is not None:
-            waited = self._timers.now() - entry.deadline + self._timeout_of(entry.request)
-            self._on_request_served(waited)
+            request = entry.request
+            since = request.needed_since
+            if since is None:
+                since = entry.deadline - self._timeout_of(request)  # its registration
+            self._on_request_served(self._timers.now() - since)
         return entry.request
 
     # ---------------------------------------------------------------- internals: timeouts

@@ -29,6 +29,9 @@ class SlotRequest:
     timeout_s: float | None = None
     # Task executors (resource ids) whose slots must not serve it (the job's blocklist).
     excluded: frozenset[ResourceID] = frozenset()
+    # When the JobMaster's need began (the timer service's clock), if before the request was
+    # registered: a declared need is registered only once a free slot fits it.
+    needed_since: float | None = None
 
 
 MAX_EXCLUDED_TASK_EXECUTORS = 1024

@@ -48,8 +48,10 @@ def leading_resource_manager() -> ResourceManager:
         ServiceIdentity("resource-manager", "rm-1"),
     )
     rm.session_id = "leader-session"
-    rm.slot_manager = SlotManager(ManualTimerService(), rm, 30.0, 60.0)
-    rm.requirements = DeclaredRequirements(rm.slot_manager, asyncio.get_running_loop().call_soon)
+    timers = ManualTimerService()
+    rm.slot_manager = SlotManager(timers, rm, 30.0, 60.0)
+    loop = asyncio.get_running_loop()
+    rm.requirements = DeclaredRequirements(rm.slot_manager, loop.call_soon, timers.now)
     return rm
 
 

@@ -4,6 +4,7 @@ harness with a manual timer service that registers task executors and requests s
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkmill.common.core.errors import RpcError
@@ -72,7 +73,9 @@ class TE:
 
 
 class Harness:
-    def __init__(self, spread_out: bool = True) -> None:
+    def __init__(
+        self, spread_out: bool = True, on_request_served: Callable[[float], None] | None = None
+    ) -> None:
         self.timers = ManualTimerService()
         self.actions = RecordingActions()
         self.sm = SlotManager(
@@ -82,6 +85,7 @@ class Harness:
             IDLE_TIMEOUT,
             spread_out=spread_out,
             allocation_timeout_s=ALLOCATION_TIMEOUT,
+            on_request_served=on_request_served,
         )
         self.job = new_job_id()
 

@@ -23,10 +23,10 @@ class DeclarationHarness(Harness):
     """The slot manager's harness with declared requirements wired as the resource manager
     wires them; deferred reconciliations run when the test says."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, on_request_served: Callable[[float], None] | None = None) -> None:
+        super().__init__(on_request_served=on_request_served)
         self.deferred: list[Callable[[], None]] = []
-        self.req = DeclaredRequirements(self.sm, self.deferred.append)
+        self.req = DeclaredRequirements(self.sm, self.deferred.append, self.timers.now)
         self.version = 0
 
     def declare(
@@ -195,3 +195,21 @@ def test_a_declaration_with_a_profile_no_slot_could_serve_is_refused_entry_by_en
     assert [r.index for r in reply.refused] == [1]
     assert "can never be served" in reply.refused[0].error.message
     assert sum(declared.values()) == 3 and len(declared) == 2 and received == []
+
+
+def test_the_wait_of_a_declared_need_counts_from_when_it_was_declared() -> None:
+    waits: list[float] = []
+    h = DeclarationHarness(on_request_served=waits.append)  # what the wait histogram is fed
+    te = h.add_te(slots=1)
+    h.declare({ANY: 2})  # one slot now, one unmet
+    (first,) = h.confirm_all()
+    assert waits == [0.0]
+    h.timers.advance(7.0)
+    h.declare({ANY: 1}, received=[first])
+    # The first slot comes back free; the unmet need, 7 s old, takes it.
+    assert h.sm.free_slot(h.actions.allocations[0][1], first)
+    h.run_deferred()
+    slot_id, request = h.actions.allocations[1][1], h.actions.allocations[1][2]
+    assert slot_id.resource_id == te.resource_id
+    assert h.sm.on_allocation_result(request.allocation_id, slot_id, None)
+    assert waits == [0.0, 7.0]
