@@ -77,7 +77,7 @@ from sparkmill.services.taskexecutor.resource_manager_link import ResourceManage
 from sparkmill.services.taskexecutor.shared_gates import Resolved, SharedGateCache
 from sparkmill.services.taskexecutor.slot_table import TaskSlotTable
 from sparkmill.services.taskexecutor.table_actions import TableActions
-from sparkmill.services.taskexecutor.task import StateListener, Task
+from sparkmill.services.taskexecutor.task import LoopMailbox, StateListener, Task
 from sparkmill.services.taskexecutor.task_services import (
     close_task_services,
     install_task_services,
@@ -119,6 +119,7 @@ class TaskExecutor(TaskExecutorServicer):
         self.slot_table: TaskSlotTable[Task] | None = None
         self.jobs: dict[JobID, JobConnection] = {}
         self.tasks_started = 0
+        self._mailbox: LoopMailbox | None = None
         self.shared_gates = SharedGateCache()
         # Process-wide facilities tasks may use (the data plane adds its SparkSession here).
         self.task_services: dict[str, object] = {}
@@ -438,7 +439,9 @@ class TaskExecutor(TaskExecutorServicer):
         # The deployment may overtake the reply to our slot offer: the JobMaster (fenced above)
         # evidently accepted the slot, so activate it for this job (Flink does the same).
         self._table().try_mark_slot_active(JobID(tdd.job_id), AllocationID(tdd.allocation_id))
-        task = Task(tdd, factory, self._on_task_state, asyncio.get_running_loop(), gates)
+        loop = asyncio.get_running_loop()
+        self._mailbox = self._mailbox or LoopMailbox(loop)  # one for all tasks: batched wakeups
+        task = Task(tdd, factory, self._on_task_state, loop, gates, self._mailbox)
         task.context.resource_id = self.resource_id
         task.context.allocation_id = tdd.allocation_id
         slot = self._table().slot_info(AllocationID(tdd.allocation_id))

@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparkmill.common.core.errors import ErrorCode, SuppressRestartsError, TaskCancelledError
 from sparkmill.common.core.ids import (
@@ -22,7 +23,7 @@ from sparkmill.common.pipeline.noop import NoOpOptions, encode_noop_payload
 from sparkmill.common.v1 import common_pb2, task_executor_pb2
 from sparkmill.services.taskexecutor.context import Invokable, TaskContext, TaskOutcome
 from sparkmill.services.taskexecutor.operators import NoOpInvokable
-from sparkmill.services.taskexecutor.task import Task
+from sparkmill.services.taskexecutor.task import LoopMailbox, Task
 
 ES = ExecutionState
 WAIT_S = 5.0
@@ -421,3 +422,37 @@ def test_nothing_is_reported_after_a_terminal_state() -> None:
         assert task.state is ES.FINISHED
 
     run_task(OutcomeInvokable, scenario)
+
+
+class CountingLoop:
+    """Records the wakeups asked of it; runs them when the test says."""
+
+    def __init__(self) -> None:
+        self.wakeups: list[Any] = []
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any) -> None:
+        self.wakeups.append((callback, args))
+
+    def run(self) -> None:
+        todo, self.wakeups = self.wakeups, []
+        for callback, args in todo:
+            callback(*args)
+
+
+def test_the_mailbox_wakes_the_loop_once_for_what_arrives_before_it_runs() -> None:
+    loop = CountingLoop()
+    mailbox = LoopMailbox(loop)  # type: ignore[arg-type]
+    seen: list[int] = []
+    threads = [
+        threading.Thread(target=mailbox.post, args=(lambda i=i: seen.append(i),)) for i in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+        thread.join()
+    assert len(loop.wakeups) == 1  # three posts, one wakeup
+    loop.run()
+    assert seen == [0, 1, 2]
+    mailbox.post(lambda: seen.append(3))  # empty again: the next post wakes it again
+    assert len(loop.wakeups) == 1
+    loop.run()
+    assert seen == [0, 1, 2, 3]
