@@ -4,12 +4,13 @@ flight, at most one per loop turn."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from sparkmill.common.core.errors import RpcError, UnavailableError
+from sparkmill.common.core.errors import RpcError, UnavailableError, UnimplementedError
 from sparkmill.common.core.ids import AllocationID, JobID, ResourceID, new_job_id
 from sparkmill.common.core.resources import UNKNOWN_PROFILE, ResourceProfile
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
@@ -206,3 +207,24 @@ def test_after_a_reset_the_new_picture_does_not_wait_for_the_old_leaders_answer(
         assert refused == [] and d.waiting() == 1
 
     asyncio.run(main())
+
+
+class OldResourceManager(TestingResourceManager):
+    """A resource manager of a version before declared requirements."""
+
+    __test__ = False
+
+    async def declare_required_resources(self, request: Any) -> Any:
+        raise UnimplementedError("ResourceManagerGateway has no method 'DeclareRequiredResources'")
+
+
+def test_an_older_resource_manager_is_named_as_the_thing_to_upgrade(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def script(d: RequirementsDeclarer) -> None:
+        d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
+        await asyncio.sleep(0.01)
+
+    with caplog.at_level(logging.ERROR, logger=slot_requests.__name__):
+        assert drive(OldResourceManager(), script) == []  # nothing fails: the need waits
+    assert "upgrade the resource managers" in caplog.text

@@ -29,7 +29,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from sparkmill.common.core.errors import FailedPreconditionError, FencingMismatchError, RpcError
+from sparkmill.common.core.errors import (
+    FailedPreconditionError,
+    FencingMismatchError,
+    RpcError,
+    UnimplementedError,
+)
 from sparkmill.common.core.ids import AllocationID, JobID, ResourceID, short
 from sparkmill.common.core.proto_convert import error_from_proto, profile_to_proto
 from sparkmill.common.core.resources import ResourceProfile
@@ -190,6 +195,13 @@ class RequirementsDeclarer:
             level = logging.INFO
             if isinstance(exc, FencingMismatchError | FailedPreconditionError):
                 level = logging.DEBUG  # the registration is being renewed
+            if isinstance(exc, UnimplementedError):
+                level = logging.ERROR
+                exc = UnimplementedError(
+                    f"{exc}: the resource manager runs an older sparkmill that takes no declared "
+                    "slot requirements; upgrade the resource managers (the job's slot requests "
+                    "wait until one serves them)"
+                )
             log.log(level, "job %s: declaring slot needs failed: %s", short(self._job_id), exc)
             self._dirty = True
             self._retry = asyncio.get_running_loop().call_later(RETRY_DELAY_S, self._flush)
