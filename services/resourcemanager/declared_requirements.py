@@ -136,7 +136,6 @@ class DeclaredRequirements:
         # Jobs with an unmet need, in the order their needs became unmet.
         self._unmet: dict[JobID, None] = {}
         self._match_scheduled = False
-        self.declarations = itertools.count()  # how many were taken (metrics, tests)
 
     # ------------------------------------------------------------------ the JobMaster's side
 
@@ -162,7 +161,6 @@ class DeclaredRequirements:
         if version <= job.version:
             log.debug("job %s: declaration %d is stale", short(job_id), version)
             return False
-        next(self.declarations)
         job.version = version
         job.job_master_address = job_master_address
         job.timeout_s = timeout_s

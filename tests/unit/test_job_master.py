@@ -23,7 +23,7 @@ from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import settings_from_config
-from sparkmill.common.v1 import dispatcher_pb2, jobs_pb2
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2
 from sparkmill.services.jobmaster.host import HostedJobMaster
 from sparkmill.services.jobmaster.job_master import JobMaster
 from sparkmill.testing import noop_pipeline
@@ -315,5 +315,32 @@ def test_a_job_graph_that_cannot_be_expanded_is_refused_as_invalid() -> None:
         with pytest.raises(InvalidArgumentError, match="parallelism 0"):
             await jm.start()
         assert jm.status is JobStatus.FAILED and host.done == [jm]
+
+    _run(scenario)
+
+
+def test_a_need_the_resource_manager_gave_up_on_fails_the_oldest_request_and_leaves_the_count() -> (
+    None
+):
+    """The resource manager reports a declared need it could not serve under an allocation id
+    of its own: the JobMaster's oldest waiting request fails with that diagnosis and its
+    declared count drops by one."""
+    host = TestingJobMasterHost()
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _job_master(host, runtime)
+        await jm.start()
+        await _settle()
+        jm.slot_pool.connect_to_resource_manager()  # counted, nothing sent: no client
+        assert jm.slot_requests.waiting() == 2
+        oldest = jm.slot_pool.pending_requests()[0]
+        jm.slot_allocation_failed(
+            "f" * 32,
+            common_pb2.ErrorInfo(code=common_pb2.RESOURCE_EXHAUSTED, message="no slot: 0 free"),
+        )
+        assert "no slot: 0 free" in str(oldest.future.exception())
+        assert jm.slot_requests.waiting() == 1
+        assert len(jm.slot_pool.pending_requests()) == 1
+        await jm.suspend("test over", tell_dispatcher=False)
 
     _run(scenario)
