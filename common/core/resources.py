@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, InitVar, dataclass
 
+from sparkmill.common.core.ids import ResourceID
+
 
 @dataclass(frozen=True, slots=True)
 class ResourceProfile:
@@ -60,3 +62,12 @@ class ResourceProfile:
 
 UNKNOWN_PROFILE = ResourceProfile()
 """A request for "any default slot"."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequirementKey:
+    """A kind of slot a job waits for, as JobMasters declare it to the resource manager: a
+    resource profile, and the task executors (resource ids) whose slots must not serve it."""
+
+    profile: ResourceProfile
+    excluded: frozenset[ResourceID] = frozenset()

@@ -1,6 +1,7 @@
 """A JobMaster's ``DeclareRequiredResources`` checked and decoded, before anything changes.
 
-Bounds first (entries, acknowledged allocation ids, excluded task executors), then each entry
+Bounds first (entries, slots in all, acknowledged allocation ids, excluded task executors), then
+each entry
 on its own: one no registered task executor could ever serve is refused in the reply with the
 reason (the JobMaster fails the requests waiting for it), the others are taken. Two entries of
 the same profile and exclusions add up.
@@ -13,11 +14,12 @@ from collections.abc import Iterable
 from sparkmill.common.core.errors import InvalidArgumentError, ResourceExhaustedError
 from sparkmill.common.core.ids import AllocationID, JobID
 from sparkmill.common.core.proto_convert import profile_from_proto, refusal_to_proto
+from sparkmill.common.core.resources import RequirementKey
 from sparkmill.common.v1 import resource_manager_pb2
 from sparkmill.services.resourcemanager.declared_requirements import (
+    MAX_DECLARED_SLOTS,
     MAX_RECEIVED,
     MAX_REQUIREMENTS,
-    RequirementKey,
 )
 from sparkmill.services.resourcemanager.slot_requests import excluded_task_executors
 from sparkmill.services.resourcemanager.task_executor_registration import (
@@ -45,6 +47,11 @@ def declaration_from_proto(
         raise InvalidArgumentError(
             f"a declaration acknowledges {len(request.received_allocation_ids)} allocations; "
             f"at most {MAX_RECEIVED} are allowed"
+        )
+    slots = sum(requirement.count for requirement in request.requirements)
+    if slots > MAX_DECLARED_SLOTS:
+        raise InvalidArgumentError(
+            f"a declaration asks for {slots} slots; at most {MAX_DECLARED_SLOTS} are allowed"
         )
     job_id = JobID(request.job_id)
     registrations = list(registered)

@@ -44,24 +44,57 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sparkmill.common.core.ids import AllocationID, JobID, ResourceID, new_allocation_id, short
-from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.ids import AllocationID, JobID, new_allocation_id, short
+from sparkmill.common.core.resources import RequirementKey
 from sparkmill.services.resourcemanager.slot_manager import SlotManager
 from sparkmill.services.resourcemanager.slot_requests import SlotRequest
 
 log = logging.getLogger(__name__)
 
-# Entries of one declaration, and allocation ids it may acknowledge.
+# Entries of one declaration, the slots they ask for in all, and allocation ids it may
+# acknowledge: what one JobMaster can make the resource manager hold stays bounded.
 MAX_REQUIREMENTS = 1024
+MAX_DECLARED_SLOTS = 1_000_000
 MAX_RECEIVED = 100_000
 
 
-@dataclass(frozen=True, slots=True)
-class RequirementKey:
-    """A kind of slot a job waits for."""
+class _NeedTimes:
+    """When each declared slot not yet on its way began to be needed, oldest first, kept as
+    runs of (time, count): memory grows with the declarations that raised the need, not with
+    the number of slots they asked for."""
 
-    profile: ResourceProfile
-    excluded: frozenset[ResourceID] = frozenset()
+    def __init__(self) -> None:
+        self._runs: deque[list[float]] = deque()  # [time, count]
+        self.total = 0
+
+    def resize(self, wanted: int, now: float) -> None:
+        """As many as ``wanted``: new ones start ``now``; the newest go first."""
+        while self.total > wanted:
+            run = self._runs[-1]
+            drop = min(int(run[1]), self.total - wanted)
+            run[1] -= drop
+            self.total -= drop
+            if not run[1]:
+                self._runs.pop()
+        if self.total < wanted:
+            self._runs.append([now, wanted - self.total])
+            self.total = wanted
+
+    def pop_oldest(self) -> None:
+        if self._runs:
+            run = self._runs[0]
+            run[1] -= 1
+            self.total -= 1
+            if not run[1]:
+                self._runs.popleft()
+
+    def at(self, position: int) -> float | None:
+        """The start time of the ``position``-th oldest (None past the end)."""
+        for time, count in self._runs:
+            if position < count:
+                return time
+            position -= int(count)
+        return None
 
 
 @dataclass(slots=True)
@@ -79,7 +112,7 @@ class _Job:
     unmet: int = 0
     # Per key, when each slot declared and not yet on its way began to be needed, oldest
     # first: the requested ones, then the unmet ones (what the wait metric measures from).
-    since: dict[RequirementKey, deque[float]] = field(default_factory=dict)
+    since: dict[RequirementKey, _NeedTimes] = field(default_factory=dict)
 
     def missing(self, key: RequirementKey) -> int:
         covered = len(self.requested.get(key, ())) + self.on_the_way_count.get(key, 0)
@@ -193,8 +226,8 @@ class DeclaredRequirements:
             if key is not None:
                 job.add_on_the_way(allocation_id, key)
                 since = job.since.get(key)
-                if since:
-                    since.popleft()
+                if since is not None:
+                    since.pop_oldest()
 
     def allocation_ended(self, allocation_id: AllocationID) -> None:
         """A slot's allocation ended (freed or lost). If the JobMaster never acknowledged it, its
@@ -290,20 +323,16 @@ class DeclaredRequirements:
         """One start time per slot declared and not on its way: new ones start now, and the
         newest go first when fewer are declared."""
         wanted = max(0, job.declared.get(key, 0) - job.on_the_way_count.get(key, 0))
-        since = job.since.setdefault(key, deque())
-        while len(since) > wanted:
-            since.pop()
-        if len(since) < wanted:
-            now = self._now()
-            since.extend(now for _ in range(wanted - len(since)))
-        if not since:
+        since = job.since.setdefault(key, _NeedTimes())
+        since.resize(wanted, self._now())
+        if not since.total:
             del job.since[key]
 
     def _request(self, job_id: JobID, job: _Job, key: RequirementKey) -> None:
         allocation_id = new_allocation_id()
         since = job.since.get(key)
         position = len(job.requested.get(key, ()))
-        needed_since = since[position] if since is not None and position < len(since) else None
+        needed_since = since.at(position) if since is not None else None
         job.add_request(allocation_id, key)
         self._owner[allocation_id] = job_id
         self._slots.register_slot_request(
@@ -327,4 +356,4 @@ class DeclaredRequirements:
             self._slots.unregister_slot_request(allocation_id)
 
 
-__all__ = ["MAX_RECEIVED", "MAX_REQUIREMENTS", "DeclaredRequirements", "RequirementKey"]
+__all__ = ["MAX_DECLARED_SLOTS", "MAX_RECEIVED", "MAX_REQUIREMENTS", "DeclaredRequirements"]

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sparkmill.common.core.ids import AllocationID, JobID, new_job_id, new_resource_id
-from sparkmill.common.core.resources import UNKNOWN_PROFILE
+from sparkmill.common.core.resources import UNKNOWN_PROFILE, RequirementKey
 from sparkmill.common.v1 import common_pb2, resource_manager_pb2
 from sparkmill.services.resourcemanager.declaration import declaration_from_proto
 from sparkmill.services.resourcemanager.declared_requirements import (
     DeclaredRequirements,
-    RequirementKey,
+    _NeedTimes,
 )
 from sparkmill.services.resourcemanager.slot_manager import SlotState
 from tests.unit.slot_manager_fakes import SMALL, Harness, registration
@@ -213,3 +213,21 @@ def test_the_wait_of_a_declared_need_counts_from_when_it_was_declared() -> None:
     assert slot_id.resource_id == te.resource_id
     assert h.sm.on_allocation_result(request.allocation_id, slot_id, None)
     assert waits == [0.0, 7.0]
+
+
+def test_need_times_are_runs_newest_dropped_first_oldest_served_first() -> None:
+    times = _NeedTimes()
+    times.resize(1_000_000, 1.0)  # one run, however many slots
+    times.resize(1_000_003, 2.0)
+    assert (times.total, times.at(0), times.at(999_999), times.at(1_000_000)) == (
+        1_000_003,
+        1.0,
+        1.0,
+        2.0,
+    )
+    times.resize(999_999, 3.0)  # the newest go: the whole 2.0 run and one of the 1.0 run
+    assert (times.total, times.at(999_998), times.at(999_999)) == (999_999, 1.0, None)
+    times.resize(0, 4.0)
+    times.resize(2, 5.0)
+    times.pop_oldest()
+    assert (times.total, times.at(0), times.at(1)) == (1, 5.0, None)

@@ -16,7 +16,10 @@ from sparkmill.common.core.errors import (
 )
 from sparkmill.common.core.ids import JobID, new_job_id
 from sparkmill.common.v1 import resource_manager_pb2
-from sparkmill.services.resourcemanager.declared_requirements import MAX_REQUIREMENTS
+from sparkmill.services.resourcemanager.declared_requirements import (
+    MAX_DECLARED_SLOTS,
+    MAX_REQUIREMENTS,
+)
 from sparkmill.services.resourcemanager.job_master_registration import JobMasterRegistration
 from sparkmill.services.resourcemanager.slot_wait import slot_wait_reason
 from tests.unit.resource_manager_harness import call_context, leading_resource_manager
@@ -49,6 +52,8 @@ def test_declarations_are_fenced_bounded_and_counted_until_the_job_master_leaves
             too_many.requirements.add(count=1)
         with pytest.raises(InvalidArgumentError, match="at most 1024"):
             await declare(too_many, call_context())
+        with pytest.raises(InvalidArgumentError, match="slots; at most 1000000"):
+            await declare(_declaration(job, MAX_DECLARED_SLOTS + 1), call_context())  # type: ignore[arg-type]
         assert rm.waiting_slot_requests() == 0  # nothing changed
 
         reply = await declare(_declaration(job, 2), call_context())  # type: ignore[arg-type]

@@ -26,7 +26,6 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
 from sparkmill.common.core.errors import (
@@ -37,7 +36,7 @@ from sparkmill.common.core.errors import (
 )
 from sparkmill.common.core.ids import AllocationID, JobID, ResourceID, short
 from sparkmill.common.core.proto_convert import error_from_proto, profile_to_proto
-from sparkmill.common.core.resources import ResourceProfile
+from sparkmill.common.core.resources import RequirementKey, ResourceProfile
 from sparkmill.common.v1 import resource_manager_pb2
 from sparkmill.common.v1.gateways import ResourceManagerClient
 
@@ -49,12 +48,6 @@ RETRY_DELAY_S = 1.0
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], object]
 RefusalListener = Callable[[AllocationID, RpcError], object]
-
-
-@dataclass(frozen=True, slots=True)
-class _Key:
-    profile: ResourceProfile
-    excluded: frozenset[ResourceID]
 
 
 class RequirementsDeclarer:
@@ -76,8 +69,8 @@ class RequirementsDeclarer:
         self._timeout_ms = timeout_ms
         self._spawn = spawn
         self._on_refused = on_refused
-        self._key_of: dict[AllocationID, _Key] = {}
-        self._counts: dict[_Key, int] = {}
+        self._key_of: dict[AllocationID, RequirementKey] = {}
+        self._counts: dict[RequirementKey, int] = {}
         self._received: list[str] = []
         self._versions = itertools.count(1)
         self._dirty = False
@@ -98,7 +91,7 @@ class RequirementsDeclarer:
         """A pending request waits for a slot: count it."""
         if allocation_id in self._key_of:
             return
-        key = _Key(profile, excluded)
+        key = RequirementKey(profile, excluded)
         self._key_of[allocation_id] = key
         self._counts[key] = self._counts.get(key, 0) + 1
         self._changed()
@@ -180,7 +173,7 @@ class RequirementsDeclarer:
         self,
         client: ResourceManagerClient,
         message: resource_manager_pb2.DeclareRequiredResourcesRequest,
-        keys: list[_Key],
+        keys: list[RequirementKey],
         received: list[str],
         generation: int,
     ) -> None:
@@ -215,7 +208,7 @@ class RequirementsDeclarer:
         if self._dirty:
             self._changed()
 
-    def _refuse(self, key: _Key, error: RpcError) -> None:
+    def _refuse(self, key: RequirementKey, error: RpcError) -> None:
         for allocation_id in [a for a, k in self._key_of.items() if k == key]:
             self.withdraw(allocation_id)
             self._on_refused(allocation_id, error)
