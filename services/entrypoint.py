@@ -292,6 +292,8 @@ async def _serve(role: str, settings: ClusterSettings, config: Configuration) ->
             runtime.spawn(
                 ha.announce(role, identity_id, identity.info().SerializeToString()), "announce"
             )
+        # What the process built to serve lives as long as it: out of every full collection.
+        runtime.heap.freeze_startup()
 
     async def stop() -> None:
         if rest is not None:

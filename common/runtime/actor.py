@@ -11,7 +11,8 @@ The runtime also
   because a silently dead heartbeat task looks exactly like a dead peer;
 * measures event-loop lag (how late a short sleep wakes up): a blocked loop is a missed
   heartbeat, so the worst lag is exported as a metric and logged when it is large;
-* turns SIGTERM/SIGINT into an orderly stop (what systemd sends).
+* turns SIGTERM/SIGINT into an orderly stop (what systemd sends);
+* keeps the garbage collector's pauses short (:attr:`ServiceRuntime.heap`, see ``heap.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import signal
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
+
+from sparkmill.common.runtime.heap import LongLivedHeap
 
 T = TypeVar("T")
 
@@ -48,6 +51,8 @@ class ServiceRuntime:
         self.loop_lag_max_s = 0.0  # worst lag since the last read of take_loop_lag()
         self.loop_lag_last_s = 0.0
         self.exit_code = 0  # set by fail_fatally
+        # The process's frozen generation: what the collector's full collections skip.
+        self.heap = LongLivedHeap()
 
     # -- background tasks ---------------------------------------------------------------------
 
@@ -131,3 +136,4 @@ class ServiceRuntime:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self.heap.close()

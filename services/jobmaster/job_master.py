@@ -177,6 +177,10 @@ class JobMaster:
                 self.job_settings.auto_parallelism,
                 self.runtime,
                 stopped=lambda: self.status is not JobStatus.INITIALIZING,
+                # A graph built in several slices is large: frozen as it grows, so the
+                # collector's full collections skip it while the job runs (the host releases
+                # it when this JobMaster is done).
+                on_slice=lambda: self.runtime.heap.hold(self),
             )
         except ValueError as exc:
             self.status = JobStatus.FAILED

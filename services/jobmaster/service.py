@@ -209,6 +209,7 @@ class JobMasterProcess(JobMasterServicer):
     def job_master_done(self, job_master: HostedJobMaster) -> None:
         if self.job_masters.get(job_master.job_id) is job_master:
             del self.job_masters[job_master.job_id]
+        self.runtime.heap.release(job_master)
 
     # -- fencing and routing -----------------------------------------------------------------
 

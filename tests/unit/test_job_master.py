@@ -135,10 +135,14 @@ def test_the_host_forgets_only_the_job_master_it_hosts_for_that_job() -> None:
     current: Any = _Old()
     process = JobMasterProcess.__new__(JobMasterProcess)
     process.job_masters = {JobID("job-1"): current}
+    process.runtime = ServiceRuntime("job-master")
+    process.runtime.heap.hold(current)  # its graph was large: frozen while it ran
     process.job_master_done(_Old())
     assert process.job_masters == {JobID("job-1"): current}
+    assert process.runtime.heap.holders == 1
     process.job_master_done(current)
     assert process.job_masters == {}
+    assert process.runtime.heap.holders == 0  # released: its graph's cycles can be collected
 
 
 class TestingLeaderElection(StandaloneLeaderElectionService):

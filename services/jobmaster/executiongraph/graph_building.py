@@ -53,6 +53,7 @@ async def build_execution_graph(
     monotonic: Callable[[], float] = time.monotonic,
     stats: BuildStats | None = None,
     late_bounds: Mapping[JobVertexID, int] | None = None,
+    on_slice: Callable[[], None] | None = None,
 ) -> ExecutionGraph | None:
     """Build the execution graph of ``job_graph`` in slices, yielding to the loop between them.
 
@@ -62,6 +63,9 @@ async def build_execution_graph(
     given, is filled in; a completed build is logged with them). ``late_bounds``: see
     :meth:`ExecutionGraph.build`. Raises what
     :meth:`ExecutionGraph.build` raises for a malformed job graph.
+
+    ``on_slice`` is called after every slice of a build that takes more than one (a large
+    graph: the JobMaster freezes what it built so far, see ``common/runtime/heap.py``).
     """
     stats = stats if stats is not None else BuildStats()
     steps = ExecutionGraph.build_in_steps(
@@ -80,6 +84,8 @@ async def build_execution_graph(
                 next(steps)
             except StopIteration as done:
                 end_slice(monotonic())
+                if on_slice is not None and stats.slices > 1:
+                    on_slice()
                 graph: ExecutionGraph = done.value
                 log.info(
                     "job %s: execution graph of %d subtasks built in %.3f s, %d slices, "
@@ -94,6 +100,8 @@ async def build_execution_graph(
             now = monotonic()
             if now - slice_started >= slice_s:
                 end_slice(now)
+                if on_slice is not None:
+                    on_slice()
                 await asyncio.sleep(0)
                 if stopped():
                     return None

@@ -35,13 +35,17 @@ async def build_decided_graph(
     runtime: ServiceRuntime,
     *,
     stopped: Callable[[], bool],
+    on_slice: Callable[[], None] | None = None,
 ) -> tuple[ParallelismPlan, ExecutionGraph | None]:
     """The plan of ``job_graph``'s open parallelisms (its layout is what a successor must
     match to keep finished subtasks), and the execution graph built by it (None when
-    ``stopped`` said so while it was built): the late vertices still without subtasks. Raises
+    ``stopped`` said so while it was built; ``on_slice`` as for :func:`build_execution_graph`):
+    the late vertices still without subtasks. Raises
     ``ValueError`` for a graph that cannot be expanded."""
     plan = await plan_open_parallelism(job_graph, settings, runtime)
-    graph = await build_execution_graph(plan.graph, stopped=stopped, late_bounds=plan.late_bounds)
+    graph = await build_execution_graph(
+        plan.graph, stopped=stopped, late_bounds=plan.late_bounds, on_slice=on_slice
+    )
     if graph is not None:
         graph.parallelism_decisions = {vid: d.text for vid, d in plan.decisions.items()}
         graph.parallelism_decisions.update(
