@@ -206,6 +206,14 @@ def test_null_and_skewed_keys_match_pyspark(cluster: DataCluster, spark: Any) ->
     lhs = pipeline.from_rows(left, "k STRING, v INT")
     rhs = pipeline.from_rows(right, "k STRING, w STRING").set_parallelism(2)
     lhs.key_by("k").agg(F.count("*").alias("n"), F.sum("v").alias("total")).collect(name="agg")
+    # From one producer subtask the final aggregation merges nothing: a projection.
+    (
+        pipeline.from_rows(left, "k STRING, v INT")
+        .set_parallelism(1)
+        .key_by("k")
+        .agg(F.count("*").alias("n"), F.sum("v").alias("total"), F.max("v").alias("top"))
+        .collect(name="one producer")
+    )
     lhs.join(rhs, on="k", how="left").collect(name="left")
     lhs.join(rhs, on="k", how="inner").collect(name="inner")
     (
@@ -224,6 +232,9 @@ def test_null_and_skewed_keys_match_pyspark(cluster: DataCluster, spark: Any) ->
     )
     expected = {
         "agg": l_df.groupBy("k").agg(PF.count("*").alias("n"), PF.sum("v").alias("total")),
+        "one producer": l_df.groupBy("k").agg(
+            PF.count("*").alias("n"), PF.sum("v").alias("total"), PF.max("v").alias("top")
+        ),
         "left": l_df.join(r_df, on="k", how="left"),
         "inner": l_df.join(r_df, on="k", how="inner"),
         "skew": skew.groupBy("key").agg(PF.count("*").alias("n"), PF.min("id").alias("first")),
@@ -231,6 +242,7 @@ def test_null_and_skewed_keys_match_pyspark(cluster: DataCluster, spark: Any) ->
     for name, df in expected.items():
         assert collected(pipeline, result, name) == rows(df), name
     assert (None, 2, 4) in collected(pipeline, result, "agg")
+    assert ("c", 1, None, None) in collected(pipeline, result, "one producer")
     assert (0, 2400, 0) in collected(pipeline, result, "skew")
 
 

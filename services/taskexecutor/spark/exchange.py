@@ -205,6 +205,19 @@ def gate_paths(
     return paths, schema
 
 
+def hash_gate_producers(gate: InputGateInfo, subtask: int) -> int | None:
+    """How many producer subtasks' partitions consumer ``subtask`` reads from a hash-partitioned
+    ``gate`` (every producer's, or those of its skewed slice); None for another partitioner."""
+    if gate.partitioner != S.HASH:
+        return None
+    if not gate.read_slices:
+        return len(gate.partitions)
+    _, producers = subtask_slice(
+        gate.read_slices, subtask, gate.subpartitions, gate.producer_parallelism
+    )
+    return sum(1 for part in gate.partitions if part.partition_number in producers)
+
+
 def read_gate(
     spark: Any, gate: InputGateInfo, exchange_dir: str, job_id: str, subtask: int, parallelism: int
 ) -> Any:

@@ -25,6 +25,7 @@ from sparkmill.common.core.errors import (
 )
 from sparkmill.common.core.ids import short
 from sparkmill.common.core.io_counters import NO_IO, IOCounters
+from sparkmill.common.core.partitions import InputGateInfo
 from sparkmill.common.exchange.layout import (
     cleanup_job,
     missing_partitions,
@@ -79,6 +80,10 @@ def build(spark: Any, spec: S.ChainSpec, context: TaskContext) -> _Built:
                     context.subtask_index,
                     context.parallelism,
                 )
+            elif isinstance(op, S.FinalAgg) and of_one_producer(
+                spec, node, gates, context.subtask_index
+            ):
+                df = _unique_partials(op, inputs[0])
             else:
                 df = _evaluate(spark, op, inputs, context)
         except (TaskCancelledError, OperatorError, DatabaseError, DatabaseAccessError):
@@ -87,6 +92,33 @@ def build(spark: Any, spec: S.ChainSpec, context: TaskContext) -> _Built:
             raise OperatorError(f"operator '{node.label}' failed: {summarize(exc)}") from exc
         frames.append(df)
     return _Built(frames, rows_in)
+
+
+def of_one_producer(
+    spec: S.ChainSpec, node: S.NodeSpec, gates: dict[str, InputGateInfo], subtask: int
+) -> bool:
+    """Whether the partial aggregates a final aggregation merges come straight from one
+    producer subtask's input gate. That producer grouped its rows by the same keys, so each key
+    has one row of partials here: nothing to merge."""
+    if len(node.inputs) != 1:
+        return False
+    source = spec.nodes[node.inputs[0]].op
+    if not isinstance(source, S.GateInput) or source.dataset_id not in gates:
+        return False
+    producers = exchange.hash_gate_producers(gates[source.dataset_id], subtask)
+    return producers is not None and producers <= 1
+
+
+def _unique_partials(op: S.FinalAgg, df: Any) -> Any:
+    """A final aggregation over one row per key: each merge (a sum, min or max of one value)
+    is that value, so a projection gives the result without the shuffle a grouping costs."""
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType for f in df.schema.fields}
+    return df.select(
+        *op.keys,
+        *(F.col(partial).cast(types[partial]).alias(name) for _, partial, name in op.merges),
+    )
 
 
 def _evaluate(spark: Any, op: S.Operation, inputs: list[Any], context: TaskContext) -> Any:
