@@ -326,6 +326,37 @@ def test_request_timeout_fails_future_with_descriptive_error_and_cancels_at_rm()
     run(scenario)
 
 
+def test_requests_made_at_different_times_each_time_out_at_their_own_deadline() -> None:
+    # One timer serves all of them (the oldest's deadline, then the next oldest's).
+    async def scenario(h: Harness) -> None:
+        first = h.pool.request_slot(SMALL)
+        h.timers.advance(10)
+        second = h.pool.request_slot(SMALL)
+        third = h.pool.request_slot(SMALL)
+        h.timers.advance(5)
+        fourth = h.pool.request_slot(SMALL)
+        # The first is served: its deadline passes with nothing to fail.
+        h.pool.offer_slots(new_te(), [offer(0, aid=first.allocation_id)])
+        h.timers.advance(REQUEST_TIMEOUT - 15)
+        assert first.future.result() is not None
+        assert not second.future.done()
+        h.timers.advance(10)
+        assert isinstance(second.future.exception(), DeadlineExceededError)
+        assert isinstance(third.future.exception(), DeadlineExceededError)
+        assert not fourth.future.done()
+        h.timers.advance(4)
+        assert not fourth.future.done()
+        h.timers.advance(1)
+        assert isinstance(fourth.future.exception(), DeadlineExceededError)
+        assert h.pool.pending_requests() == []
+        # With nothing pending no timer is left; a new request starts one again.
+        fifth = h.pool.request_slot(SMALL)
+        h.timers.advance(REQUEST_TIMEOUT)
+        assert isinstance(fifth.future.exception(), DeadlineExceededError)
+
+    run(scenario)
+
+
 def test_a_timed_out_request_carries_the_resource_managers_last_word() -> None:
     async def main() -> None:
         why = ["waiting for 1 slot(s): no free slot fits: 0 task executor(s) with 0 slot(s)"]

@@ -93,8 +93,11 @@ class SlotPool:
         self._why_waiting = why_waiting
         # Timer keys carry a private token: the timer service may be shared with other pools.
         self._token = object()
-        # Insertion order is request order.
+        # Insertion order is request order, hence deadline order: one timer, due when the
+        # oldest request is (a timer per request cost a handle, a context and two closures
+        # each, and a large job waits for thousands of slots at once).
         self._pending: dict[AllocationID, PendingSlotRequest] = {}
+        self._timeouts_key = (self._token, "slot-request-timeouts")
         # Pending requests the currently connected RM has been sent.
         self._sent: set[AllocationID] = set()
         self._allocated: dict[AllocationID, PhysicalSlot] = {}
@@ -141,11 +144,8 @@ class SlotPool:
         request = PendingSlotRequest(new_allocation_id(), resource_profile, now, future, excluded)
         allocation_id = request.allocation_id
         self._pending[allocation_id] = request
-        self._timers.schedule(
-            self._request_timer_key(allocation_id),
-            self._request_timeout_s,
-            lambda: self._on_request_timeout(allocation_id),
-        )
+        if not self._timers.is_scheduled(self._timeouts_key):
+            self._timers.schedule(self._timeouts_key, self._request_timeout_s, self._time_out)
         future.add_done_callback(lambda done: self._on_request_future_done(allocation_id, done))
         if self._rm_connected:
             self._send_to_resource_manager(request)
@@ -316,8 +316,7 @@ class SlotPool:
         pending = list(self._pending.values())
         sent = set(self._sent) if self._rm_connected else set()
         slots = [*self._allocated.values(), *self._available.values()]
-        for request in pending:
-            self._timers.cancel(self._request_timer_key(request.allocation_id))
+        self._timers.cancel(self._timeouts_key)
         for slot in self._available.values():
             self._timers.cancel(self._idle_timer_key(slot.allocation_id))
         self._pending.clear()
@@ -509,7 +508,6 @@ class SlotPool:
         request = self._pending.pop(allocation_id, None)
         if request is None:
             return None
-        self._timers.cancel(self._request_timer_key(allocation_id))
         was_sent = allocation_id in self._sent
         self._sent.discard(allocation_id)
         if cancel_at_rm and was_sent and self._rm_connected:
@@ -523,6 +521,22 @@ class SlotPool:
         request = self._pending.get(allocation_id)
         if request is not None and request.future is future and future.cancelled():
             self._remove_pending(allocation_id, cancel_at_rm=True)
+
+    def _time_out(self) -> None:
+        """Fail every request older than the timeout, then wait for the next oldest."""
+        now = self._timers.now()
+        expired: list[AllocationID] = []
+        next_due: float | None = None
+        for allocation_id, request in self._pending.items():
+            due = request.requested_at + self._request_timeout_s
+            if due > now:
+                next_due = due
+                break
+            expired.append(allocation_id)
+        for allocation_id in expired:
+            self._on_request_timeout(allocation_id)
+        if next_due is not None and not self._closed:
+            self._timers.schedule(self._timeouts_key, next_due - now, self._time_out)
 
     def _on_request_timeout(self, allocation_id: AllocationID) -> None:
         request = self._remove_pending(allocation_id, cancel_at_rm=True)
@@ -556,9 +570,6 @@ class SlotPool:
             allocation_id,
             f"slot was idle for more than {self._idle_timeout_s:g}s",
         )
-
-    def _request_timer_key(self, allocation_id: AllocationID) -> tuple[object, str, str]:
-        return (self._token, "slot-request", allocation_id)
 
     def _idle_timer_key(self, allocation_id: AllocationID) -> tuple[object, str, str]:
         return (self._token, "idle-slot", allocation_id)

@@ -71,6 +71,8 @@ class RequirementsDeclarer:
         self._on_refused = on_refused
         self._key_of: dict[AllocationID, RequirementKey] = {}
         self._counts: dict[RequirementKey, int] = {}
+        # One key object per distinct key (thousands of requests share a handful).
+        self._keys: dict[RequirementKey, RequirementKey] = {}
         self._received: list[str] = []
         self._versions = itertools.count(1)
         self._dirty = False
@@ -92,6 +94,7 @@ class RequirementsDeclarer:
         if allocation_id in self._key_of:
             return
         key = RequirementKey(profile, excluded)
+        key = self._keys.setdefault(key, key)
         self._key_of[allocation_id] = key
         self._counts[key] = self._counts.get(key, 0) + 1
         self._changed()
@@ -106,6 +109,7 @@ class RequirementsDeclarer:
             self._counts[key] = left
         else:
             del self._counts[key]
+            del self._keys[key]
         self._changed()
 
     def received(self, allocation_ids: list[str]) -> None:
@@ -119,6 +123,7 @@ class RequirementsDeclarer:
         re-sent requests."""
         self._key_of.clear()
         self._counts.clear()
+        self._keys.clear()
         self._received.clear()
         self._dirty = False
         self._in_flight = False
