@@ -264,11 +264,14 @@ def test_regions_computed_a_vertex_at_a_time_are_the_brute_force_ones(shape: str
     assert all(graph.region_of(v) is not None for v in graph.all_execution_vertices())
 
 
-def test_the_build_reports_its_slices() -> None:
+def test_the_build_reports_its_slices_to_its_stats_and_after_each_one() -> None:
+    # on_slice is how a JobMaster freezes a large graph as it grows (common/runtime/heap.py):
+    # after every slice, the last one included, so no part of the graph is left out.
     job_graph = _two(40, 30, ALL_TO_ALL)
     _, pauses = _stepwise(job_graph, chunk=4)
     ticks = itertools.count()
     stats = BuildStats()
+    calls: list[int] = []
     graph = asyncio.run(
         build_execution_graph(
             job_graph,
@@ -277,41 +280,25 @@ def test_the_build_reports_its_slices() -> None:
             chunk=4,
             monotonic=lambda: next(ticks) * 0.001,  # 1 ms per reading
             stats=stats,
+            on_slice=lambda: calls.append(stats.slices),
         )
     )
     assert graph is not None
     assert stats.slices == pauses + 1  # slice_s=0: a turn of the loop at every pause
     assert stats.longest_slice_s == pytest.approx(0.001)
     assert stats.elapsed_s > stats.longest_slice_s
-
-
-def test_a_build_of_several_slices_reports_each_one_and_a_one_slice_build_none() -> None:
-    # on_slice is how a JobMaster freezes a large graph as it grows (common/runtime/heap.py):
-    # after every slice, the last one included, so no part of the graph is left out.
-    job_graph = _two(40, 30, ALL_TO_ALL)
-    _, pauses = _stepwise(job_graph, chunk=4)
-    calls: list[int] = []
-    stats = BuildStats()
-    graph = asyncio.run(
-        build_execution_graph(
-            job_graph,
-            stopped=lambda: False,
-            slice_s=0,
-            chunk=4,
-            stats=stats,
-            on_slice=lambda: calls.append(stats.slices),
-        )
-    )
-    assert graph is not None
     assert calls == list(range(1, pauses + 2))
-    small: list[int] = []
+
+
+def test_a_build_of_one_slice_is_not_reported_after_it() -> None:
+    calls: list[int] = []
     graph = asyncio.run(
         build_execution_graph(
-            job_graph,
+            _two(40, 30, ALL_TO_ALL),
             stopped=lambda: False,
             chunk=4,
             monotonic=lambda: 5.0,  # one slice: a small graph is not held
-            on_slice=lambda: small.append(1),
+            on_slice=lambda: calls.append(1),
         )
     )
-    assert graph is not None and small == []
+    assert graph is not None and calls == []
