@@ -31,8 +31,8 @@ import time
 log = logging.getLogger(__name__)
 
 THAW_DELAY_S = 1.0
-"""How long after the last release the heap is thawed and collected: the released structure's
-last references (a stand-down task, an RPC in flight) are gone by then, and several jobs ending
+"""How long after a release the heap is thawed and collected: the released structure's last
+references (a stand-down task, an RPC in flight) are gone by then, and several jobs ending
 together cost one collection."""
 
 
