@@ -45,7 +45,6 @@ class LongLivedHeap:
         self._holders: set[object] = set()
         self._thaw: asyncio.TimerHandle | None = None
         self.thaws = 0
-        self.last_thaw_pause_s = 0.0
 
     @property
     def holders(self) -> int:
@@ -85,13 +84,12 @@ class LongLivedHeap:
         collected = gc.collect()
         gc.freeze()
         self.thaws += 1
-        self.last_thaw_pause_s = time.monotonic() - started
         log.info(
             "heap thawed after a large structure was released: %d objects collected, %d kept "
             "frozen, %.0f ms (%d structure(s) still held)",
             collected,
             gc.get_freeze_count(),
-            self.last_thaw_pause_s * 1000,
+            (time.monotonic() - started) * 1000,
             len(self._holders),
         )
 
