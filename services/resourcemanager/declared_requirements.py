@@ -21,7 +21,9 @@ Per job and key, three numbers are compared:
 * **on the way** - slots allocated for the job (the task executor said yes) that the JobMaster
   has not acknowledged yet: the task executor is offering them. A declaration lists the
   allocation ids the JobMaster received since its last one (taken or rejected), which ends
-  their time on the way; so does the slot being freed or lost first.
+  their time on the way; so does the slot being freed or lost first. An acknowledgement can
+  overtake the task executor's yes (it offers the slot as it answers): the request is then
+  withdrawn, so the slot never goes on its way behind the JobMaster's back.
 
 Declared minus requested minus on the way is what is missing. A negative difference withdraws
 the newest requests (an allocation in flight finishes, and the JobMaster rejects the slot if it
@@ -201,6 +203,8 @@ class DeclaredRequirements:
         for allocation_id in received:
             if job.drop_on_the_way(allocation_id):
                 del self._owner[allocation_id]
+            else:
+                self._acknowledged_early(job, allocation_id)
         self._match(job_id, job)
         return True
 
@@ -327,6 +331,22 @@ class DeclaredRequirements:
         since.resize(wanted, self._now())
         if not since.total:
             del job.since[key]
+
+    def _acknowledged_early(self, job: _Job, allocation_id: AllocationID) -> None:
+        """The JobMaster took a slot whose task executor's yes has not reached us: the task
+        executor offers a slot as it answers, and the offer, then the declaration acknowledging
+        it, can overtake that answer. Left requested, the slot would go on its way when the
+        answer comes and stay there, hiding a need the JobMaster still has. Withdrawn instead:
+        the slot follows the task executor's answer all the same, and is never asked for
+        elsewhere (the JobMaster has it)."""
+        key = job.drop_request(allocation_id)
+        if key is None:
+            return  # neither requested nor on its way: its allocation has ended already
+        del self._owner[allocation_id]
+        self._slots.unregister_slot_request(allocation_id)
+        since = job.since.get(key)
+        if since is not None:
+            since.pop_oldest()
 
     def _request(self, job_id: JobID, job: _Job, key: RequirementKey) -> None:
         allocation_id = new_allocation_id()

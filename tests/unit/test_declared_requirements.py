@@ -122,6 +122,26 @@ def test_slots_on_their_way_count_until_the_job_master_acknowledges_them() -> No
     assert h.sm.slot_counts()[SlotState.ALLOCATED] == 2
 
 
+def test_an_acknowledgement_overtaking_the_task_executors_yes_leaves_nothing_on_the_way() -> None:
+    # The task executor offers the slot to the JobMaster as it answers the resource manager;
+    # the JobMaster's declaration acknowledging it can arrive before that answer.
+    h = DeclarationHarness()
+    h.add_te(slots=2)
+    h.declare({ANY: 3})
+    (first, _), (second, _) = [(r.allocation_id, s) for _, s, r in h.actions.allocations]
+    assert h.req.unmet(h.job) == 1
+    # The JobMaster took both and waits for one more, before either yes reached us.
+    h.declare({ANY: 1}, received=[first, second])
+    assert h.req.requested(h.job) == [] and h.req.unmet(h.job) == 1
+    assert h.confirm_all() == [first, second]  # the yes arrives: the slots are the job's
+    assert h.req.on_the_way(h.job) == [] and h.req.unmet(h.job) == 1
+    assert h.sm.slot_counts()[SlotState.ALLOCATED] == 2
+    # What the job is shown waiting for is what its JobMaster waits for.
+    h.run_deferred()
+    assert h.req.unmet(h.job) == 1 and h.sm.number_pending_requests() == 0
+    assert len(h.actions.allocations) == 2  # and nothing was asked for twice
+
+
 def test_a_slot_freed_before_its_acknowledgement_is_asked_for_again() -> None:
     h = DeclarationHarness()
     te = h.add_te(slots=2)
