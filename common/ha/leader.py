@@ -75,6 +75,13 @@ class LeaderElectionService(abc.ABC):
         ever to enter (the ZooKeeper form: in the same transaction), so that the contender's
         ``confirm_leadership`` with this address needs no further write."""
 
+    async def remove_election(self) -> None:  # noqa: B027 - optional, a no-op by default
+        """After :meth:`stop`, for an election nobody will enter again (a job whose outcome is
+        recorded): delete what the coordination service keeps of it, unless another contender
+        is still in it (the last to leave removes it then). Never raises: what is left behind
+        is only clutter, logged (Flink's ``HighAvailabilityServices.globalCleanupAsync``
+        removes a finished job's leader nodes the same way)."""
+
     def leadership_fence(self, session_id: str) -> str | None:
         """What a write to the coordination service checks to succeed only under this
         leadership (the ZooKeeper form: the path of the leader's latch node), or ``None`` when

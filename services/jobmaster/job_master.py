@@ -220,7 +220,7 @@ class JobMaster:
             # again (the "job already done" check).
             log.info("job %s already has a result; this JobMaster stands down", short(self.job_id))
             self.status = JobStatus.SUSPENDED
-            self.runtime.spawn(self.election.stop(), "stand-down")
+            self.runtime.spawn(self._stand_down(), "stand-down")
             self.host.job_master_done(self)
             return
         self.session_id = session_id
@@ -247,6 +247,12 @@ class JobMaster:
         self.on_resource_manager_leader(self.host.rm_leader)
         # Scheduling starts once the call stack that started us has returned.
         asyncio.get_running_loop().call_soon(self.scheduler.start_scheduling)
+
+    async def _stand_down(self) -> None:
+        await self.election.stop()
+        # The job's outcome is recorded: if the JobMaster that recorded it left the election
+        # to us (we were in its latch), it is ours to remove.
+        await self.election.remove_election()
 
     async def revoke_leadership(self) -> None:
         await self.suspend("the JobMaster lost leadership")
@@ -348,6 +354,9 @@ class JobMaster:
                 log.warning("job %s: progress log not removed: %s", short(self.job_id), exc)
         await released
         await self.election.stop()
+        if accepted:
+            # The outcome is recorded: no JobMaster will contend for this job again.
+            await self.election.remove_election()
         self.host.job_master_done(self)
 
     def _report_status(self, status: JobStatus, cause: str) -> None:

@@ -136,3 +136,52 @@ def test_a_leader_whose_latch_node_is_gone_gets_no_epoch_before_it_notices(
         await connection.close()
 
     asyncio.run(scenario())
+
+
+def test_a_finished_jobs_election_is_removed_by_the_last_contender_to_leave(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    async def scenario() -> None:
+        connections = [
+            ZooKeeperConnection(
+                zookeeper.address,
+                "/sparkmill/removal",
+                session_timeout_s=4.0,
+                connection_timeout_s=10.0,
+            )
+            for _ in range(2)
+        ]
+        for connection in connections:
+            await connection.ensure_started()
+        path = connections[0].path("leader", "job-3")
+        elections = [
+            ZooKeeperLeaderElectionService(c, path, tolerate_suspended=False, name=f"jm-{i}")
+            for i, c in enumerate(connections)
+        ]
+        leader, standby = Contender(), Contender()
+        elections[0].will_publish("tcp://host-a:1")
+        await elections[0].start(leader)
+        session = await asyncio.wait_for(leader.granted.get(), 20)
+        assert await elections[0].confirm_leadership(session, "tcp://host-a:1") is not None
+        await elections[1].start(standby)
+        client = connections[0].client
+        assert client is not None
+        deadline = time.monotonic() + 20
+        while len(client.get_children(f"{path}/latch")) < 2:
+            assert time.monotonic() < deadline, "the standby never entered the latch"
+            await asyncio.sleep(0.05)
+
+        await elections[0].remove_election()  # still contending: not a finished job's
+        assert client.exists(path) is not None
+        await elections[0].stop()
+        await elections[0].remove_election()  # the standby is still in the latch
+        assert sorted(client.get_children(path)) == ["connection_info", "epoch", "latch"]
+        await asyncio.wait_for(standby.granted.get(), 20)
+        await elections[1].stop()
+        await elections[1].remove_election()
+        assert client.exists(path) is None
+        await elections[1].remove_election()  # removed already: nothing to do, no error
+        for connection in connections:
+            await connection.close()
+
+    asyncio.run(scenario())

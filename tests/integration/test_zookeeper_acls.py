@@ -88,7 +88,7 @@ def _kazoo(address: str, keys: Path, role: str | None) -> KazooClient:
 def test_each_role_reaches_only_its_own_znodes_and_a_job_still_runs(
     cluster_factory: ClusterFactory,
 ) -> None:
-    from kazoo.exceptions import NoAuthError
+    from kazoo.exceptions import NoAuthError, NotEmptyError
 
     ha = cluster_factory(task_executors=1, ha=True)
     job_id = ha.client.submit(
@@ -184,11 +184,31 @@ def test_each_role_reaches_only_its_own_znodes_and_a_job_still_runs(
             stranger.stop()
             stranger.close()
 
+    # A job master may delete a finished job's election under leader/, and ZooKeeper keeps
+    # it from deleting the dispatcher's (never without its latch and epoch).
+    stranger = _kazoo(zookeeper.address, keys, "job-master")
+    try:
+        with pytest.raises(NotEmptyError):
+            stranger.delete(f"{root}/leader/dispatcher")
+    finally:
+        stranger.stop()
+        stranger.close()
+
     # Nothing changed: the job finishes, and the dispatcher's leadership is as it was.
     assert ha.client.wait(job_id, timeout=90).status == common_pb2.FINISHED
     dispatcher = _kazoo(zookeeper.address, keys, "dispatcher")
     try:
         assert dispatcher.get(f"{root}/leader/dispatcher/connection_info")[0] == dispatcher_info
+        # Its outcome recorded, the job's JobMaster removed the job's election: a cluster
+        # that runs jobs for a year does not keep a year of elections in ZooKeeper.
+        deadline = time.monotonic() + 30
+        while dispatcher.exists(job_leader) is not None:
+            assert time.monotonic() < deadline, (
+                f"{job_leader} is still there: {dispatcher.get_children(job_leader)}"
+            )
+            time.sleep(0.2)
+        leaders = sorted(dispatcher.get_children(f"{root}/leader"))
+        assert leaders == ["dispatcher", "resource-manager"], leaders
     finally:
         dispatcher.stop()
         dispatcher.close()

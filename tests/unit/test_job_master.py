@@ -213,6 +213,57 @@ def test_standalone_epochs_increase_within_a_process() -> None:
     assert stale is None
 
 
+class RemovalRecordingElection(StandaloneLeaderElectionService):
+    """The standalone election, recording stops and removals in order."""
+
+    __test__ = False
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(session_id)
+        self.calls: list[str] = []
+
+    async def stop(self) -> None:
+        self.calls.append("stop")
+        await super().stop()
+
+    async def remove_election(self) -> None:
+        self.calls.append("remove")
+
+
+def test_a_standby_that_finds_the_result_stands_down_and_removes_the_election() -> None:
+    host = TestingJobMasterHost()
+    election = RemovalRecordingElection("session-2")
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _job_master(host, runtime)
+        jm.election = election
+        host.result_store.create_dirty(
+            jobs_pb2.JobResult(job_id=jm.job_id, status=common_pb2.FINISHED)
+        )
+        await jm.start()  # granted at once, like a standby that wins the latch
+        await _settle()
+        assert jm.status is JobStatus.SUSPENDED and jm.session_id == ""
+        assert election.calls == ["stop", "remove"]  # only once out of the latch
+        assert host.done == [jm] and host.reports == []
+
+    _run(scenario)
+
+
+def test_a_suspended_job_master_leaves_the_election_for_its_successor() -> None:
+    host = TestingJobMasterHost()
+    election = RemovalRecordingElection("session-1")
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _job_master(host, runtime)
+        jm.election = election
+        await jm.start()
+        await _settle()
+        await jm.suspend("the JobMaster lost leadership", tell_dispatcher=False)
+        assert election.calls == ["stop"]
+
+    _run(scenario)
+
+
 # -- the execution graph is built in slices, before the JobMaster runs for leadership ----------
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kazoo.security import ACL, make_acl
 
 from sparkmill.common.config.configuration import Configuration
 from sparkmill.common.core.errors import ConfigurationError
@@ -17,6 +18,8 @@ from sparkmill.common.ha.zookeeper.acl import (
     D,
     R,
     W,
+    narrower_acl,
+    role_acl_for,
     role_grants,
     zookeeper_auth_from_config,
 )
@@ -48,6 +51,31 @@ def test_each_election_belongs_to_its_own_role() -> None:
     ):
         for child in ("", "/latch", "/latch/n_0000000001", "/connection_info", "/epoch"):
             assert writers(f"leader/{node}{child}") == {role}, (node, child)
+
+
+def test_job_masters_may_delete_a_finished_jobs_election_under_leader_and_create_nothing_else() -> (
+    None
+):
+    grants = role_grants("leader")
+    assert grants["job-master"] == R | C | D  # a finished job's leader/job-<id>
+    # The roles' elections always have children (latch, epoch): ZooKeeper refuses to delete
+    # them whatever the grant. Nothing else under the root is the job masters' to delete.
+    assert grants["dispatcher"] == grants["resource-manager"] == R | C
+    for path in ("", "members", "jobgraphs"):
+        assert not role_grants(path).get("job-master", 0) & D, path
+
+
+def test_an_earlier_versions_narrower_acl_is_accepted_a_wider_or_foreign_one_is_not() -> None:
+    identities = {role: f"sparkmill-{role}:hash-of-{role}" for role in SERVICE_ROLES}
+    acl_of = role_acl_for(identities)
+    now = acl_of("leader")
+    earlier = [ACL(acl.perms & ~D, acl.id) if "job-master" in acl.id.id else acl for acl in now]
+    assert earlier != now and narrower_acl(earlier, now)
+    assert narrower_acl(now, now)
+    assert not narrower_acl(now, earlier)  # wider than what it may be
+    stranger = make_acl("digest", "someone-else:hash", read=True)
+    assert not narrower_acl([*earlier, stranger], now)  # another identity on it
+    assert not narrower_acl(earlier[1:], now)  # a role missing from it
 
 
 def test_task_executors_write_only_their_own_announcement() -> None:

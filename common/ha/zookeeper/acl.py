@@ -50,8 +50,10 @@ ROLE_POLICY: tuple[tuple[str, dict[str, int]], ...] = (
     # The root and the first level: the services that start elections or stores add children.
     ("", {"dispatcher": _CONTAINER, "resource-manager": _CONTAINER, "job-master": _CONTAINER,
           "task-executor": R}),
+    # Job masters also delete a finished job's election (``leader/job-*``); a node with
+    # children cannot be deleted, and the roles' elections always have theirs.
     ("leader", {"dispatcher": _CONTAINER, "resource-manager": _CONTAINER,
-                "job-master": _CONTAINER, "task-executor": R}),
+                "job-master": R | C | D, "task-executor": R}),
     # One election per role or job: only its own role contends, publishes and cleans up.
     ("leader/*/latch", {"{own}": R | C | D, "{latch-readers}": R}),
     ("leader/*/latch/*", {"{own}": R | W}),
@@ -243,6 +245,25 @@ def ensure_path(client: KazooClient, root: str, path: str, auth: ZooKeeperAuth) 
         relative = "/".join(parts[root_depth:depth]) if depth > root_depth else ""
         with contextlib.suppress(NodeExistsError):  # made meanwhile by another process
             client.create(node, b"", acl=auth.acl_for(relative))
+
+
+def narrower_acl(found: list[ACL], expected: list[ACL]) -> bool:
+    """Whether ``found`` grants the same identities as ``expected``, each at most what
+    ``expected`` grants it: a node an earlier version made, before a grant was added. Nobody
+    can do more on it than this version allows (digest ids compared by user, as
+    :func:`acl_text` masks them)."""
+
+    def by_id(acls: list[ACL]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for acl in acls:
+            key = acl_text(acl, masked=True).rpartition(":")[0]
+            out[key] = out.get(key, 0) | acl.perms
+        return out
+
+    have, allowed = by_id(found), by_id(expected)
+    return have.keys() == allowed.keys() and all(
+        perms & ~allowed[key] == 0 for key, perms in have.items()
+    )
 
 
 def acl_text(acl: ACL, *, masked: bool = False) -> str:

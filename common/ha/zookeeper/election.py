@@ -468,6 +468,42 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
         if node is not None and not await self._delete_latch_node(node):
             self._delete_once_reconnected(node)
 
+    async def remove_election(self) -> None:
+        """Delete the election's node with its latch, epoch and published leader in one
+        transaction. It fails as a whole, leaving everything, when a contender's node is in the
+        latch (it removes the election when it leaves) or when the nodes were made under an
+        older access policy that did not let this role delete them."""
+        client = self.zk.client
+        if not self._stopped or client is None or not self.zk.connected:
+            return
+        path = self.path
+
+        def remove() -> str | None:
+            try:
+                if latch_members(client.get_children(self.latch_path)):
+                    return "a contender is still in its latch"
+                published = client.exists(self.info_path) is not None
+            except NoNodeError:
+                return None  # removed already
+            transaction = client.transaction()
+            transaction.delete(self.latch_path)
+            if published:
+                transaction.delete(self.info_path)
+            transaction.delete(self.epoch_path)
+            transaction.delete(path)
+            failed = [r for r in transaction.commit() if isinstance(r, Exception)]
+            causes = [type(r).__name__ for r in failed if type(r).__name__ != "RolledBackError"]
+            return ", ".join(causes or ["rolled back"]) if failed else None
+
+        try:
+            left = await self.zk.call(remove)
+        except KazooException as exc:
+            left = str(exc) or type(exc).__name__
+        if left is None:
+            log.info("%s: removed the election's nodes", self.name)
+        else:
+            log.info("%s: the election's nodes stay: %s", self.name, left)
+
     async def _delete_latch_node(self, node: str) -> bool:
         """Delete our latch node; False if ZooKeeper could not be reached to do it."""
         client = self.zk.client

@@ -4,7 +4,8 @@ ZooKeeper layout under ``<path.root>/<cluster-id>``::
 
     leader/dispatcher/{latch/, connection_info}
     leader/resource-manager/{latch/, connection_info}
-    leader/job-<job id>/{latch/, connection_info}     one election per job among job masters
+    leader/job-<job id>/{latch/, connection_info}     one election per job among job masters,
+                                                      removed once the job's outcome is recorded
     jobgraphs/<job id>/locks/<owner>                   the submitted-job-graph store
     members/<role>/<member id>                         each service's announcement
 
@@ -37,6 +38,7 @@ from sparkmill.common.ha.zookeeper.acl import (
     STRUCTURE,
     acl_text,
     may_read,
+    narrower_acl,
     zookeeper_auth_from_config,
 )
 from sparkmill.common.ha.zookeeper.connection import ZooKeeperConnection
@@ -301,6 +303,18 @@ class ZooKeeperHaServices(HighAvailabilityServices):
             acls = []
         found = sorted(acl_text(a, masked=True) for a in acls)
         if found == expected:
+            return None
+        if narrower_acl(acls, self.connection.acl(path)):
+            # An earlier version's node, made before a grant was added (job masters deleting
+            # a finished job's election under ``leader``): safe, and only that grant's work is
+            # left undone.
+            log.info(
+                "ZooKeeper node %s keeps the narrower ACL an earlier sparkmill gave it (%s; "
+                "this version gives %s): what needs the difference is skipped",
+                path,
+                ", ".join(found),
+                ", ".join(expected),
+            )
             return None
         return (
             f"ZooKeeper node {path} has the ACL {', '.join(found) or '(hidden from us)'}, not "
