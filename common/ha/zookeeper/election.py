@@ -478,22 +478,29 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
             return
         path = self.path
 
-        def remove() -> str | None:
-            try:
-                if latch_members(client.get_children(self.latch_path)):
+        def remove() -> str | None:  # None: removed, "": gone already, else why they stay
+            # One request as a rule: the published leader is usually there (a standby that
+            # stands down may find it gone with its session: then once more without it).
+            for with_info in (True, False):
+                transaction = client.transaction()
+                transaction.delete(self.latch_path)
+                if with_info:
+                    transaction.delete(self.info_path)
+                transaction.delete(self.epoch_path)
+                transaction.delete(path)
+                results = transaction.commit()
+                if not any(isinstance(r, Exception) for r in results):
+                    return None
+                if isinstance(results[0], NoNodeError):
+                    return ""  # removed already
+                if with_info and isinstance(results[1], NoNodeError):
+                    continue
+                causes = {type(r).__name__ for r in results if isinstance(r, Exception)}
+                causes -= {"RolledBackError", "RuntimeInconsistency"}  # the other operations
+                if "NotEmptyError" in causes:
                     return "a contender is still in its latch"
-                published = client.exists(self.info_path) is not None
-            except NoNodeError:
-                return None  # removed already
-            transaction = client.transaction()
-            transaction.delete(self.latch_path)
-            if published:
-                transaction.delete(self.info_path)
-            transaction.delete(self.epoch_path)
-            transaction.delete(path)
-            failed = [r for r in transaction.commit() if isinstance(r, Exception)]
-            causes = [type(r).__name__ for r in failed if type(r).__name__ != "RolledBackError"]
-            return ", ".join(causes or ["rolled back"]) if failed else None
+                return ", ".join(sorted(causes)) or "rolled back"
+            return None
 
         try:
             left = await self.zk.call(remove)
@@ -501,7 +508,7 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
             left = str(exc) or type(exc).__name__
         if left is None:
             log.info("%s: removed the election's nodes", self.name)
-        else:
+        elif left:
             log.info("%s: the election's nodes stay: %s", self.name, left)
 
     async def _delete_latch_node(self, node: str) -> bool:
