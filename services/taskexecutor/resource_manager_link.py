@@ -75,10 +75,13 @@ class ResourceManagerLink:
     def is_registered(self) -> bool:
         return self.connection is not None and self.connection.established
 
-    def session_id(self) -> str:
-        """The fencing token the registered resource manager leader uses."""
+    def session_id(self, *, registering: bool = False) -> str:
+        """The fencing token the registered resource manager leader uses. ``registering``:
+        also that of the leader a registration is under way with. That leader asks for a slot
+        as soon as it has taken the registration, which can be before its answer (and the
+        slot report after it) got here: refusing would cost the request a retry."""
         connection = self.connection
-        if connection is None or not connection.established:
+        if connection is None or not (connection.established or registering):
             raise NotLeaderError("this task executor is not registered at a resource manager")
         return connection.leader.session_id
 

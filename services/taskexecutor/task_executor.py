@@ -89,6 +89,9 @@ log = logging.getLogger(__name__)
 _RM_METHODS = frozenset(
     {"RequestSlot", "HeartbeatFromResourceManager", "DisconnectResourceManager"}
 )
+# What the resource manager leader may already ask while this task executor's registration
+# with it is under way (see ResourceManagerLink.session_id); a disconnect waits for its end.
+_RM_METHODS_WHILE_REGISTERING = frozenset({"RequestSlot", "HeartbeatFromResourceManager"})
 
 
 class TaskExecutor(TaskExecutorServicer):
@@ -191,7 +194,7 @@ class TaskExecutor(TaskExecutorServicer):
 
     def expected_fencing_token(self, spec: MethodSpec, request: object) -> str:
         if spec.name in _RM_METHODS:
-            return self.rm_link.session_id()
+            return self.rm_link.session_id(registering=spec.name in _RM_METHODS_WHILE_REGISTERING)
         job_id = job_id_of(request)
         connection = self.jobs.get(job_id)
         if connection is None:
