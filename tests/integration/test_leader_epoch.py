@@ -62,27 +62,32 @@ def _expire(zookeeper: ZooKeeperServer, connection: ZooKeeperConnection) -> None
     other.close()
 
 
+async def _elections(
+    zookeeper: ZooKeeperServer, root: str, job: str, count: int
+) -> tuple[list[ZooKeeperConnection], list[ZooKeeperLeaderElectionService]]:
+    """``count`` contenders of one job's election, each on a ZooKeeper session of its own."""
+    connections = [
+        ZooKeeperConnection(
+            zookeeper.address, root, session_timeout_s=4.0, connection_timeout_s=10.0
+        )
+        for _ in range(count)
+    ]
+    for connection in connections:
+        await connection.ensure_started()
+    path = connections[0].path("leader", job)
+    elections = [
+        ZooKeeperLeaderElectionService(c, path, tolerate_suspended=False, name=f"jm-{i}")
+        for i, c in enumerate(connections)
+    ]
+    return connections, elections
+
+
 def test_a_successor_whose_clock_is_behind_still_gets_the_greater_epoch(
     zookeeper: ZooKeeperServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def scenario() -> None:
-        connections = [
-            ZooKeeperConnection(
-                zookeeper.address,
-                "/sparkmill/epochs",
-                session_timeout_s=4.0,
-                connection_timeout_s=10.0,
-            )
-            for _ in range(2)
-        ]
-        for connection in connections:
-            await connection.ensure_started()
+        connections, elections = await _elections(zookeeper, "/sparkmill/epochs", "job-1", 2)
         first, second = Contender(), Contender()
-        path = connections[0].path("leader", "job-1")
-        elections = [
-            ZooKeeperLeaderElectionService(c, path, tolerate_suspended=False, name=f"jm-{i}")
-            for i, c in enumerate(connections)
-        ]
         await elections[0].start(first)
         session_1 = await asyncio.wait_for(first.granted.get(), 20)
         epoch_1 = await elections[0].confirm_leadership(session_1, "tcp://host-a:1")
@@ -142,22 +147,8 @@ def test_a_finished_jobs_election_is_removed_by_the_last_contender_to_leave(
     zookeeper: ZooKeeperServer,
 ) -> None:
     async def scenario() -> None:
-        connections = [
-            ZooKeeperConnection(
-                zookeeper.address,
-                "/sparkmill/removal",
-                session_timeout_s=4.0,
-                connection_timeout_s=10.0,
-            )
-            for _ in range(2)
-        ]
-        for connection in connections:
-            await connection.ensure_started()
-        path = connections[0].path("leader", "job-3")
-        elections = [
-            ZooKeeperLeaderElectionService(c, path, tolerate_suspended=False, name=f"jm-{i}")
-            for i, c in enumerate(connections)
-        ]
+        connections, elections = await _elections(zookeeper, "/sparkmill/removal", "job-3", 2)
+        path = elections[0].path
         leader, standby = Contender(), Contender()
         elections[0].will_publish("tcp://host-a:1")
         await elections[0].start(leader)
