@@ -10,12 +10,21 @@ when it is back with the same session, LOST when the session expired.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
+import pytest
+from kazoo.exceptions import (
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
 
 from sparkmill.common.core.zookeeper_state import ZooKeeperConnectionState
 from sparkmill.common.ha.zookeeper.connection import (
@@ -514,5 +523,51 @@ def test_confirming_another_address_than_the_one_published_with_the_election_rep
             ("set_data", f"{ELECTION}/epoch"),
         ]
         await election.stop()
+
+    asyncio.run(scenario())
+
+
+class _RefusingTransaction(TestingTransaction):
+    """ZooKeeper refuses the removal's last operation (the job's node) with ``error``."""
+
+    def __init__(self, client: TestingKazooClient, error: Exception) -> None:
+        super().__init__(client)
+        self.error = error
+
+    def commit(self) -> list[Any]:
+        return [RolledBackError()] * (len(self.ops) - 1) + [self.error]
+
+
+def test_a_stopped_elections_removal_says_why_its_nodes_stay(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        for error, why in (
+            (NotEmptyError(), "a contender is still in its latch"),
+            (NoAuthError(), "made by an earlier sparkmill"),
+        ):
+            zk, election, _ = await _job_election(publish="tcp://jm:1")
+            await election.remove_election()  # still contending: nothing happens
+            assert zk.kazoo.transactions[-1][0][0] == "create"
+            await election.stop()
+            zk.kazoo.transaction = functools.partial(  # type: ignore[method-assign]
+                _RefusingTransaction, zk.kazoo, error
+            )
+            caplog.clear()
+            with caplog.at_level(logging.INFO):
+                await election.remove_election()
+            assert "the election's nodes stay: " in caplog.text and why in caplog.text
+        zk, election, _ = await _job_election(publish="tcp://jm:1")
+        await election.stop()
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            await election.remove_election()
+        assert zk.kazoo.transactions[-1] == [
+            ("delete", f"{ELECTION}/latch"),
+            ("delete", f"{ELECTION}/connection_info"),
+            ("delete", f"{ELECTION}/epoch"),
+            ("delete", ELECTION),
+        ]
+        assert "removed the election's nodes" in caplog.text
 
     asyncio.run(scenario())

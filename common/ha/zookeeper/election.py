@@ -499,6 +499,11 @@ class ZooKeeperLeaderElectionService(LeaderElectionService):
                 causes -= {"RolledBackError", "RuntimeInconsistency"}  # the other operations
                 if "NotEmptyError" in causes:
                     return "a contender is still in its latch"
+                if "NoAuthError" in causes:
+                    return (
+                        "ZooKeeper refused to delete them (this cluster's leader node was made "
+                        "by an earlier sparkmill, whose ACL let no job master delete under it)"
+                    )
                 return ", ".join(sorted(causes)) or "rolled back"
             return None
 
