@@ -69,6 +69,7 @@ from sparkmill.services.dispatcher.job_reports import (
     check_replacement,
     check_reporter,
     decide_hosted_job,
+    jobs_no_longer_hosted,
     stop_orphan,
 )
 from sparkmill.services.dispatcher.job_views import add_job_summary, job_details
@@ -105,7 +106,9 @@ class Dispatcher(DispatcherServicer):
         self.identity = identity
         self.session_id: str | None = None
         self.jobs: dict[JobID, JobRecord] = {}
-        self.processes = JobMasterProcesses(settings, clients, identity.id, self._lose_process)
+        self.processes = JobMasterProcesses(
+            settings, clients, identity.id, self._lose_process, self._check_hosted
+        )
         self.submitted_total = 0
         # The job history (ended jobs, kept past jobstore.expiration-time and restarts) and the
         # task executors' attempt logs.
@@ -286,6 +289,7 @@ class Dispatcher(DispatcherServicer):
         job.process_id = process_id
         job.address = address
         job.move_to(JobPlacement.ASSIGNED)
+        job.placed_at = time.monotonic()
         new = self.processes.get(process_id)
         if new is not None:
             new.jobs.add(job.job_id)
@@ -321,6 +325,7 @@ class Dispatcher(DispatcherServicer):
             return
         if job.placement is JobPlacement.STARTING:
             job.move_to(JobPlacement.ASSIGNED)
+            job.placed_at = time.monotonic()
         if self.jobs.get(job.job_id) is not job:
             return
         # Empty while the JobMaster waits as a standby in the job's election; its first status
@@ -472,6 +477,20 @@ class Dispatcher(DispatcherServicer):
         for job in orphans:
             self._orphan(job)
         self._schedule_waiting_jobs()
+
+    def _check_hosted(
+        self, process_id: str, hosted: job_master_pb2.HostedJobs, asked_at: float
+    ) -> None:
+        """A heartbeat's reply: a job placed on the process that it no longer runs starts
+        again, instead of waiting for a report that will not come (the process lives on)."""
+        process = self.processes.get(process_id)
+        if process is None or self.session_id is None:
+            return
+        lost = jobs_no_longer_hosted(process, self.jobs, hosted, asked_at)
+        for job in lost:
+            self._orphan(job)
+        if lost:
+            self._schedule_waiting_jobs()
 
     def _orphan(self, job: JobRecord) -> None:
         """``job`` lost its job-master process: it waits to start elsewhere."""

@@ -5,23 +5,29 @@ given (Flink runs one ``JobManagerRunner`` per job inside the dispatcher's proce
 runs them in separate processes so that a JobMaster's crash costs neither the dispatcher nor the
 other jobs). This registry holds the processes, heartbeats each one and names the least loaded
 for the next job; what a registration or a loss means for the jobs is the dispatcher's part.
+
+Each heartbeat's reply lists the jobs the process hosts (``HostedJobs``): handed to
+``on_hosted`` with the time the heartbeat was sent, so that the dispatcher can tell a job it
+placed there before that time and that the process no longer runs.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.runtime.heartbeat import HeartbeatManager
 from sparkmill.common.runtime.settings import ClusterSettings
-from sparkmill.common.v1 import common_pb2
+from sparkmill.common.v1 import common_pb2, job_master_pb2
 from sparkmill.common.v1.gateways import JobMasterClient
 from sparkmill.services.dispatcher.job_placement import JobMasterProcessRecord
 
 
 class JobMasterProcesses:
     """Registered job-master processes by process id; ``on_timeout(process_id, reason)`` is
-    called when one stops answering its heartbeats."""
+    called when one stops answering its heartbeats, ``on_hosted(process_id, hosted, asked_at)``
+    with each heartbeat's reply (``asked_at``: ``time.monotonic()`` when it was sent)."""
 
     def __init__(
         self,
@@ -29,11 +35,13 @@ class JobMasterProcesses:
         clients: RpcClientPool,
         sender_id: str,
         on_timeout: Callable[[str, str], None],
+        on_hosted: Callable[[str, job_master_pb2.HostedJobs, float], None] | None = None,
     ) -> None:
         self._settings = settings
         self._clients = clients
         self._sender_id = sender_id
         self._records: dict[str, JobMasterProcessRecord] = {}
+        self._on_hosted = on_hosted
         self.heartbeats = HeartbeatManager(
             "dispatcher->jm",
             interval_s=settings.heartbeat_interval_s,
@@ -87,10 +95,15 @@ class JobMasterProcesses:
         record = self._records.get(process_id)
         if record is None:
             return
-        await record.client.heartbeat_from_dispatcher(
+        asked_at = time.monotonic()
+        hosted = await record.client.heartbeat_from_dispatcher(
             common_pb2.HeartbeatRequest(sender_id=self._sender_id),
             timeout=self._settings.heartbeat_interval_s,
         )
+        # Only for the registration that was asked: one that replaced it meanwhile is answered
+        # by its own heartbeats.
+        if self._on_hosted is not None and self._records.get(process_id) is record:
+            self._on_hosted(process_id, hosted, asked_at)
 
 
 __all__ = ["JobMasterProcesses"]

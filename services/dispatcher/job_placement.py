@@ -102,6 +102,9 @@ class JobRecord:
     details: jobs_pb2.JobDetails | None = None
     result: jobs_pb2.JobResult | None = None
     placement: JobPlacement = JobPlacement.WAITING
+    # time.monotonic() when a process last took the job (StartJob answered, or a report or
+    # registration claimed it): a heartbeat sent later shows whether that process still runs it.
+    placed_at: float = 0.0
     # Set once the result is recorded: wakes the GetJobResult calls that wait for the end.
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     # Held while one status report of the job is checked and applied (reports in order).

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from sparkmill.common.core.errors import (
     FailedPreconditionError,
@@ -26,14 +26,25 @@ from sparkmill.common.ha.leader import LeaderInfo
 from sparkmill.common.rpc.server import CallContext
 from sparkmill.common.v1 import dispatcher_pb2, job_master_pb2, jobs_pb2
 from sparkmill.services.dispatcher.job_master_processes import JobMasterProcesses
-from sparkmill.services.dispatcher.job_placement import JobMasterProcessRecord, JobRecord
+from sparkmill.services.dispatcher.job_placement import (
+    JobMasterProcessRecord,
+    JobPlacement,
+    JobRecord,
+)
 
 log = logging.getLogger(__name__)
 
 JobLeaderLookup = Callable[[JobID], Awaitable[LeaderInfo | None]]
 """The JobMaster session and address the HA services name as a job's leader, read afresh."""
 
-_NEWLY_ELECTED = (JobStatus.CREATED.value, JobStatus.RUNNING.value)
+# What the JobMaster the dispatcher started may report before its session is known here: it
+# was elected (CREATED, RUNNING), or it lost the leadership it was granted before its first
+# report arrived (SUSPENDED: it hands the job back, and the job must start again).
+_FROM_THE_STARTED_JOB_MASTER = (
+    JobStatus.CREATED.value,
+    JobStatus.RUNNING.value,
+    JobStatus.SUSPENDED.value,
+)
 
 
 async def check_reporter(
@@ -65,12 +76,14 @@ async def check_reporter(
             f"report for job {short(job.job_id)} refused: it names no JobMaster session"
         )
     if (
-        request.status in _NEWLY_ELECTED
+        request.status in _FROM_THE_STARTED_JOB_MASTER
         and not job.session_id
         and reporter.process_id == job.process_id
     ):
-        # The JobMaster we started on that process, before StartJob returned: known here,
-        # so ZooKeeper is not asked (every job's first report would wait for a read).
+        # The JobMaster we started on that process, before any report of it reached us: known
+        # here, so ZooKeeper is not asked (every job's first report would wait for a read). Its
+        # hand-back must not be refused either: ZooKeeper never named the session it lost, and
+        # the job would stay placed on a process that no longer runs it.
         return
     # Any other session - a takeover's first report, or any report of a leader whose earlier
     # ones this dispatcher never saw (they went to the leader before it, and its process was
@@ -121,6 +134,44 @@ async def decide_hosted_job(
         # job now, and adopting the old one would restart a job that is running elsewhere.
         return HostedJobAction.LEAVE, f"JobMaster session {short(leader.session_id)} leads it"
     return HostedJobAction.ADOPT, "its JobMaster leads the job"
+
+
+def jobs_no_longer_hosted(
+    process: JobMasterProcessRecord,
+    jobs: Mapping[JobID, JobRecord],
+    hosted: job_master_pb2.HostedJobs,
+    asked_at: float,
+) -> list[JobRecord]:
+    """The jobs placed on ``process`` that its heartbeat reply ``hosted`` shows it no longer
+    runs (logged with why): not listed (its JobMaster ended without the dispatcher taking an
+    outcome) or listed SUSPENDED (it lost its leadership and its hand-back never arrived: the
+    report timed out, or it lost the leadership before it had a session to report with).
+
+    Only jobs the process took before ``asked_at``, when the heartbeat was sent: the process
+    lists a JobMaster from before it answers ``StartJob`` until the JobMaster is done, so such a
+    job missing from the reply is gone, never one whose start the reply overtook."""
+    listed = {entry.job_id: entry for entry in hosted.jobs}
+    lost: list[JobRecord] = []
+    for job_id in sorted(process.jobs):
+        job = jobs.get(job_id)
+        if (
+            job is None
+            or job.placement is not JobPlacement.ASSIGNED
+            or job.process_id != process.process_id
+            or job.placed_at >= asked_at
+        ):
+            continue
+        entry = listed.get(job_id)
+        if entry is not None and entry.status != JobStatus.SUSPENDED.value:
+            continue
+        log.warning(
+            "job %s: its JobMaster on job-master process %s %s; starting the job again",
+            short(job_id),
+            short(process.process_id),
+            "is gone" if entry is None else "lost leadership",
+        )
+        lost.append(job)
+    return lost
 
 
 def adopt_hosted_state(job: JobRecord, hosted: jobs_pb2.HostedJob) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sparkmill.common.core.errors import NotLeaderError
+from sparkmill.common.core.states import JobStatus
 from sparkmill.common.ha.job_stores import InMemoryJobGraphStore, InMemoryJobResultStore
 from sparkmill.common.ha.leader import StandaloneLeaderElectionService
 from sparkmill.common.jobgraph.codec import job_graph_to_proto
@@ -15,6 +16,7 @@ from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, envelope_pb2
 from sparkmill.services.dispatcher.dispatcher import Dispatcher
+from sparkmill.services.dispatcher.job_placement import JobMasterProcessRecord, JobRecord
 from sparkmill.services.dispatcher.job_reports import JobLeaderLookup
 from tests.unit.execution_graph_builders import JobBuilder
 
@@ -53,6 +55,19 @@ class RecordingJobGraphStore(InMemoryJobGraphStore):
 
     def stored(self) -> list[str]:
         return [graph.job_id for graph in self.recover().graphs]
+
+
+class RecordingStartsDispatcher(Dispatcher):
+    """Records each StartJob instead of calling the process, which answers with a session
+    (``starts``: (job id, process id) in order; the test sets it to a list)."""
+
+    starts: list[tuple[str, str]]
+
+    async def _start_job(self, job: JobRecord, process: JobMasterProcessRecord) -> None:
+        self.starts.append((job.job_id, process.process_id))
+        job.session_id = f"session-{len(self.starts)}"
+        job.status = JobStatus.RUNNING
+        self._assign(job, process.process_id, process.address)
 
 
 def leading_dispatcher(

@@ -11,23 +11,14 @@ from __future__ import annotations
 import asyncio
 
 from sparkmill.common.core.ids import JobID
-from sparkmill.common.core.states import JobStatus
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2
-from sparkmill.services.dispatcher.dispatcher import Dispatcher
-from sparkmill.services.dispatcher.job_placement import JobMasterProcessRecord, JobRecord
-from tests.unit.dispatcher_harness import call_context, leading_dispatcher, submission
-
-
-class RecordingStartsDispatcher(Dispatcher):
-    """Records each StartJob instead of calling the process, which answers with a session."""
-
-    starts: list[tuple[str, str]]
-
-    async def _start_job(self, job: JobRecord, process: JobMasterProcessRecord) -> None:
-        self.starts.append((job.job_id, process.process_id))
-        job.session_id = f"session-{len(self.starts)}"
-        job.status = JobStatus.RUNNING
-        self._assign(job, process.process_id, process.address)
+from sparkmill.services.dispatcher.job_placement import JobRecord
+from tests.unit.dispatcher_harness import (
+    RecordingStartsDispatcher,
+    call_context,
+    leading_dispatcher,
+    submission,
+)
 
 
 def registration(
