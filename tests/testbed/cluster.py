@@ -286,6 +286,19 @@ class LeaderWatch:
                 return at - since
         return None
 
+    def failed_over(self, role: str, since: float, before: str | None) -> float:
+        """:meth:`failover_after`, for ``TestBed.wait_until``: while there is none, an
+        AssertionError saying what the watch sees (its last value when the wait gives up)."""
+        took = self.failover_after(role, since, before)
+        if took is None:
+            assert self.error is None, f"the leader watch failed: {self.error!r}"
+            since_fault = [(round(at - since, 1), now) for at, now in self.changes.get(role, [])]
+            raise AssertionError(
+                f"{role}: no other leader published; since the fault: "
+                f"{[c for c in since_fault if c[0] >= 0] or 'no change'}"
+            )
+        return took
+
 
 # The HA scenarios run with the rest of the test bed's tests (CI included). While working on
 # something else, SPARKMILL_TESTBED_SCENARIOS=0 skips them (about 8 minutes).

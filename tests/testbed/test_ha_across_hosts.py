@@ -185,7 +185,7 @@ def test_partition_the_job_masters_host_another_takes_over_and_the_old_leader_st
         with faults.partition(old) as fault:
             bed.wait_until(
                 "a JobMaster on another host leads the job",
-                lambda: watch.failover_after(role, fault.at, before) is not None,
+                lambda: watch.failed_over(role, fault.at, before) is not None,
                 timeout=120,
                 interval=0.5,
             )
