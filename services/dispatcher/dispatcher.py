@@ -305,6 +305,15 @@ class Dispatcher(DispatcherServicer):
                 fencing_token=self.session_id or "",
             )
         except RpcError as exc:
+            if isinstance(exc, AlreadyExistsError) and job.process_id == process.process_id:
+                # It runs there already (a start retried after a lost answer): placed there.
+                # Its reports will come, and that process's heartbeats say if it stops.
+                log.info(
+                    "job %s runs on process %s already", short(job.job_id), short(job.process_id)
+                )
+                if job.placement is JobPlacement.STARTING:
+                    self._assign(job, process.process_id, process.address)
+                return
             log.warning(
                 "could not start job %s on job-master process %s: %s",
                 short(job.job_id),
@@ -319,8 +328,6 @@ class Dispatcher(DispatcherServicer):
                 return
             if can_be_released(job.placement):
                 job.move_to(JobPlacement.WAITING)
-            if isinstance(exc, AlreadyExistsError):
-                return  # it runs there already (a retried start); its reports will arrive
             self.runtime.spawn(self._retry_scheduling_later(), "reschedule")
             return
         if job.placement is JobPlacement.STARTING:

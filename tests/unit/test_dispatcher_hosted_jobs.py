@@ -15,10 +15,12 @@ import asyncio
 import time
 from typing import Any
 
+from sparkmill.common.core.errors import AlreadyExistsError
 from sparkmill.common.core.ids import JobID
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.ha.leader import LeaderInfo
 from sparkmill.common.v1 import common_pb2, dispatcher_pb2, job_master_pb2, jobs_pb2
+from sparkmill.services.dispatcher.job_placement import JobPlacement
 from tests.unit.dispatcher_harness import (
     RecordingStartsDispatcher,
     call_context,
@@ -159,3 +161,35 @@ def test_the_hand_back_of_the_job_master_we_started_is_taken_before_its_first_re
     assert starts == ["p1", "p1"]
     assert asked == []
     assert status is JobStatus.RUNNING  # as the (recording) start left it
+
+
+class TestingAlreadyRunningProcess:
+    """A job-master process that runs the job already: StartJob is refused as ALREADY_EXISTS
+    (a start retried after its answer was lost)."""
+
+    __test__ = False
+
+    async def start_job(self, request: Any, **kwargs: Any) -> Any:
+        raise AlreadyExistsError("job already runs in this process")
+
+
+def test_a_start_refused_because_the_job_runs_there_places_it_there() -> None:
+    async def main() -> tuple[JobPlacement, str, list[str]]:
+        dispatcher = leading_dispatcher()
+        dispatcher.processes.add("p1", "tcp://127.0.0.1:9", common_pb2.ServiceInfo())
+        record = dispatcher.processes.get("p1")
+        assert record is not None
+        record.client = TestingAlreadyRunningProcess()  # type: ignore[assignment]
+        try:
+            job_id = JobID((await dispatcher.submit_job(submission(), call_context())).job_id)
+            job = dispatcher.jobs[job_id]
+            for _ in range(5):  # the spawned StartJob
+                await asyncio.sleep(0)
+            # Placed there (not left waiting for a start that nothing would trigger): its
+            # reports are taken, and that process's heartbeats tell if it stops running it.
+            return job.placement, job.process_id, sorted(record.jobs)
+        finally:
+            dispatcher.processes.clear()
+
+    placement, process_id, jobs = asyncio.run(main())
+    assert placement is JobPlacement.ASSIGNED and process_id == "p1" and len(jobs) == 1
