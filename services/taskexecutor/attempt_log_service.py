@@ -44,7 +44,16 @@ def start_attempt_logs(
     install(store)
     services[SERVICE_KEY] = store
     runtime.spawn(_sweep_periodically(store, runtime), "attempt-log-retention")
+    runtime.spawn(_put_on_disk_periodically(store, runtime), "attempt-log-files")
     return store
+
+
+async def _put_on_disk_periodically(store: AttemptLogStore, runtime: ServiceRuntime) -> None:
+    """Give an attempt that has run ``defer_s`` its file, whether or not it logs again."""
+    while True:
+        await asyncio.sleep(store.defer_s / 2)
+        if store.due_on_disk():  # the check does no I/O: a quiet cluster makes no thread hop
+            await runtime.run_blocking(store.put_due_on_disk)
 
 
 async def _sweep_periodically(store: AttemptLogStore, runtime: ServiceRuntime) -> None:

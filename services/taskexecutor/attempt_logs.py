@@ -15,13 +15,18 @@ Each attempt's log is capped (``taskmanager.log.attempt.max-size``): past the ca
 lines are dropped and the reader is told how many bytes were dropped. Offsets count every byte
 the attempt ever wrote, so a follower reading from an offset never sees a line twice.
 
-Logs are files under ``taskmanager.log.attempt.dir``: ``<job id>/<attempt>.log``, and one line
-per attempt start, end and rewrite in ``<job id>/attempts.jsonl`` (its key, where the file
-starts, whether it ended; the last line of an attempt counts). One index per job instead of a
-``.meta`` file per attempt: creating a file costs a file system far more than appending a line,
-and a short task created two. (Logs of earlier versions, with ``.meta`` files, are still read.)
-A restarted task executor still serves the logs of the attempts it ran, and a
-job's logs are removed ``taskmanager.log.attempt.retention`` after their last line.
+Logs are kept under ``taskmanager.log.attempt.dir``, one directory per job, with an index
+``<job id>/attempts.jsonl``: a line per attempt start, end and rewrite (its key, where its file
+starts, whether it ended; the last line of an attempt counts). An attempt that runs longer than
+a second, or ends with more than :data:`INLINE_MAX_BYTES` of log, gets a file of its own,
+``<job id>/<attempt>.log``; a shorter one's few lines (most often only its lifecycle lines) are
+kept in its index line when it ends. Creating a file costs the file system far more than
+appending a line: for a task that does little, it was most of what its attempt cost the task
+executor. So a task executor that dies within an attempt's first second loses that attempt's
+lines here; they are in the task executor's own log too. (Logs of earlier versions, with a
+``.meta`` file per attempt, are still read.) A restarted task executor still serves the logs
+of the attempts it ran, and a job's logs are removed ``taskmanager.log.attempt.retention``
+after their last line.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import functools
 import io
 import json
 import logging
+import os
 import shutil
 import sys
 import threading
@@ -48,6 +54,10 @@ _FORMAT = logging.Formatter(
 )
 _SAFE = str.maketrans({c: "_" for c in "/\\:\0"})
 INDEX = "attempts.jsonl"
+# An attempt whose log is at most this big when it ends, and that ended within
+# ``AttemptLogStore.defer_s``, keeps its log in its index line instead of a file of its own.
+INLINE_MAX_BYTES = 4096
+DEFER_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +101,7 @@ class _Live:
     """The log of an attempt that runs (or ran since this process started)."""
 
     key: AttemptKey
-    path: Path
+    job_dir: str  # os.path strings: pathlib's joins cost a short attempt more than its log
     max_bytes: int
     lines: deque[bytes] = field(default_factory=deque)
     kept: int = 0  # bytes in ``lines``
@@ -105,20 +115,31 @@ class _Live:
     # more CPU than all the rest of its run on the task executor (a file open is tens of
     # microseconds). Unbuffered, so each line is in the file as soon as it is written.
     out: BinaryIO | None = None
+    # Whether the file and the index's start line exist: not before the attempt has run for
+    # ``defer_s`` (most short attempts end first and never create a file).
+    on_disk: bool = False
+    started_at: float = 0.0  # time.monotonic() when bound
 
     @property
     def end(self) -> int:
         return self.start + self.kept
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.job_dir, f"{self.key.file_stem}.log")
 
 
 class AttemptLogStore:
     """Every attempt log of this task executor; thread-safe (task threads append, the event
     loop reads)."""
 
-    def __init__(self, directory: Path, max_bytes: int, retention_s: float) -> None:
+    def __init__(
+        self, directory: Path, max_bytes: int, retention_s: float, defer_s: float = DEFER_S
+    ) -> None:
         self.directory = directory
         self.max_bytes = max(1024, max_bytes)
         self.retention_s = retention_s
+        self.defer_s = defer_s
         self._lock = threading.Lock()
         self._live: dict[AttemptKey, _Live] = {}
         self._bound: dict[int, _Live] = {}  # thread ident -> the attempt it runs
@@ -143,7 +164,12 @@ class AttemptLogStore:
                     entry.out.close()
                     entry.out = None
                 entry.ended = True
-                self._write_meta_locked(entry)
+                if not entry.on_disk and entry.kept <= INLINE_MAX_BYTES:
+                    self._write_meta_locked(entry, inline=b"".join(entry.lines))
+                elif not entry.on_disk:
+                    self._to_disk_locked(entry)
+                else:
+                    self._write_meta_locked(entry)
 
     def bound(self) -> bool:
         return threading.get_ident() in self._bound
@@ -194,15 +220,53 @@ class AttemptLogStore:
             return True
 
     def _open(self, key: AttemptKey) -> _Live:
-        job_dir = self.directory / key.job_id.translate(_SAFE)
-        job_dir.mkdir(parents=True, exist_ok=True)
-        path = job_dir / f"{key.file_stem}.log"
-        entry = _Live(key, path, self.max_bytes, updated_at=time.time())
-        entry.out = path.open("wb", buffering=0)
+        job_dir = os.path.join(self.directory, key.job_id.translate(_SAFE))
+        entry = _Live(
+            key, job_dir, self.max_bytes, updated_at=time.time(), started_at=time.monotonic()
+        )
         with self._lock:
             self._live[key] = entry
-            self._write_meta_locked(entry)
         return entry
+
+    def due_on_disk(self, now: float | None = None) -> bool:
+        """Whether a running attempt has run ``defer_s`` without a file yet (cheap: no I/O)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            return any(
+                not e.on_disk and now - e.started_at >= self.defer_s for e in self._bound.values()
+            )
+
+    def put_due_on_disk(self, now: float | None = None) -> int:
+        """Give every attempt that has run ``defer_s`` its file; how many got one. Blocking
+        (file creation): called off the event loop, every ``defer_s``."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            due = [
+                e
+                for e in self._bound.values()
+                if not e.on_disk and now - e.started_at >= self.defer_s
+            ]
+            for entry in due:
+                self._to_disk_locked(entry)
+        return len(due)
+
+    def _to_disk_locked(self, entry: _Live) -> None:
+        """Create the attempt's file with what the cap keeps, and its index line."""
+        if entry.on_disk:
+            return
+        entry.on_disk = True
+        try:
+            os.makedirs(entry.job_dir, exist_ok=True)
+            out = open(entry.path, "wb", buffering=0)  # noqa: SIM115 - closed when it ends
+            out.write(b"".join(entry.lines))
+        except OSError:
+            return  # best effort, as every write of the log
+        entry.file_start, entry.file_bytes = entry.start, entry.kept
+        if entry.ended:
+            out.close()
+        else:
+            entry.out = out
+        self._write_meta_locked(entry)
 
     def _append_locked(self, entry: _Live, line: str) -> None:
         data = (line.rstrip("\n") + "\n").encode("utf-8", "replace")
@@ -215,12 +279,16 @@ class AttemptLogStore:
             entry.kept -= len(dropped)
             entry.start += len(dropped)
         entry.updated_at = time.time()
+        if not entry.on_disk:
+            if time.monotonic() - entry.started_at >= self.defer_s:
+                self._to_disk_locked(entry)  # writes ``data`` with the rest
+            return
         try:
             if entry.file_bytes + len(data) > 2 * entry.max_bytes:
                 # Rewrite the file with what the cap keeps (rarely: once per cap's worth).
                 if entry.out is not None:
                     entry.out.close()
-                entry.out = entry.path.open("wb", buffering=0)
+                entry.out = open(entry.path, "wb", buffering=0)  # noqa: SIM115
                 entry.out.write(b"".join(entry.lines))
                 entry.file_start, entry.file_bytes = entry.start, entry.kept
                 self._write_meta_locked(entry)
@@ -228,13 +296,13 @@ class AttemptLogStore:
                 entry.out.write(data)
                 entry.file_bytes += len(data)
             else:  # the attempt ended: its file is closed
-                with entry.path.open("ab") as out:
+                with open(entry.path, "ab") as out:
                     out.write(data)
                 entry.file_bytes += len(data)
         except OSError:
             pass  # the log is best effort: a full disk must not fail the task
 
-    def _write_meta_locked(self, entry: _Live) -> None:
+    def _write_meta_locked(self, entry: _Live, inline: bytes | None = None) -> None:
         key = entry.key
         meta = {
             "job_id": key.job_id,
@@ -247,15 +315,30 @@ class AttemptLogStore:
             "file_start": entry.file_start,
             "ended": entry.ended,
         }
-        with contextlib.suppress(OSError), (entry.path.parent / INDEX).open("a") as out:
-            out.write(json.dumps(meta) + "\n")
+        if inline is not None:  # the whole log, in place of a file
+            meta.update(
+                file_start=entry.start,
+                text=inline.decode("utf-8", "replace"),
+                updated_at=entry.updated_at,
+            )
+        line, index = json.dumps(meta) + "\n", os.path.join(entry.job_dir, INDEX)
+        try:
+            with open(index, "a") as out:
+                out.write(line)
+        except FileNotFoundError:  # the job's first line on this task executor
+            with contextlib.suppress(OSError):
+                os.makedirs(entry.job_dir, exist_ok=True)
+                with open(index, "a") as out:
+                    out.write(line)
+        except OSError:
+            pass
 
     # -- reading (event loop) --------------------------------------------------------------------
 
     def attempts(self, job_id: str) -> list[AttemptKey]:
         """Every attempt of ``job_id`` with a log here, oldest first."""
         keys = {k for k in self._snapshot_keys() if k.job_id == job_id}
-        keys.update(key for key, _, _ in _read_index(self.directory / job_id.translate(_SAFE)))
+        keys.update(r.key for r in _read_index(self.directory / job_id.translate(_SAFE)))
         return sorted(keys, key=lambda k: (k.vertex_name, k.subtask_index, k.order()))
 
     def read(self, key: AttemptKey, offset: int, max_bytes: int) -> LogChunk:
@@ -298,8 +381,10 @@ class AttemptLogStore:
 
     def _read_file(self, key: AttemptKey) -> tuple[bytes, int, bool, float]:
         path = self.directory / key.job_id.translate(_SAFE) / f"{key.file_stem}.log"
-        found = next((f for f in _read_index(path.parent, key.attempt_id) if f[0] == key), None)
-        file_start, ended = (found[1], found[2]) if found else (0, True)
+        found = next((r for r in _read_index(path.parent, key.attempt_id) if r.key == key), None)
+        file_start, ended = (found.file_start, found.ended) if found else (0, True)
+        if found is not None and found.inline is not None:
+            return found.inline, file_start, ended, found.updated_at
         try:
             data = path.read_bytes()
             updated = path.stat().st_mtime
@@ -346,11 +431,20 @@ class AttemptLogStore:
             return [e.key for e in self._bound.values()]
 
 
-def _read_index(job_dir: Path, attempt_id: str = "") -> list[tuple[AttemptKey, int, bool]]:
+@dataclass(frozen=True, slots=True)
+class _IndexRecord:
+    key: AttemptKey
+    file_start: int
+    ended: bool
+    inline: bytes | None = None  # the whole log of an attempt that has no file
+    updated_at: float = 0.0
+
+
+def _read_index(job_dir: Path, attempt_id: str = "") -> list[_IndexRecord]:
     """Each attempt of a job directory with where its file starts and whether it ended: the
     index's last line per attempt, and the ``.meta`` files of earlier versions (with
     ``attempt_id``: only lines that name it are parsed)."""
-    found: dict[AttemptKey, tuple[AttemptKey, int, bool]] = {}
+    found: dict[AttemptKey, _IndexRecord] = {}
     texts = []
     with contextlib.suppress(OSError):
         texts = [meta.read_text() for meta in sorted(job_dir.glob("*.meta"))]
@@ -361,11 +455,11 @@ def _read_index(job_dir: Path, attempt_id: str = "") -> list[tuple[AttemptKey, i
             continue
         record = _parse_meta(text)
         if record is not None:
-            found[record[0]] = record
+            found[record.key] = record
     return list(found.values())
 
 
-def _parse_meta(text: str) -> tuple[AttemptKey, int, bool] | None:
+def _parse_meta(text: str) -> _IndexRecord | None:
     try:
         meta = json.loads(text)
         key = AttemptKey(
@@ -377,7 +471,14 @@ def _parse_meta(text: str) -> tuple[AttemptKey, int, bool] | None:
             job_master_epoch=int(meta["job_master_epoch"]),
             attempt_id=str(meta["attempt_id"]),
         )
-        return key, int(meta.get("file_start", 0)), bool(meta.get("ended", True))
+        inline = meta.get("text")
+        return _IndexRecord(
+            key,
+            int(meta.get("file_start", 0)),
+            bool(meta.get("ended", True)),
+            inline.encode("utf-8") if isinstance(inline, str) else None,
+            float(meta.get("updated_at", 0.0)),
+        )
     except (ValueError, KeyError, TypeError):  # a line cut short by a crash, or not ours
         return None
 

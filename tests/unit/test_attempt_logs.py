@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -144,9 +145,10 @@ def test_after_a_restart_the_index_says_where_a_capped_file_starts_and_what_ran_
     capture(store, monkeypatch)
     run_on_thread(store, key(), lambda: [print(f"line {i:05d}") for i in range(1000)])
     before = store.read(key(), 0, 1 << 20)
-    # An attempt the process died in: started, never ended.
+    # An attempt the process died in: started, ran past ``defer_s``, never ended.
     with store.bind(key(subtask=1)):
         store.write_line("half way")
+        assert store.put_due_on_disk(now=time.monotonic() + store.defer_s) == 1
         again = AttemptLogStore(tmp_path / "te1", max_bytes=4096, retention_s=60.0)
         assert again.attempts(JOB) == [key(), key(subtask=1)]
         after = again.read(key(), 0, 1 << 20)
@@ -154,6 +156,53 @@ def test_after_a_restart_the_index_says_where_a_capped_file_starts_and_what_ran_
         assert after.text.rstrip().endswith("line 00999")
         cut_off = again.read(key(subtask=1), 0, 1000)
         assert cut_off.text == "half way\n" and not cut_off.ended
+
+
+def test_a_short_attempt_keeps_its_log_in_the_index_and_creates_no_file(
+    store: AttemptLogStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    capture(store, monkeypatch)
+    run_on_thread(store, key(), lambda: logging.getLogger("t").warning("short and sweet"))
+    job_dir = tmp_path / "te1" / JOB
+    assert [p.name for p in job_dir.iterdir()] == [attempt_logs.INDEX]
+    [line] = (job_dir / attempt_logs.INDEX).read_text().splitlines()
+    assert json.loads(line)["ended"] and "short and sweet" in json.loads(line)["text"]
+    again = AttemptLogStore(tmp_path / "te1", max_bytes=4096, retention_s=60.0)
+    assert again.attempts(JOB) == [key()]
+    chunk = again.read(key(), 0, 1000)
+    assert chunk.text.endswith("WARNING t: short and sweet\n") and chunk.ended
+    assert chunk.updated_at > 0
+
+
+def test_an_attempt_that_runs_on_or_logs_much_gets_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = AttemptLogStore(tmp_path / "te1", max_bytes=1 << 20, retention_s=60.0)
+    capture(store, monkeypatch)
+    job_dir = tmp_path / "te1" / JOB
+    big = key(subtask=0)
+    run_on_thread(store, big, lambda: [print("x" * 99) for _ in range(60)])
+    assert (job_dir / f"{big.file_stem}.log").read_text().count("x" * 99) == 60
+    # Running past ``defer_s``: the periodic check creates the file, later lines go into it.
+    long = key(subtask=1)
+    assert not store.due_on_disk()
+    with store.bind(long):
+        store.write_line("first")
+        later = time.monotonic() + store.defer_s
+        assert store.due_on_disk(now=later) and store.put_due_on_disk(now=later) == 1
+        assert not store.due_on_disk(now=later)
+        store.write_line("second")
+        assert (job_dir / f"{long.file_stem}.log").read_text() == "first\nsecond\n"
+    # A line logged after ``defer_s`` creates the file itself.
+    slow = key(subtask=2)
+    eager = AttemptLogStore(tmp_path / "te1", max_bytes=4096, retention_s=60.0, defer_s=0.0)
+    with eager.bind(slow):
+        eager.write_line("at once")
+        assert (job_dir / f"{slow.file_stem}.log").read_text() == "at once\n"
+    again = AttemptLogStore(tmp_path / "te1", max_bytes=1 << 20, retention_s=60.0)
+    assert again.attempts(JOB) == [big, long, slow]
+    assert again.read(long, 0, 1000).text == "first\nsecond\n"
+    assert again.read(slow, 0, 1000).ended
 
 
 def test_logs_an_earlier_version_wrote_with_a_meta_file_are_still_served(tmp_path: Path) -> None:
@@ -174,8 +223,6 @@ def test_retention_removes_ended_jobs_only_after_it(
     capture(store, monkeypatch)
     run_on_thread(store, key(), lambda: print("x"))
     assert store.sweep() == []
-    import time
-
     assert store.sweep(now=time.time() + 61) == [JOB]
     assert store.attempts(JOB) == []
 
