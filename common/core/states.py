@@ -77,6 +77,11 @@ class ExecutionState(enum.Enum):
     CANCELED = 8
     FAILED = 9
 
+    # A member is its own only instance, so identity is its hash: Enum's own hashes the
+    # member's name in Python, and the JobMaster hashes states some 35 times per subtask
+    # (transition tables, the counts per state, ``is_terminal``).
+    __hash__ = object.__hash__
+
     @property
     def is_terminal(self) -> bool:
         return self in _TERMINAL_EXECUTION_STATES
