@@ -59,8 +59,8 @@ from sparkmill.services.dispatcher.job_placement import (
     JobMasterProcessRecord,
     JobPlacement,
     JobRecord,
+    JobTable,
     can_be_released,
-    can_start,
 )
 from sparkmill.services.dispatcher.job_reports import (
     HostedJobAction,
@@ -105,7 +105,7 @@ class Dispatcher(DispatcherServicer):
         self.clients = clients
         self.identity = identity
         self.session_id: str | None = None
-        self.jobs: dict[JobID, JobRecord] = {}
+        self.jobs = JobTable()
         self.processes = JobMasterProcesses(
             settings, clients, identity.id, self._lose_process, self._check_hosted
         )
@@ -271,16 +271,15 @@ class Dispatcher(DispatcherServicer):
     def _schedule_waiting_jobs(self) -> None:
         if self.session_id is None:
             return
-        for job in self.jobs.values():
-            if can_start(job.placement):
-                process = self.processes.least_loaded()
-                if process is None:
-                    log.info("job %s waits for a job-master process to register", short(job.job_id))
-                    return
-                job.move_to(JobPlacement.STARTING)
-                job.process_id = process.process_id
-                process.jobs.add(job.job_id)
-                self.runtime.spawn(self._start_job(job, process), "start-job")
+        for job in self.jobs.waiting():
+            process = self.processes.least_loaded()
+            if process is None:
+                log.info("job %s waits for a job-master process to register", short(job.job_id))
+                return
+            job.move_to(JobPlacement.STARTING)
+            job.process_id = process.process_id
+            process.jobs.add(job.job_id)
+            self.runtime.spawn(self._start_job(job, process), "start-job")
 
     def _assign(self, job: JobRecord, process_id: str, address: str) -> None:
         old = self.processes.get(job.process_id)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sparkmill.common.core.ids import JobID, short
@@ -109,6 +110,10 @@ class JobRecord:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     # Held while one status report of the job is checked and applied (reports in order).
     reports: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Told of every placement change: the :class:`JobTable` holding the record.
+    placement_listener: Callable[[JobRecord], None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def terminal(self) -> bool:
@@ -118,6 +123,8 @@ class JobRecord:
         """Change the placement; one the table does not allow is a bug."""
         JOB_PLACEMENT_TRANSITIONS.check(self.placement, placement, f"job {short(self.job_id)}")
         self.placement = placement
+        if self.placement_listener is not None:
+            self.placement_listener(self)
 
     def lose_process(self) -> None:
         """Its job-master process is gone: unless the job ended, it waits to start elsewhere."""
@@ -144,3 +151,41 @@ __all__ = [
     "can_start",
     "is_waiting_for_claim",
 ]
+
+
+class JobTable(dict[JobID, JobRecord]):
+    """The dispatcher's jobs by id, with an index of those waiting to be started.
+
+    Ended jobs stay in the table for ``jobstore.expiration-time`` or as long as the archive keeps
+    them: tens of thousands on a busy session cluster. Every submission and every lost process
+    looks for jobs to start, and a scan of the whole table each time would make the dispatcher's
+    work per job grow with the number of jobs it ever ran. Every record put in the table reports
+    its placement changes to it, so the waiting ones are known without a scan.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiting: dict[JobID, JobRecord] = {}
+
+    def __setitem__(self, job_id: JobID, job: JobRecord) -> None:
+        super().__setitem__(job_id, job)
+        job.placement_listener = self._placement_changed
+        self._placement_changed(job)
+
+    def clear(self) -> None:
+        super().clear()
+        self._waiting.clear()
+
+    def _placement_changed(self, job: JobRecord) -> None:
+        if can_start(job.placement):
+            self._waiting[job.job_id] = job
+
+    def waiting(self) -> list[JobRecord]:
+        """The jobs that should be sent to a job-master process now, oldest submission first."""
+        jobs = [
+            job
+            for job in self._waiting.values()
+            if can_start(job.placement) and self.get(job.job_id) is job
+        ]
+        self._waiting = {job.job_id: job for job in jobs}
+        return sorted(jobs, key=lambda job: job.submitted_at)

@@ -7,9 +7,14 @@ import itertools
 import pytest
 
 from sparkmill.common.core.errors import IllegalStateBug
+from sparkmill.common.core.ids import JobID
+from sparkmill.common.core.states import JobStatus
+from sparkmill.common.v1 import common_pb2
 from sparkmill.services.dispatcher.job_placement import (
     JOB_PLACEMENT_TRANSITIONS,
     JobPlacement,
+    JobRecord,
+    JobTable,
     can_be_released,
     can_start,
     is_waiting_for_claim,
@@ -77,3 +82,34 @@ def test_guards() -> None:
     assert all(T.can_transition(p, P.STARTING) for p in P if can_start(p))
     assert all(T.can_transition(p, P.WAITING) for p in P if can_be_released(p))
     assert all(T.can_transition(p, P.WAITING) for p in P if is_waiting_for_claim(p))
+
+
+def record(n: int, placement: JobPlacement = P.WAITING) -> JobRecord:
+    job_id = JobID(f"{n:032x}")
+    return JobRecord(job_id, f"job {n}", common_pb2.JobGraph(), float(n), placement=placement)
+
+
+def test_the_job_table_knows_its_waiting_jobs_without_a_scan_oldest_first() -> None:
+    jobs = JobTable()
+    for n in range(1000):  # ended jobs, kept for their results
+        jobs[record(n).job_id] = record(n, P.ENDED)
+    late, early, recovered = record(2000), record(1500), record(1700, P.RECOVERED)
+    for job in (late, early, recovered):
+        jobs[job.job_id] = job
+    assert jobs.waiting() == [early, late]
+    assert len(jobs._waiting) == 2  # the index holds only what may wait
+
+    early.move_to(P.STARTING)
+    recovered.move_to(P.WAITING)  # its grace period is over
+    assert jobs.waiting() == [recovered, late]
+
+    # A started job whose process is lost waits again; an ended or forgotten one never does.
+    early.move_to(P.ASSIGNED)
+    early.status = JobStatus.RUNNING
+    early.lose_process()
+    late.move_to(P.ENDED)
+    del jobs[recovered.job_id]
+    assert jobs.waiting() == [early]
+
+    jobs.clear()
+    assert jobs.waiting() == [] and not jobs._waiting
