@@ -49,11 +49,16 @@ def start_attempt_logs(
 
 
 async def _put_on_disk_periodically(store: AttemptLogStore, runtime: ServiceRuntime) -> None:
-    """Give an attempt that has run ``defer_s`` its file, whether or not it logs again."""
-    while True:
-        await asyncio.sleep(store.defer_s / 2)
-        if store.due_on_disk():  # the check does no I/O: a quiet cluster makes no thread hop
-            await runtime.run_blocking(store.put_due_on_disk)
+    """Give an attempt that has run ``defer_s`` its file, whether or not it logs again, and
+    write the index lines of the short attempts that ended."""
+    try:
+        while True:
+            await asyncio.sleep(store.defer_s / 2)
+            if store.due_on_disk():  # the check does no I/O: a quiet cluster makes no thread hop
+                await runtime.run_blocking(store.put_due_on_disk)
+    finally:
+        # The task executor stops: what ended is written (a few lines, once, on the way out).
+        store.flush_index()
 
 
 async def _sweep_periodically(store: AttemptLogStore, runtime: ServiceRuntime) -> None:

@@ -19,14 +19,16 @@ Logs are kept under ``taskmanager.log.attempt.dir``, one directory per job, with
 ``<job id>/attempts.jsonl``: a line per attempt start, end and rewrite (its key, where its file
 starts, whether it ended; the last line of an attempt counts). An attempt that runs longer than
 a second, or ends with more than :data:`INLINE_MAX_BYTES` of log, gets a file of its own,
-``<job id>/<attempt>.log``; a shorter one's few lines (most often only its lifecycle lines) are
-kept in its index line when it ends. Creating a file costs the file system far more than
-appending a line: for a task that does little, it was most of what its attempt cost the task
-executor. So a task executor that dies within an attempt's first second loses that attempt's
-lines here; they are in the task executor's own log too. (Logs of earlier versions, with a
-``.meta`` file per attempt, are still read.) A restarted task executor still serves the logs
-of the attempts it ran, and a job's logs are removed ``taskmanager.log.attempt.retention``
-after their last line.
+``<job id>/<attempt>.log``; a shorter one's few lines (most often only its lifecycle lines) go
+into its index line, which the task executor writes within half a second of the attempt's end,
+together with the other attempts that ended meanwhile (and when it stops). Creating a file
+costs the file system far more than appending a line, and opening the index for each attempt
+was a tenth of a short task's thread time: the task's thread does neither now. So a task
+executor that dies within an attempt's first second, or half a second after a short one ended,
+loses that attempt's lines here; they are in the task executor's own log too. (Logs of
+earlier versions, with a ``.meta`` file per attempt, are still read.) A restarted task executor
+still serves the logs of the attempts it ran, and a job's logs are removed
+``taskmanager.log.attempt.retention`` after their last line.
 """
 
 from __future__ import annotations
@@ -143,6 +145,9 @@ class AttemptLogStore:
         self._lock = threading.Lock()
         self._live: dict[AttemptKey, _Live] = {}
         self._bound: dict[int, _Live] = {}  # thread ident -> the attempt it runs
+        # Index lines of ended short attempts (with their whole log) not written yet.
+        self._pending_index: list[tuple[str, _Live, bytes]] = []
+        self._flush_lock = threading.Lock()  # one flush_index at a time: lines stay in order
 
     # -- writing (task threads) ------------------------------------------------------------------
 
@@ -165,7 +170,8 @@ class AttemptLogStore:
                     entry.out = None
                 entry.ended = True
                 if not entry.on_disk and entry.kept <= INLINE_MAX_BYTES:
-                    self._write_meta_locked(entry, inline=b"".join(entry.lines))
+                    # Written with others by the next flush_index (off this thread).
+                    self._pending_index.append((entry.job_dir, entry, b"".join(entry.lines)))
                 elif not entry.on_disk:
                     self._to_disk_locked(entry)
                 else:
@@ -229,16 +235,19 @@ class AttemptLogStore:
         return entry
 
     def due_on_disk(self, now: float | None = None) -> bool:
-        """Whether a running attempt has run ``defer_s`` without a file yet (cheap: no I/O)."""
+        """Whether :meth:`put_due_on_disk` has work: a running attempt that has run ``defer_s``
+        without a file yet, or index lines to write (cheap: no I/O)."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            return any(
+            return bool(self._pending_index) or any(
                 not e.on_disk and now - e.started_at >= self.defer_s for e in self._bound.values()
             )
 
     def put_due_on_disk(self, now: float | None = None) -> int:
-        """Give every attempt that has run ``defer_s`` its file; how many got one. Blocking
-        (file creation): called off the event loop, every ``defer_s``."""
+        """Give every attempt that has run ``defer_s`` its file, and write the index lines of
+        the short attempts that ended; how many attempts got a file. Blocking (file creation):
+        called off the event loop, twice per ``defer_s``."""
+        self.flush_index()
         now = time.monotonic() if now is None else now
         with self._lock:
             due = [
@@ -302,36 +311,20 @@ class AttemptLogStore:
         except OSError:
             pass  # the log is best effort: a full disk must not fail the task
 
-    def _write_meta_locked(self, entry: _Live, inline: bytes | None = None) -> None:
-        key = entry.key
-        meta = {
-            "job_id": key.job_id,
-            "vertex_id": key.vertex_id,
-            "vertex_name": key.vertex_name,
-            "subtask_index": key.subtask_index,
-            "attempt_number": key.attempt_number,
-            "job_master_epoch": key.job_master_epoch,
-            "attempt_id": key.attempt_id,
-            "file_start": entry.file_start,
-            "ended": entry.ended,
-        }
-        if inline is not None:  # the whole log, in place of a file
-            meta.update(
-                file_start=entry.start,
-                text=inline.decode("utf-8", "replace"),
-                updated_at=entry.updated_at,
-            )
-        line, index = json.dumps(meta) + "\n", os.path.join(entry.job_dir, INDEX)
-        try:
-            with open(index, "a") as out:
-                out.write(line)
-        except FileNotFoundError:  # the job's first line on this task executor
-            with contextlib.suppress(OSError):
-                os.makedirs(entry.job_dir, exist_ok=True)
-                with open(index, "a") as out:
-                    out.write(line)
-        except OSError:
-            pass
+    def flush_index(self) -> None:
+        """Write the index lines of the short attempts that ended: one open per job, not one
+        per attempt, and off the task threads."""
+        with self._flush_lock:
+            with self._lock:
+                pending, self._pending_index = self._pending_index, []
+            by_job: dict[str, list[str]] = {}
+            for job_dir, entry, inline in pending:
+                by_job.setdefault(job_dir, []).append(_index_line(entry, inline))
+            for job_dir, lines in by_job.items():
+                _append_index(job_dir, "".join(lines))
+
+    def _write_meta_locked(self, entry: _Live) -> None:
+        _append_index(entry.job_dir, _index_line(entry, None))
 
     # -- reading (event loop) --------------------------------------------------------------------
 
@@ -403,6 +396,7 @@ class AttemptLogStore:
         of the removed jobs."""
         now = time.time() if now is None else now
         removed: list[str] = []
+        self.flush_index()  # what is kept only in memory must not be taken for expired
         if not self.directory.is_dir():
             return removed
         running = {k.job_id for k in self._snapshot_keys_running()}
@@ -429,6 +423,43 @@ class AttemptLogStore:
     def _snapshot_keys_running(self) -> list[AttemptKey]:
         with self._lock:
             return [e.key for e in self._bound.values()]
+
+
+def _index_line(entry: _Live, inline: bytes | None) -> str:
+    """The index line of ``entry`` now; with ``inline``, its whole log in place of a file."""
+    key = entry.key
+    meta: dict[str, object] = {
+        "job_id": key.job_id,
+        "vertex_id": key.vertex_id,
+        "vertex_name": key.vertex_name,
+        "subtask_index": key.subtask_index,
+        "attempt_number": key.attempt_number,
+        "job_master_epoch": key.job_master_epoch,
+        "attempt_id": key.attempt_id,
+        "file_start": entry.file_start,
+        "ended": entry.ended,
+    }
+    if inline is not None:
+        meta.update(
+            file_start=entry.start,
+            text=inline.decode("utf-8", "replace"),
+            updated_at=entry.updated_at,
+        )
+    return json.dumps(meta) + "\n"
+
+
+def _append_index(job_dir: str, text: str) -> None:
+    index = os.path.join(job_dir, INDEX)
+    try:
+        with open(index, "a") as out:
+            out.write(text)
+    except FileNotFoundError:  # the job's first line on this task executor
+        with contextlib.suppress(OSError):
+            os.makedirs(job_dir, exist_ok=True)
+            with open(index, "a") as out:
+                out.write(text)
+    except OSError:
+        pass  # best effort, as every write of the log
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import logging
 import sys
@@ -13,12 +15,15 @@ import pytest
 
 from sparkmill.common.core.errors import NotFoundError
 from sparkmill.common.core.log_tail import split_log_tail, with_log_tail
+from sparkmill.common.runtime.actor import ServiceRuntime
+from sparkmill.common.runtime.settings import ClusterSettings
 from sparkmill.common.v1 import jobs_pb2
 from sparkmill.services.taskexecutor import attempt_logs
 from sparkmill.services.taskexecutor.attempt_log_service import (
     SERVICE_KEY,
     get_attempt_log,
     list_attempt_logs,
+    start_attempt_logs,
 )
 from sparkmill.services.taskexecutor.attempt_logs import AttemptKey, AttemptLogStore
 
@@ -132,6 +137,7 @@ def test_a_restarted_task_executor_serves_the_files(
 ) -> None:
     capture(store, monkeypatch)
     run_on_thread(store, key(attempt=2), lambda: print("before restart"))
+    store.flush_index()  # what the service does twice a second and when it stops
     again = AttemptLogStore(tmp_path / "te1", max_bytes=4096, retention_s=60.0)
     [found] = again.attempts(JOB)
     assert found == key(attempt=2)
@@ -145,6 +151,7 @@ def test_after_a_restart_the_index_says_where_a_capped_file_starts_and_what_ran_
     capture(store, monkeypatch)
     run_on_thread(store, key(), lambda: [print(f"line {i:05d}") for i in range(1000)])
     before = store.read(key(), 0, 1 << 20)
+    store.flush_index()
     # An attempt the process died in: started, ran past ``defer_s``, never ended.
     with store.bind(key(subtask=1)):
         store.write_line("half way")
@@ -164,6 +171,10 @@ def test_a_short_attempt_keeps_its_log_in_the_index_and_creates_no_file(
     capture(store, monkeypatch)
     run_on_thread(store, key(), lambda: logging.getLogger("t").warning("short and sweet"))
     job_dir = tmp_path / "te1" / JOB
+    assert not job_dir.exists()  # nothing written on the task's thread
+    assert store.due_on_disk()
+    assert store.put_due_on_disk() == 0  # the service's periodic call: no file, the index line
+    assert not store.due_on_disk()
     assert [p.name for p in job_dir.iterdir()] == [attempt_logs.INDEX]
     [line] = (job_dir / attempt_logs.INDEX).read_text().splitlines()
     assert json.loads(line)["ended"] and "short and sweet" in json.loads(line)["text"]
@@ -199,10 +210,38 @@ def test_an_attempt_that_runs_on_or_logs_much_gets_a_file(
     with eager.bind(slow):
         eager.write_line("at once")
         assert (job_dir / f"{slow.file_stem}.log").read_text() == "at once\n"
+    store.flush_index()
     again = AttemptLogStore(tmp_path / "te1", max_bytes=1 << 20, retention_s=60.0)
     assert again.attempts(JOB) == [big, long, slow]
     assert again.read(long, 0, 1000).text == "first\nsecond\n"
     assert again.read(slow, 0, 1000).ended
+
+
+def test_the_service_writes_what_ended_within_a_second_and_when_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = dataclasses.replace(ClusterSettings(), task_log_dir=str(tmp_path))
+    index = tmp_path / "te1" / JOB / attempt_logs.INDEX
+
+    async def scenario() -> None:
+        runtime = ServiceRuntime("te-test")
+        # The streams and handlers it replaces come back after the test (see capture).
+        monkeypatch.setattr(sys, "stdout", sys.stdout)
+        monkeypatch.setattr(sys, "stderr", sys.stderr)
+        monkeypatch.setattr(logging.getLogger(), "handlers", list(logging.getLogger().handlers))
+        store = start_attempt_logs({}, settings, "te1", runtime)
+        capture(store, monkeypatch)
+        await asyncio.to_thread(run_on_thread, store, key(attempt=1), lambda: print("one"))
+        for _ in range(100):  # the periodic call, twice per defer_s
+            if index.exists():
+                break
+            await asyncio.sleep(0.05)
+        assert "one" in index.read_text()
+        await asyncio.to_thread(run_on_thread, store, key(attempt=2), lambda: print("two"))
+        await runtime.close()  # stopping writes what ended since the last call
+        assert "two" in index.read_text()
+
+    asyncio.run(scenario())
 
 
 def test_logs_an_earlier_version_wrote_with_a_meta_file_are_still_served(tmp_path: Path) -> None:
