@@ -449,15 +449,23 @@ def _index_line(entry: _Live, inline: bytes | None) -> str:
 
 
 def _append_index(job_dir: str, text: str) -> None:
-    index = os.path.join(job_dir, INDEX)
+    """Append ``text`` (whole lines) to the job's index in one ``write``: the flush of ended
+    attempts and an attempt with a file of its own append at the same time, and a buffered
+    file could cut a long append into pieces with the other's line in between."""
+    index, data = os.path.join(job_dir, INDEX), text.encode("utf-8")
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     try:
-        with open(index, "a") as out:
-            out.write(text)
-    except FileNotFoundError:  # the job's first line on this task executor
-        with contextlib.suppress(OSError):
+        try:
+            fd = os.open(index, flags, 0o644)
+        except FileNotFoundError:  # the job's first line on this task executor
             os.makedirs(job_dir, exist_ok=True)
-            with open(index, "a") as out:
-                out.write(text)
+            fd = os.open(index, flags, 0o644)
+        try:
+            written = os.write(fd, data)
+            while written < len(data):  # a write cut short (a signal, a nearly full disk)
+                written += os.write(fd, data[written:])
+        finally:
+            os.close(fd)
     except OSError:
         pass  # best effort, as every write of the log
 
