@@ -51,8 +51,8 @@ class ThreadOffLoadingHandler(logging.handlers.QueueHandler):
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
         # The message is formatted here, where its arguments are still what they were when it
         # was logged; the traceback is rendered here too (the writer has no frames), and kept
-        # apart from the message so that it stays multi-line.
-        # A copy: the process's other handlers see the record as it was logged.
+        # apart from the message so that it stays multi-line. The queue gets a copy: the
+        # process's other handlers see the record as it was logged.
         message = record.getMessage()
         if record.exc_info and not record.exc_text:
             record.exc_text = _TRACEBACKS.formatException(record.exc_info)

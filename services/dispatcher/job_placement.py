@@ -142,17 +142,6 @@ class JobRecord:
         return result
 
 
-__all__ = [
-    "JOB_PLACEMENT_TRANSITIONS",
-    "JobMasterProcessRecord",
-    "JobPlacement",
-    "JobRecord",
-    "can_be_released",
-    "can_start",
-    "is_waiting_for_claim",
-]
-
-
 class JobTable(dict[JobID, JobRecord]):
     """The dispatcher's jobs by id, with an index of those waiting to be started.
 
@@ -189,3 +178,15 @@ class JobTable(dict[JobID, JobRecord]):
         ]
         self._waiting = {job.job_id: job for job in jobs}
         return sorted(jobs, key=lambda job: job.submitted_at)
+
+
+__all__ = [
+    "JOB_PLACEMENT_TRANSITIONS",
+    "JobMasterProcessRecord",
+    "JobPlacement",
+    "JobRecord",
+    "JobTable",
+    "can_be_released",
+    "can_start",
+    "is_waiting_for_claim",
+]
