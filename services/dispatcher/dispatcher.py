@@ -288,7 +288,6 @@ class Dispatcher(DispatcherServicer):
         job.process_id = process_id
         job.address = address
         job.move_to(JobPlacement.ASSIGNED)
-        job.placed_at = time.monotonic()
         new = self.processes.get(process_id)
         if new is not None:
             new.jobs.add(job.job_id)
@@ -331,7 +330,6 @@ class Dispatcher(DispatcherServicer):
             return
         if job.placement is JobPlacement.STARTING:
             job.move_to(JobPlacement.ASSIGNED)
-            job.placed_at = time.monotonic()
         if self.jobs.get(job.job_id) is not job:
             return
         # Empty while the JobMaster waits as a standby in the job's election; its first status

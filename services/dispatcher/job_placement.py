@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -103,8 +104,9 @@ class JobRecord:
     details: jobs_pb2.JobDetails | None = None
     result: jobs_pb2.JobResult | None = None
     placement: JobPlacement = JobPlacement.WAITING
-    # time.monotonic() when a process last took the job (StartJob answered, or a report or
-    # registration claimed it): a heartbeat sent later shows whether that process still runs it.
+    # time.monotonic() when a process last took the job (moved to ASSIGNED: StartJob answered,
+    # or a report or registration claimed it): a heartbeat sent later shows whether that process
+    # still runs it.
     placed_at: float = 0.0
     # Set once the result is recorded: wakes the GetJobResult calls that wait for the end.
     ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -123,6 +125,8 @@ class JobRecord:
         """Change the placement; one the table does not allow is a bug."""
         JOB_PLACEMENT_TRANSITIONS.check(self.placement, placement, f"job {short(self.job_id)}")
         self.placement = placement
+        if placement is JobPlacement.ASSIGNED:
+            self.placed_at = time.monotonic()
         if self.placement_listener is not None:
             self.placement_listener(self)
 
