@@ -197,10 +197,10 @@ class Dispatcher(DispatcherServicer):
             job_id=job.job_id, status=job_status_to_proto(JobStatus.FAILED), failure=failure
         )
         result.details.CopyFrom(self._details(job))
-        job.record_result(result)
         if job.placement is not JobPlacement.ENDED:
             job.move_to(JobPlacement.ENDED)
         await self.runtime.run_blocking(self.result_store.create_dirty, result)
+        job.record_result(result)  # durable first: see _apply_report
         await self._clean_up(job.job_id)
 
     async def _clean_up(self, job_id: JobID) -> None:
@@ -404,13 +404,15 @@ class Dispatcher(DispatcherServicer):
             result = jobs_pb2.JobResult()
             result.CopyFrom(request.result)
             result.details.CopyFrom(self._details(job))
-            job.record_result(result)
             job.move_to(JobPlacement.ENDED)
             process = self.processes.get(job.process_id)
             if process is not None:
                 process.jobs.discard(job.job_id)
             # Record the outcome before the graph goes: a new leader must never run it again.
+            # And before anyone hears of it: a client told the job ended must not see a leader
+            # that was killed a moment later be followed by one that runs the job again.
             await self.runtime.run_blocking(self.result_store.create_dirty, result)
+            job.record_result(result)
             await self._clean_up(job.job_id)
             log.info("job %s ('%s') ended %s", short(job.job_id), job.name, job.status.name)
 
@@ -568,8 +570,8 @@ class Dispatcher(DispatcherServicer):
                 job_id=job.job_id, status=job_status_to_proto(JobStatus.CANCELED)
             )
             canceled.details.CopyFrom(self._details(job))
-            job.record_result(canceled)
             await self.runtime.run_blocking(self.result_store.create_dirty, canceled)
+            job.record_result(canceled)  # durable first: see _apply_report
             await self._clean_up(job.job_id)
         return common_pb2.Empty()
 
