@@ -20,6 +20,14 @@ against none). libzmq then ends the connection for good and a request would wait
 deadline. The same socket monitor sees the refusal: every request waiting on it fails at once
 with :class:`~sparkmill.common.core.errors.PermissionDeniedError` naming the cause, and the socket
 is replaced, so that the next request tries again (the key may be admitted by then).
+
+A mechanism mismatch is not always reported as one. The server checks the client's greeting and
+closes the connection; when the client's whole greeting reaches it in one read (a busy server),
+it closes before its own greeting went out, the client's socket is reset with the server's
+greeting unread, and the client sees only a handshake that failed *without detail*, then
+reconnects. Under load that repeats for seconds. So a server that closes the connection during
+the handshake :data:`HANDSHAKE_CLOSES_BEFORE_REFUSAL` times in a row, each time well before the
+handshake timeout (a slow server times out instead), counts as a refusal too.
 """
 
 from __future__ import annotations
@@ -57,9 +65,16 @@ ConnectionListener = Callable[[bool], None]
 _MONITORED = (
     zmq.EVENT_CONNECTED
     | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
 )
+
+HANDSHAKE_CLOSES_BEFORE_REFUSAL = 3
+"""Handshakes in a row that the server ended by closing the connection (no success in between)
+after which waiting requests fail as refused. A server that crashes mid-handshake does it once;
+libzmq reconnects every 100 ms, so three take a few tenths of a second."""
 
 
 class RpcClient:
@@ -224,6 +239,9 @@ class RpcClient:
         return stop
 
     async def _monitor_loop(self, sock: zmq.asyncio.Socket, monitor: zmq.asyncio.Socket) -> None:
+        loop = asyncio.get_running_loop()
+        connected_at = loop.time()
+        closed_in_handshake = 0
         try:
             while True:
                 try:
@@ -237,9 +255,22 @@ class RpcClient:
                 if event in (zmq.EVENT_HANDSHAKE_FAILED_AUTH, zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL):
                     self._refused(sock, _refusal(self.address, event, int(value)))
                     return
+                if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    closed_in_handshake = 0
+                    continue
+                if event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                    # Half the handshake timeout: what ends later is a slow server, not a refusal.
+                    if loop.time() - connected_at < framing.HANDSHAKE_TIMEOUT_S / 2:
+                        closed_in_handshake += 1
+                    if closed_in_handshake >= HANDSHAKE_CLOSES_BEFORE_REFUSAL:
+                        self._refused(sock, _closed_in_handshake(self.address, closed_in_handshake))
+                        return
+                    continue
                 if event not in (zmq.EVENT_CONNECTED, zmq.EVENT_DISCONNECTED):
                     continue
                 up = event == zmq.EVENT_CONNECTED
+                if up:
+                    connected_at = loop.time()
                 for listener in list(self._connection_listeners):
                     try:
                         listener(up)
@@ -325,4 +356,13 @@ def _refusal(address: str, event: int, value: int) -> str:
     return (
         f"the handshake with {address} failed: the two sides speak different security "
         "mechanisms (security.curve.enabled must be the same on every member and client)"
+    )
+
+
+def _closed_in_handshake(address: str, times: int) -> str:
+    return (
+        f"{address} closed the connection during the security handshake {times} times in a row: "
+        "the two sides speak different security mechanisms (security.curve.enabled must be the "
+        "same on every member and client), this process trusts another server key than the "
+        "one that server holds, or that server cannot check keys (no ZAP handler runs there)"
     )
