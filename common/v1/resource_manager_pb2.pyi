@@ -61,24 +61,28 @@ class DisconnectTaskExecutorRequest(_message.Message):
     def __init__(self, resource_id: _Optional[str] = ..., cause: _Optional[str] = ...) -> None: ...
 
 class RegisterJobMasterRequest(_message.Message):
-    __slots__ = ("job_id", "job_master_address", "job_master_session_id", "job_master_resource_id")
+    __slots__ = ("job_id", "job_master_address", "job_master_session_id", "job_master_resource_id", "declaration")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_MASTER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     JOB_MASTER_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_MASTER_RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    DECLARATION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_master_address: str
     job_master_session_id: str
     job_master_resource_id: str
-    def __init__(self, job_id: _Optional[str] = ..., job_master_address: _Optional[str] = ..., job_master_session_id: _Optional[str] = ..., job_master_resource_id: _Optional[str] = ...) -> None: ...
+    declaration: DeclareRequiredResourcesRequest
+    def __init__(self, job_id: _Optional[str] = ..., job_master_address: _Optional[str] = ..., job_master_session_id: _Optional[str] = ..., job_master_resource_id: _Optional[str] = ..., declaration: _Optional[_Union[DeclareRequiredResourcesRequest, _Mapping]] = ...) -> None: ...
 
 class RegisterJobMasterResponse(_message.Message):
-    __slots__ = ("resource_manager_id", "heartbeat_interval_ms")
+    __slots__ = ("resource_manager_id", "heartbeat_interval_ms", "declaration")
     RESOURCE_MANAGER_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    DECLARATION_FIELD_NUMBER: _ClassVar[int]
     resource_manager_id: str
     heartbeat_interval_ms: int
-    def __init__(self, resource_manager_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ...) -> None: ...
+    declaration: DeclareRequiredResourcesResponse
+    def __init__(self, resource_manager_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., declaration: _Optional[_Union[DeclareRequiredResourcesResponse, _Mapping]] = ...) -> None: ...
 
 class DisconnectJobMasterRequest(_message.Message):
     __slots__ = ("job_id", "job_master_session_id", "cause")

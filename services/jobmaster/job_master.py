@@ -244,9 +244,11 @@ class JobMaster:
         )
         self.status = JobStatus.CREATED
         self._report_status(JobStatus.CREATED, "")
-        self.on_resource_manager_leader(self.host.rm_leader)
-        # Scheduling starts once the call stack that started us has returned.
-        asyncio.get_running_loop().call_soon(self.scheduler.start_scheduling)
+        # Scheduling starts once the call stack that started us has returned; the registration
+        # at the resource manager right after it, so that it carries the first slot needs.
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self.scheduler.start_scheduling)
+        loop.call_soon(lambda: self.on_resource_manager_leader(self.host.rm_leader))
 
     async def _stand_down(self) -> None:
         await self.election.stop()
@@ -463,15 +465,31 @@ class JobMaster:
         self._rm_registration = self.runtime.spawn(self._register_at_rm(client), "jm-rm-reg")
 
     async def _register_at_rm(self, client: ResourceManagerClient) -> None:
-        request = resource_manager_pb2.RegisterJobMasterRequest(
-            job_id=self.job_id,
-            job_master_address=self.host.identity.address,
-            job_master_session_id=self.session_id,
-            job_master_resource_id=self.host.identity.id,
-        )
+        # The pool's waiting requests go to the declarer from now on. It sends nothing before
+        # the registration is done: their first declaration rides on the registration itself.
+        self.slot_pool.connect_to_resource_manager()
+        replies: list[resource_manager_pb2.RegisterJobMasterResponse] = []
+        ride = True  # until a registration carrying a declaration is refused as invalid
 
         async def attempt(timeout: float) -> None:
-            await client.register_job_master(request, timeout=timeout)
+            nonlocal ride
+            request = resource_manager_pb2.RegisterJobMasterRequest(
+                job_id=self.job_id,
+                job_master_address=self.host.identity.address,
+                job_master_session_id=self.session_id,
+                job_master_resource_id=self.host.identity.id,
+            )
+            declaration = self.slot_requests.declaration_for_registration() if ride else None
+            if declaration is not None:
+                request.declaration.CopyFrom(declaration)
+            try:
+                replies.append(await client.register_job_master(request, timeout=timeout))
+            except BaseException as exc:
+                if declaration is not None:
+                    self.slot_requests.registration_answered(None)
+                    # Register without it: declared on its own, its refusal is logged there.
+                    ride = not isinstance(exc, InvalidArgumentError)
+                raise
 
         await retry_registration(
             f"job {short(self.job_id)}: registration at the resource manager",
@@ -480,7 +498,11 @@ class JobMaster:
         )
         self.rm_client = client
         self.heartbeats.monitor("rm")
-        self.slot_pool.connect_to_resource_manager()
+        reply = replies[-1]
+        # An older resource manager leaves the answer unset: the declarer declares again.
+        self.slot_requests.registration_answered(
+            reply.declaration if reply.HasField("declaration") else None
+        )
 
     def heartbeat_from_resource_manager(self, slot_wait_reason: str) -> None:
         self.heartbeats.receive_heartbeat("rm")

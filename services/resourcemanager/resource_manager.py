@@ -25,6 +25,7 @@ from collections.abc import Callable
 from sparkmill.common.core.errors import (
     FailedPreconditionError,
     FencingMismatchError,
+    InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     RpcError,
@@ -64,6 +65,7 @@ from sparkmill.common.v1.gateways import (
 )
 from sparkmill.services.resourcemanager.active_workers import ActiveWorkers, ActiveWorkerSettings
 from sparkmill.services.resourcemanager.cluster_status import cluster_status
+from sparkmill.services.resourcemanager.declaration import declaration_from_proto
 from sparkmill.services.resourcemanager.declared_requirements import DeclaredRequirements
 from sparkmill.services.resourcemanager.job_master_registration import JobMasterRegistration
 from sparkmill.services.resourcemanager.slot_manager import SlotManager, SlotRequest
@@ -359,6 +361,16 @@ class ResourceManager(SlotRequestHandlers, ResourceManagerServicer):
         self._slots()
         job_id = JobID(request.job_id)
         session_id = request.job_master_session_id
+        if request.HasField("declaration"):
+            # Checked before anything changes: a bad declaration fails the registration too.
+            declaration = request.declaration
+            if declaration.job_id != job_id or declaration.job_master_session_id != session_id:
+                raise InvalidArgumentError(
+                    f"the declaration riding on the registration of job {short(job_id)} is for "
+                    f"job {short(declaration.job_id)}, session "
+                    f"{short(declaration.job_master_session_id)}: it must be the registration's"
+                )
+            declaration_from_proto(declaration, ())  # bounds, profiles and ids; raises
         leads = await self.job_leaders.verify(job_id, session_id, self.settings.rpc_timeout_s / 2)
         if leads is False:
             raise FencingMismatchError(
@@ -381,10 +393,14 @@ class ResourceManager(SlotRequestHandlers, ResourceManagerServicer):
         log.info(
             "JobMaster of job %s registered from %s", short(job_id), request.job_master_address
         )
-        return resource_manager_pb2.RegisterJobMasterResponse(
+        reply = resource_manager_pb2.RegisterJobMasterResponse(
             resource_manager_id=self.identity.id,
             heartbeat_interval_ms=int(self.settings.heartbeat_interval_s * 1000),
         )
+        if request.HasField("declaration"):
+            # Set even when nothing is refused: it tells the JobMaster the declaration was read.
+            reply.declaration.CopyFrom(self._declare(request.declaration))
+        return reply
 
     async def disconnect_job_master(
         self, request: resource_manager_pb2.DisconnectJobMasterRequest, context: CallContext

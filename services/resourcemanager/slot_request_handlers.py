@@ -71,6 +71,12 @@ class SlotRequestHandlers:
     async def declare_required_resources(
         self, request: resource_manager_pb2.DeclareRequiredResourcesRequest, context: CallContext
     ) -> resource_manager_pb2.DeclareRequiredResourcesResponse:
+        return self._declare(request)
+
+    def _declare(
+        self, request: resource_manager_pb2.DeclareRequiredResourcesRequest
+    ) -> resource_manager_pb2.DeclareRequiredResourcesResponse:
+        """A declaration on its own or riding on the JobMaster's registration."""
         self._slots()  # refused unless leading; a leader has its declared requirements
         requirements = self.requirements
         if requirements is None:

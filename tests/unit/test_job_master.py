@@ -8,7 +8,7 @@ reports and the "done" notices, and its stores are the in-memory ones.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -396,6 +396,76 @@ def test_a_need_the_resource_manager_gave_up_on_fails_the_oldest_request_and_lea
         assert "no slot: 0 free" in str(oldest.future.exception())
         assert jm.slot_requests.waiting() == 1
         assert len(jm.slot_pool.pending_requests()) == 1
+        await jm.suspend("test over", tell_dispatcher=False)
+
+    _run(scenario)
+
+
+class TestingResourceManagerClient:
+    """Answers registrations (failing the first ``fail_first`` with no answer) and records
+    them and the declarations sent on their own; ``reads_declarations`` False plays a resource
+    manager of an older version."""
+
+    __test__ = False
+
+    def __init__(self, *, fail_first: int = 0, reads_declarations: bool = True) -> None:
+        self.registrations: list[Any] = []
+        self.declarations: list[Any] = []
+        self.fail_first = fail_first
+        self.reads_declarations = reads_declarations
+
+    async def register_job_master(self, request: Any, timeout: float) -> Any:
+        from sparkmill.common.core.errors import DeadlineExceededError
+        from sparkmill.common.v1 import resource_manager_pb2
+
+        self.registrations.append(request)
+        if len(self.registrations) <= self.fail_first:
+            raise DeadlineExceededError("RegisterJobMaster got no reply")
+        reply = resource_manager_pb2.RegisterJobMasterResponse(resource_manager_id="rm")
+        if self.reads_declarations and request.HasField("declaration"):
+            reply.declaration.SetInParent()
+        return reply
+
+    async def declare_required_resources(self, request: Any) -> Any:
+        from sparkmill.common.v1 import resource_manager_pb2
+
+        self.declarations.append(request)
+        return resource_manager_pb2.DeclareRequiredResourcesResponse()
+
+    async def disconnect_job_master(self, request: Any, timeout: float) -> Any:
+        from sparkmill.common.v1 import common_pb2
+
+        return common_pb2.Empty()
+
+
+@pytest.mark.parametrize(
+    ("fail_first", "reads_declarations", "declared_alone"),
+    [(0, True, 0), (1, True, 0), (0, False, 1)],
+    ids=["first-attempt", "after-a-lost-attempt", "older-resource-manager"],
+)
+def test_the_first_slot_needs_ride_on_the_registration_at_the_resource_manager(
+    fail_first: int, reads_declarations: bool, declared_alone: int
+) -> None:
+    host = TestingJobMasterHost()  # no resource manager leader: registration is driven here
+    rm = TestingResourceManagerClient(fail_first=fail_first, reads_declarations=reads_declarations)
+
+    async def scenario(runtime: ServiceRuntime) -> None:
+        jm = _job_master(host, runtime)
+        await jm.start()
+        await _settle()
+        assert len(jm.slot_pool.pending_requests()) == 2  # scheduled before registering
+        await jm._register_at_rm(rm)  # type: ignore[arg-type]
+        await _settle()
+        assert len(rm.registrations) == fail_first + 1
+        for attempt in rm.registrations:  # every attempt carries the whole picture
+            assert [r.count for r in attempt.declaration.requirements] == [2]
+        versions = [a.declaration.version for a in rm.registrations]
+        assert versions == sorted(set(versions))  # a new version per attempt
+        # An older resource manager did not read it: declared again, on its own.
+        assert len(rm.declarations) == declared_alone
+        if declared_alone:
+            assert [r.count for r in rm.declarations[0].requirements] == [2]
+        assert jm.rm_client is cast(Any, rm)
         await jm.suspend("test over", tell_dispatcher=False)
 
     _run(scenario)

@@ -75,3 +75,44 @@ def test_declarations_are_fenced_bounded_and_counted_until_the_job_master_leaves
         await rm.clients.close()
 
     asyncio.run(scenario())
+
+
+def test_a_declaration_riding_on_the_registration_is_taken_with_it() -> None:
+    async def scenario() -> None:
+        rm = leading_resource_manager()
+        job = JobID(new_job_id())
+
+        def registration(declaration: object | None) -> object:
+            request = resource_manager_pb2.RegisterJobMasterRequest(
+                job_id=job, job_master_address="tcp://127.0.0.1:1", job_master_session_id=SESSION
+            )
+            if declaration is not None:
+                request.declaration.CopyFrom(declaration)  # type: ignore[arg-type]
+            return request
+
+        # Checked before anything changes: another job's or session's, or out of bounds.
+        other_job = _declaration(JobID(new_job_id()), 1)
+        with pytest.raises(InvalidArgumentError, match="must be the registration's"):
+            await rm.register_job_master(registration(other_job), call_context())  # type: ignore[arg-type]
+        too_big = _declaration(job, MAX_DECLARED_SLOTS + 1)
+        with pytest.raises(InvalidArgumentError, match="slots; at most"):
+            await rm.register_job_master(registration(too_big), call_context())  # type: ignore[arg-type]
+        assert job not in rm.job_masters and rm.waiting_slot_requests() == 0
+
+        reply = await rm.register_job_master(
+            registration(_declaration(job, 3)),  # type: ignore[arg-type]
+            call_context(),
+        )
+        assert reply.HasField("declaration")  # answered, though nothing was refused
+        assert list(reply.declaration.refused) == []
+        assert rm.job_masters[job].session_id == SESSION
+        assert rm.waiting_slot_requests() == 3
+        # Without one, the answer says nothing was read (a JobMaster then declares on its own).
+        plain = await rm.register_job_master(registration(None), call_context())  # type: ignore[arg-type]
+        assert not plain.HasField("declaration")
+        assert rm.waiting_slot_requests() == 3
+        rm._close_job_master(job, "the job ended")
+        await asyncio.sleep(0)
+        await rm.clients.close()
+
+    asyncio.run(scenario())

@@ -228,3 +228,75 @@ def test_an_older_resource_manager_is_named_as_the_thing_to_upgrade(
     with caplog.at_level(logging.ERROR, logger=slot_requests.__name__):
         assert drive(OldResourceManager(), script) == []  # nothing fails: the need waits
     assert "upgrade the resource managers" in caplog.text
+
+
+def test_the_first_declaration_rides_on_the_registration_and_the_rest_follows_on_its_own() -> None:
+    rm = TestingResourceManager(refuse_cpu=8.0)
+    connected: list[TestingResourceManager | None] = [None]  # registering: no client yet
+    refused: list[str] = []
+
+    async def main() -> None:
+        tasks: list[asyncio.Task[None]] = []
+        d = RequirementsDeclarer(
+            JobID(new_job_id()),
+            lambda: connected[0],  # type: ignore[arg-type,return-value]
+            session_id=lambda: "0" * 32,
+            timeout_ms=1000,
+            spawn=lambda coro, name: tasks.append(asyncio.create_task(coro)),
+            on_refused=lambda aid, exc: refused.append(aid),
+        )
+        assert d.declaration_for_registration() is None  # nothing to declare yet
+        d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
+        d.request(aid("big"), BIG, frozenset())
+        await asyncio.sleep(0.01)  # without a client nothing goes out on its own
+        first = d.declaration_for_registration()
+        assert first is not None and first.version == 1
+        assert sorted(r.resource_profile.cpu_cores for r in first.requirements) == [0.0, 8.0]
+        assert d.declaration_for_registration() is None  # one at a time
+        # The first attempt fails: the next one carries the picture again, with a new version.
+        d.registration_answered(None)
+        d.request(aid("b"), UNKNOWN_PROFILE, frozenset())
+        second = d.declaration_for_registration()
+        assert second is not None and second.version == 2
+        assert sorted(r.count for r in second.requirements) == [1, 2]
+        # Registered: the resource manager refused the big entry and took the rest.
+        connected[0] = rm
+        answer = resource_manager_pb2.DeclareRequiredResourcesResponse()
+        big_index = [r.resource_profile.cpu_cores for r in second.requirements].index(8.0)
+        answer.refused.add(
+            index=big_index, error=common_pb2.ErrorInfo(code=common_pb2.RESOURCE_EXHAUSTED)
+        )
+        d.registration_answered(answer)
+        assert refused == ["big"] and d.waiting() == 2
+        await asyncio.sleep(0.01)
+        # Only what changed since (the withdrawn big request) is declared on its own.
+        assert rm.pictures() == [[(0.0, 2, ())]]
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+
+
+def test_a_registration_answered_after_a_reset_changes_nothing() -> None:
+    refused: list[str] = []
+
+    async def main() -> None:
+        d = RequirementsDeclarer(
+            JobID(new_job_id()),
+            lambda: None,
+            session_id=lambda: "0" * 32,
+            timeout_ms=1000,
+            spawn=lambda coro, name: None,
+            on_refused=lambda aid, exc: refused.append(aid),
+        )
+        d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
+        assert d.declaration_for_registration() is not None
+        d.reset()  # another resource manager leader meanwhile
+        answer = resource_manager_pb2.DeclareRequiredResourcesResponse()
+        answer.refused.add(index=0, error=common_pb2.ErrorInfo(code=common_pb2.RESOURCE_EXHAUSTED))
+        d.registration_answered(answer)
+        assert refused == []
+        d.request(aid("a"), UNKNOWN_PROFILE, frozenset())  # the pool re-sends its requests
+        again = d.declaration_for_registration()
+        assert again is not None and [r.count for r in again.requirements] == [1]
+
+    asyncio.run(main())

@@ -11,7 +11,9 @@ never while the previous declaration is unanswered, so a burst of changes costs 
 
 A declaration is complete and versioned: it replaces the previous one, the resource manager
 ignores one that arrives after a newer one, and after a reconnection the pool's re-sent
-requests make the first declaration to the new leader. It also acknowledges the allocations
+requests make the first declaration to the new leader. That first one rides on the JobMaster's
+registration (:meth:`RequirementsDeclarer.declaration_for_registration`): a small job's first
+slot is asked for one round trip sooner. It also acknowledges the allocations
 offered to the job since the previous declaration (``received_allocation_ids``): until then
 the resource manager counts them as on their way and asks for no other slot in their stead.
 
@@ -78,6 +80,9 @@ class RequirementsDeclarer:
         self._dirty = False
         self._flush_scheduled = False
         self._in_flight = False
+        # The declaration riding on a registration attempt: its keys, its acknowledgements and
+        # the generation it was taken in.
+        self._riding: tuple[list[RequirementKey], list[str], int] | None = None
         self._retry: asyncio.TimerHandle | None = None
         # Bumped by reset(): an answer to a declaration sent before it is ignored.
         self._generation = 0
@@ -127,6 +132,7 @@ class RequirementsDeclarer:
         self._received.clear()
         self._dirty = False
         self._in_flight = False
+        self._riding = None
         self._generation += 1
         if self._retry is not None:
             self._retry.cancel()
@@ -135,6 +141,39 @@ class RequirementsDeclarer:
     def waiting(self) -> int:
         """Slots the last picture asks for."""
         return sum(self._counts.values())
+
+    # ------------------------------------------------------------------ riding on a registration
+
+    def declaration_for_registration(
+        self,
+    ) -> resource_manager_pb2.DeclareRequiredResourcesRequest | None:
+        """The declaration to send with a registration at the resource manager, taken as sent
+        (``None`` when nothing is to be declared, or one is still on its way). Its answer, or
+        the registration's failure, goes to :meth:`registration_answered`."""
+        if self._in_flight or not self._dirty:
+            return None
+        message, keys, received = self._take()
+        self._in_flight = True
+        self._riding = (keys, received, self._generation)
+        return message
+
+    def registration_answered(
+        self, reply: resource_manager_pb2.DeclareRequiredResourcesResponse | None
+    ) -> None:
+        """A registration attempt ended: ``reply`` answers the declaration it carried, ``None``
+        when it failed or the resource manager did not read the declaration. Whatever is still
+        to be declared is then declared on its own (once a resource manager is connected)."""
+        riding, self._riding = self._riding, None
+        if riding is not None and riding[2] == self._generation:
+            keys, received, _ = riding
+            self._in_flight = False
+            if reply is None:
+                self._received[:0] = received  # not delivered: acknowledge them next time
+                self._dirty = True
+            else:
+                self._answered(reply, keys)
+        if self._dirty:
+            self._changed()
 
     # ------------------------------------------------------------------ sending
 
@@ -151,6 +190,17 @@ class RequirementsDeclarer:
         client = self._client()
         if client is None:
             return  # not connected: the pool asks again once it is
+        message, keys, received = self._take()
+        self._in_flight = True
+        call = self._send(client, message, keys, received, self._generation)
+        self._spawn(call, "declare")
+
+    def _take(
+        self,
+    ) -> tuple[
+        resource_manager_pb2.DeclareRequiredResourcesRequest, list[RequirementKey], list[str]
+    ]:
+        """The whole picture as the next declaration, and the acknowledgements it carries."""
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
@@ -170,9 +220,7 @@ class RequirementsDeclarer:
                 excluded_task_executors=sorted(key.excluded),
             )
         received, self._received = self._received, []
-        self._in_flight = True
-        call = self._send(client, message, [key for key, _ in keys], received, self._generation)
-        self._spawn(call, "declare")
+        return message, [key for key, _ in keys], received
 
     async def _send(
         self,
@@ -207,11 +255,18 @@ class RequirementsDeclarer:
         if generation != self._generation:
             return
         self._in_flight = False
+        self._answered(reply, keys)
+        if self._dirty:
+            self._changed()
+
+    def _answered(
+        self,
+        reply: resource_manager_pb2.DeclareRequiredResourcesResponse,
+        keys: list[RequirementKey],
+    ) -> None:
         for refused in reply.refused:
             if refused.index < len(keys):
                 self._refuse(keys[refused.index], error_from_proto(refused.error))
-        if self._dirty:
-            self._changed()
 
     def _refuse(self, key: RequirementKey, error: RpcError) -> None:
         for allocation_id in [a for a, k in self._key_of.items() if k == key]:
