@@ -312,6 +312,16 @@ class JobMaster:
 
     async def _finish(self, status: JobStatus, cause: str) -> None:
         self.progress.stop()
+        deposed = not self.election.has_leadership(self.session_id)
+        report: asyncio.Future[bool] | None = None
+        if not deposed:
+            # The outcome goes first: the client waits for it, not for the goodbyes below.
+            result = job_result(
+                self.job_id, status, cause, self.details(), self.scheduler.accumulators
+            )
+            report = self.runtime.spawn(
+                self.host.report_job_status(self._status_report(status, result)), "final-report"
+            )
         # Leave the resource manager while reporting (the client need not wait for both).
         released = self.runtime.spawn(self._release_resources(f"job {status.name}"), "release")
         await asyncio.sleep(0)
@@ -319,7 +329,7 @@ class JobMaster:
         # Flink's partition tracker does): the job is over, so let them go now.
         for te in list(self.task_executors.values()):
             self._disconnect_task_executor(te, f"the job ended {status.name}")
-        if not self.election.has_leadership(self.session_id):
+        if report is None:
             # Deposed while the job ended here (e.g. frozen past the ZooKeeper session): the
             # new leader owns the job, its results and its files. Touch nothing.
             log.warning(
@@ -334,8 +344,7 @@ class JobMaster:
             self.host.job_master_done(self)
             await self._hand_job_back()  # the job's outcome (if any) is for the next one
             return
-        result = job_result(self.job_id, status, cause, self.details(), self.scheduler.accumulators)
-        accepted = await self.host.report_job_status(self._status_report(status, result))
+        accepted = await report
         if accepted and status is not JobStatus.FINISHED:
             # A successful job's commit vertex removes its intermediate results; after a
             # failure or a cancellation nobody else will. Only once the dispatcher took the
