@@ -197,16 +197,16 @@ def test_no_cluster_fails_fast_naming_the_addresses(tmp_path: Path, command: lis
     (tmp_path / "p.py").write_text(
         "import sparkmill as sm\npipeline = sm.Pipeline('p')\npipeline.range(3).collect()\n"
     )
-    started = time.monotonic()
     # --config after the subcommand here; SPARKMILL_CONFIG in the next test.
     run = sparkmill(*command, "--config", str(config), cwd=tmp_path)
-    elapsed = time.monotonic() - started
     assert run.returncode == 3, run.stderr
     assert "127.0.0.1:1" in run.stderr and "local-cluster up" in run.stderr
     # Both ports refuse connections: the client says so after 1 s instead of waiting out its
-    # 3 s contact timeout (the rest is the interpreter, the imports and loading p.py).
-    assert "connection refused" in run.stderr, run.stderr
-    assert elapsed < 5.0, elapsed
+    # 3 s contact timeout ("nothing answered within 3s"). Its message is the evidence, not the
+    # process's wall time: that is mostly the interpreter and the imports, 2 s on a quiet
+    # machine and 6 s on a busy one.
+    assert "(connection refused for 1s)" in run.stderr, run.stderr
+    assert "nothing answered within" not in run.stderr, run.stderr
 
 
 def test_a_port_that_listens_but_never_answers_waits_out_the_contact_timeout() -> None:
