@@ -178,6 +178,21 @@ def test_a_reset_forgets_the_picture_and_counts_each_request_once() -> None:
     assert rm.pictures() == [[(0.0, 1, ())]]
 
 
+def switchable_declarer(
+    connected: list[Any], tasks: list[asyncio.Task[None]], refused: list[str]
+) -> RequirementsDeclarer:
+    """A declarer whose resource manager is ``connected[0]`` (``None``: not registered yet);
+    its sends go to ``tasks``, its refusals to ``refused``."""
+    return RequirementsDeclarer(
+        JobID(new_job_id()),
+        lambda: connected[0],
+        session_id=lambda: "0" * 32,
+        timeout_ms=1000,
+        spawn=lambda coro, name: tasks.append(asyncio.create_task(coro)),
+        on_refused=lambda aid, exc: refused.append(aid),
+    )
+
+
 def test_after_a_reset_the_new_picture_does_not_wait_for_the_old_leaders_answer() -> None:
     old, new = TestingResourceManager(), TestingResourceManager()
     connected = [old]
@@ -185,14 +200,7 @@ def test_after_a_reset_the_new_picture_does_not_wait_for_the_old_leaders_answer(
 
     async def main() -> None:
         tasks: list[asyncio.Task[None]] = []
-        d = RequirementsDeclarer(
-            JobID(new_job_id()),
-            lambda: connected[0],  # type: ignore[arg-type,return-value]
-            session_id=lambda: "0" * 32,
-            timeout_ms=1000,
-            spawn=lambda coro, name: tasks.append(asyncio.create_task(coro)),
-            on_refused=lambda aid, exc: refused.append(aid),
-        )
+        d = switchable_declarer(connected, tasks, refused)
         old.answer.clear()  # the old leader never answers in time
         old.refuse_cpu = 0.0  # and would refuse everything if it did
         d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
@@ -237,14 +245,7 @@ def test_the_first_declaration_rides_on_the_registration_and_the_rest_follows_on
 
     async def main() -> None:
         tasks: list[asyncio.Task[None]] = []
-        d = RequirementsDeclarer(
-            JobID(new_job_id()),
-            lambda: connected[0],  # type: ignore[arg-type,return-value]
-            session_id=lambda: "0" * 32,
-            timeout_ms=1000,
-            spawn=lambda coro, name: tasks.append(asyncio.create_task(coro)),
-            on_refused=lambda aid, exc: refused.append(aid),
-        )
+        d = switchable_declarer(connected, tasks, refused)
         assert d.declaration_for_registration() is None  # nothing to declare yet
         d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
         d.request(aid("big"), BIG, frozenset())
@@ -280,14 +281,7 @@ def test_a_registration_answered_after_a_reset_changes_nothing() -> None:
     refused: list[str] = []
 
     async def main() -> None:
-        d = RequirementsDeclarer(
-            JobID(new_job_id()),
-            lambda: None,
-            session_id=lambda: "0" * 32,
-            timeout_ms=1000,
-            spawn=lambda coro, name: None,
-            on_refused=lambda aid, exc: refused.append(aid),
-        )
+        d = switchable_declarer([None], [], refused)
         d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
         assert d.declaration_for_registration() is not None
         d.reset()  # another resource manager leader meanwhile
