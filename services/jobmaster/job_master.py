@@ -477,7 +477,8 @@ class JobMaster:
         # The pool's waiting requests go to the declarer from now on. It sends nothing before
         # the registration is done: their first declaration rides on the registration itself.
         self.slot_pool.connect_to_resource_manager()
-        replies: list[resource_manager_pb2.RegisterJobMasterResponse] = []
+        # Each answer with the version of the declaration its attempt carried (0: none).
+        replies: list[tuple[resource_manager_pb2.RegisterJobMasterResponse, int]] = []
         ride = True  # until a registration carrying a declaration is refused as invalid
 
         async def attempt(timeout: float) -> None:
@@ -489,13 +490,17 @@ class JobMaster:
                 job_master_resource_id=self.host.identity.id,
             )
             declaration = self.slot_requests.declaration_for_registration() if ride else None
+            version = 0
             if declaration is not None:
                 request.declaration.CopyFrom(declaration)
+                version = declaration.version
             try:
-                replies.append(await client.register_job_master(request, timeout=timeout))
+                replies.append(
+                    (await client.register_job_master(request, timeout=timeout), version)
+                )
             except BaseException as exc:
                 if declaration is not None:
-                    self.slot_requests.registration_answered(None)
+                    self.slot_requests.registration_answered(version, None)
                     # Register without it: declared on its own, its refusal is logged there.
                     ride = not isinstance(exc, InvalidArgumentError)
                 raise
@@ -507,10 +512,10 @@ class JobMaster:
         )
         self.rm_client = client
         self.heartbeats.monitor("rm")
-        reply = replies[-1]
+        reply, version = replies[-1]
         # An older resource manager leaves the answer unset: the declarer declares again.
         self.slot_requests.registration_answered(
-            reply.declaration if reply.HasField("declaration") else None
+            version, reply.declaration if reply.HasField("declaration") else None
         )
 
     def heartbeat_from_resource_manager(self, slot_wait_reason: str) -> None:

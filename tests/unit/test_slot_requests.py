@@ -255,7 +255,7 @@ def test_the_first_declaration_rides_on_the_registration_and_the_rest_follows_on
         assert sorted(r.resource_profile.cpu_cores for r in first.requirements) == [0.0, 8.0]
         assert d.declaration_for_registration() is None  # one at a time
         # The first attempt fails: the next one carries the picture again, with a new version.
-        d.registration_answered(None)
+        d.registration_answered(first.version, None)
         d.request(aid("b"), UNKNOWN_PROFILE, frozenset())
         second = d.declaration_for_registration()
         assert second is not None and second.version == 2
@@ -267,7 +267,9 @@ def test_the_first_declaration_rides_on_the_registration_and_the_rest_follows_on
         answer.refused.add(
             index=big_index, error=common_pb2.ErrorInfo(code=common_pb2.RESOURCE_EXHAUSTED)
         )
-        d.registration_answered(answer)
+        d.registration_answered(first.version, answer)  # an attempt given up before: no effect
+        assert refused == [] and d.waiting() == 3
+        d.registration_answered(second.version, answer)
         assert refused == ["big"] and d.waiting() == 2
         await asyncio.sleep(0.01)
         # Only what changed since (the withdrawn big request) is declared on its own.
@@ -283,11 +285,12 @@ def test_a_registration_answered_after_a_reset_changes_nothing() -> None:
     async def main() -> None:
         d = switchable_declarer([None], [], refused)
         d.request(aid("a"), UNKNOWN_PROFILE, frozenset())
-        assert d.declaration_for_registration() is not None
+        riding = d.declaration_for_registration()
+        assert riding is not None
         d.reset()  # another resource manager leader meanwhile
         answer = resource_manager_pb2.DeclareRequiredResourcesResponse()
         answer.refused.add(index=0, error=common_pb2.ErrorInfo(code=common_pb2.RESOURCE_EXHAUSTED))
-        d.registration_answered(answer)
+        d.registration_answered(riding.version, answer)
         assert refused == []
         d.request(aid("a"), UNKNOWN_PROFILE, frozenset())  # the pool re-sends its requests
         again = d.declaration_for_registration()

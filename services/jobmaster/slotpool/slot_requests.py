@@ -80,9 +80,9 @@ class RequirementsDeclarer:
         self._dirty = False
         self._flush_scheduled = False
         self._in_flight = False
-        # The declaration riding on a registration attempt: its keys, its acknowledgements and
-        # the generation it was taken in.
-        self._riding: tuple[list[RequirementKey], list[str], int] | None = None
+        # The declaration riding on a registration attempt: its version, keys and
+        # acknowledgements.
+        self._riding: tuple[int, list[RequirementKey], list[str]] | None = None
         self._retry: asyncio.TimerHandle | None = None
         # Bumped by reset(): an answer to a declaration sent before it is ignored.
         self._generation = 0
@@ -154,18 +154,21 @@ class RequirementsDeclarer:
             return None
         message, keys, received = self._take()
         self._in_flight = True
-        self._riding = (keys, received, self._generation)
+        self._riding = (message.version, keys, received)
         return message
 
     def registration_answered(
-        self, reply: resource_manager_pb2.DeclareRequiredResourcesResponse | None
+        self, version: int, reply: resource_manager_pb2.DeclareRequiredResourcesResponse | None
     ) -> None:
-        """A registration attempt ended: ``reply`` answers the declaration it carried, ``None``
-        when it failed or the resource manager did not read the declaration. Whatever is still
-        to be declared is then declared on its own (once a resource manager is connected)."""
-        riding, self._riding = self._riding, None
-        if riding is not None and riding[2] == self._generation:
-            keys, received, _ = riding
+        """A registration attempt ended that carried the declaration of ``version`` (0: none):
+        ``reply`` answers it, ``None`` when the attempt failed or the resource manager did not
+        read it. Whatever is still to be declared is then declared on its own (once a resource
+        manager is connected). The end of an attempt abandoned meanwhile (the registration
+        began again, at another leader) changes nothing: its version is no longer riding."""
+        riding = self._riding
+        if riding is not None and riding[0] == version:
+            self._riding = None
+            _, keys, received = riding
             self._in_flight = False
             if reply is None:
                 self._received[:0] = received  # not delivered: acknowledge them next time
