@@ -477,11 +477,12 @@ class JobMaster:
         # The pool's waiting requests go to the declarer from now on. It sends nothing before
         # the registration is done: their first declaration rides on the registration itself.
         self.slot_pool.connect_to_resource_manager()
-        # Each answer with the version of the declaration its attempt carried (0: none).
-        replies: list[tuple[resource_manager_pb2.RegisterJobMasterResponse, int]] = []
         ride = True  # until a registration carrying a declaration is refused as invalid
 
-        async def attempt(timeout: float) -> None:
+        async def attempt(
+            timeout: float,
+        ) -> tuple[resource_manager_pb2.RegisterJobMasterResponse, int]:
+            """The answer, with the version of the declaration the attempt carried (0: none)."""
             nonlocal ride
             request = resource_manager_pb2.RegisterJobMasterRequest(
                 job_id=self.job_id,
@@ -490,14 +491,11 @@ class JobMaster:
                 job_master_resource_id=self.host.identity.id,
             )
             declaration = self.slot_requests.declaration_for_registration() if ride else None
-            version = 0
             if declaration is not None:
                 request.declaration.CopyFrom(declaration)
-                version = declaration.version
+            version = request.declaration.version
             try:
-                replies.append(
-                    (await client.register_job_master(request, timeout=timeout), version)
-                )
+                return await client.register_job_master(request, timeout=timeout), version
             except BaseException as exc:
                 if declaration is not None:
                     self.slot_requests.registration_answered(version, None)
@@ -505,14 +503,13 @@ class JobMaster:
                     ride = not isinstance(exc, InvalidArgumentError)
                 raise
 
-        await retry_registration(
+        reply, version = await retry_registration(
             f"job {short(self.job_id)}: registration at the resource manager",
             attempt,
             self.settings.registration,
         )
         self.rm_client = client
         self.heartbeats.monitor("rm")
-        reply, version = replies[-1]
         # An older resource manager leaves the answer unset: the declarer declares again.
         self.slot_requests.registration_answered(
             version, reply.declaration if reply.HasField("declaration") else None

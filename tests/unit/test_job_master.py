@@ -13,7 +13,11 @@ from typing import Any, cast
 import pytest
 
 from sparkmill.common.config.configuration import Configuration
-from sparkmill.common.core.errors import InvalidArgumentError, UnavailableError
+from sparkmill.common.core.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    UnavailableError,
+)
 from sparkmill.common.core.ids import JobID
 from sparkmill.common.core.states import JobStatus
 from sparkmill.common.ha.job_stores import InMemoryJobResultStore
@@ -23,7 +27,7 @@ from sparkmill.common.rpc.client import RpcClientPool
 from sparkmill.common.runtime.actor import ServiceRuntime
 from sparkmill.common.runtime.service_base import ServiceIdentity
 from sparkmill.common.runtime.settings import settings_from_config
-from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2
+from sparkmill.common.v1 import common_pb2, dispatcher_pb2, jobs_pb2, resource_manager_pb2
 from sparkmill.services.jobmaster.host import HostedJobMaster
 from sparkmill.services.jobmaster.job_master import JobMaster
 from sparkmill.testing import noop_pipeline
@@ -415,9 +419,6 @@ class TestingResourceManagerClient:
         self.reads_declarations = reads_declarations
 
     async def register_job_master(self, request: Any, timeout: float) -> Any:
-        from sparkmill.common.core.errors import DeadlineExceededError
-        from sparkmill.common.v1 import resource_manager_pb2
-
         self.registrations.append(request)
         if len(self.registrations) <= self.fail_first:
             raise DeadlineExceededError("RegisterJobMaster got no reply")
@@ -427,14 +428,10 @@ class TestingResourceManagerClient:
         return reply
 
     async def declare_required_resources(self, request: Any) -> Any:
-        from sparkmill.common.v1 import resource_manager_pb2
-
         self.declarations.append(request)
         return resource_manager_pb2.DeclareRequiredResourcesResponse()
 
     async def disconnect_job_master(self, request: Any, timeout: float) -> Any:
-        from sparkmill.common.v1 import common_pb2
-
         return common_pb2.Empty()
 
 
